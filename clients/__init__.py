@@ -1,0 +1,1 @@
+"""xaudit clients: the typed Python client library and the ``xaudit`` command line."""

@@ -1,0 +1,1 @@
+"""The ``xaudit`` command line: one module per subcommand, each with ``register(subparsers)``."""

@@ -1,0 +1,141 @@
+"""Options shared by every command that describes a job (explain, audit, submit, gate)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workers.errors import InvalidInput
+from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+
+__all__ = ["add_job_options", "job_from_args", "read_model", "read_npy"]
+
+
+def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
+    parser.add_argument("--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file")
+    parser.add_argument("--input", required=True, type=Path, help="inputs .npy, batch axis first")
+    parser.add_argument(
+        "--players",
+        default="auto",
+        help="grid:RxC, features, groups:FILE.json or mask:FILE.npy (default: grid:3x3 for images, "
+        "features for up to 16 features)",
+    )
+    parser.add_argument(
+        "--baseline", default="zeros", help="zeros (default), mean, blur[:SIGMA], constant:V or FILE.npy"
+    )
+    parser.add_argument(
+        "--background", type=Path, help="background set .npy (samples first) for expected_gradients, deepshap, "
+        "prediction_difference"
+    )
+    parser.add_argument(
+        "--target", default="predicted", help="predicted (logit of the predicted class), class:K, prob[:K], logodds[:K]"
+    )
+    parser.add_argument("--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="METHOD.KEY=VALUE",
+        help="a method parameter, e.g. integrated_gradients.steps=32 (repeatable)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    if audit:
+        parser.add_argument("--audit-order", type=int, default=3, help="largest set size judged set by set (default 3)")
+        parser.add_argument(
+            "--tolerance",
+            action="append",
+            default=[],
+            metavar="CRITERION=VALUE",
+            help=f"override a tolerance ({', '.join(CRITERIA)}); defaults {dict(DEFAULT_TOLERANCES)}",
+        )
+
+
+def read_npy(path: Path, what: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InvalidInput(f"{what} file not found: {path}") from None
+    except Exception as exc:
+        raise InvalidInput(f"{what} file {path} is not a readable .npy array ({type(exc).__name__})") from None
+
+
+def read_model(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise InvalidInput(f"model file not found: {path}") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"model path is a directory: {path}") from None
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
+    """The spec and attached tensors for the options in ``args``; files are read here, once."""
+    from workers.methods import resolve_method_names
+
+    tensors: dict[str, np.ndarray] = {"inputs": read_npy(args.input, "input")}
+    players = args.players
+    group_names: tuple[str, ...] = ()
+    if players.startswith("groups:"):
+        path = Path(players.split(":", 1)[1])
+        try:
+            raw = json.loads(path.read_text())
+            tensors["player_groups"] = np.asarray(raw["groups"], dtype=np.int64)
+        except FileNotFoundError:
+            raise InvalidInput(f"group file not found: {path}") from None
+        except (ValueError, KeyError, TypeError):
+            raise InvalidInput(f'group file {path} must be JSON {{"groups": [...], "names": [...]}}') from None
+        group_names = tuple(str(n) for n in raw.get("names", []))
+    elif players.startswith("mask:"):
+        tensors["player_mask"] = read_npy(Path(players.split(":", 1)[1]), "player mask")
+    baseline = args.baseline
+    if baseline.endswith(".npy"):
+        tensors["baseline"] = read_npy(Path(baseline), "baseline")
+        baseline = "tensor"
+    if args.background is not None:
+        tensors["background"] = read_npy(args.background, "background")
+    params: dict[str, dict[str, Any]] = {}
+    for item in args.param:
+        key, sep, value = item.partition("=")
+        method, dot, name = key.partition(".")
+        if not sep or not dot:
+            raise InvalidInput(f"--param '{item}': expected METHOD.KEY=VALUE")
+        params.setdefault(method, {})[name] = _parse_value(value)
+    methods = resolve_method_names(args.methods)
+    unknown = sorted(set(params) - set(methods))
+    if unknown:
+        raise InvalidInput(f"--param names methods that are not requested: {', '.join(unknown)}")
+    tolerances = dict(DEFAULT_TOLERANCES)
+    for item in getattr(args, "tolerance", []):
+        name, sep, value = item.partition("=")
+        if not sep or name not in CRITERIA:
+            raise InvalidInput(f"--tolerance '{item}': expected CRITERION=VALUE with one of {', '.join(CRITERIA)}")
+        try:
+            tolerances[name] = float(value)
+        except ValueError:
+            raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
+    spec = JobSpec(
+        kind=kind,  # type: ignore[arg-type]
+        players=players,
+        baseline=baseline,
+        target=args.target,
+        methods=methods,
+        method_params=params,
+        audit_order=getattr(args, "audit_order", 3),
+        tolerances=tolerances,
+        seed=args.seed,
+        device=args.device,
+        group_names=group_names,
+    )
+    return spec, tensors

@@ -1,0 +1,108 @@
+"""The masking game v(T) = target(f(x_T)), evaluated in bounded, batched chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from workers.errors import ResourceExhausted
+from workers.interactions import moebius_dense_limited, shapley_from_interactions, subsets_up_to
+from workers.models.base import ModelAdapter
+from workers.players import Players
+from workers.targets import Target
+
+__all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_inputs", "play", "sub_inputs"]
+
+# Exact (all-order) work: 2^n forward passes per sample.
+MAX_EXACT_PLAYERS = 16
+# Dense order-limited bookkeeping stays below 2^22 entries.
+MAX_LIMITED_PLAYERS = 22
+
+ProgressFn = Callable[[int, int], None]
+
+
+def masked_inputs(x: np.ndarray, baseline: np.ndarray, players: Players, subsets: np.ndarray) -> np.ndarray:
+    """x_T for each T: elements of players in T from x, the rest from the baseline (exact copies, no arithmetic)."""
+    return np.where(players.element_masks(subsets), x[None], baseline[None]).astype(np.float32, copy=False)
+
+
+def sub_inputs(
+    inputs: np.ndarray, baselines: np.ndarray, players: Players, subsets: np.ndarray
+) -> np.ndarray:
+    """(B, m, *sample_shape) sub-inputs of every sample."""
+    return np.stack([masked_inputs(x, b, players, subsets) for x, b in zip(inputs, baselines, strict=True)])
+
+
+@dataclass(frozen=True)
+class GameResult:
+    """v and I over ``subsets`` (bitmasks, all of them when exact) for each of B samples."""
+
+    n: int
+    order: int
+    subsets: np.ndarray  # (m,) uint64
+    values: np.ndarray  # (B, m) v(T)
+    full: np.ndarray  # (B,) v(N), evaluated directly (also in order-limited mode)
+    interactions: np.ndarray  # (B, m) I(S)
+    classes: np.ndarray  # (B,) target class per sample
+
+    @property
+    def exact(self) -> bool:
+        return self.order >= self.n
+
+    @property
+    def empty(self) -> np.ndarray:
+        return self.values[:, 0]
+
+    @property
+    def efficiency_error(self) -> np.ndarray:
+        """|v(N) - v(empty) - sum_S I(S)|: 0 up to rounding when exact, the high-order remainder otherwise."""
+        return np.abs(self.remainder)
+
+    @property
+    def remainder(self) -> np.ndarray:
+        return self.full - self.empty - self.interactions[:, 1:].sum(axis=1)
+
+    def shapley(self) -> np.ndarray:
+        """Exact Shapley values (B, n) when exact; the order-limited approximation otherwise."""
+        return shapley_from_interactions(self.subsets, self.interactions, self.n)
+
+
+def play(
+    model: ModelAdapter,
+    inputs: np.ndarray,
+    baselines: np.ndarray,
+    players: Players,
+    target: Target,
+    classes: np.ndarray,
+    order: int | None = None,
+    progress: ProgressFn | None = None,
+) -> GameResult:
+    """Evaluate v on every T (or every |T| <= order) for each sample; Moebius-transform to I(S)."""
+    n = players.n
+    order = n if order is None else min(order, n)
+    if order >= n and n > MAX_EXACT_PLAYERS:
+        raise ResourceExhausted(f"{n} players: exact games are capped at {MAX_EXACT_PLAYERS}; set an audit order")
+    if n > MAX_LIMITED_PLAYERS:
+        raise ResourceExhausted(f"{n} players: order-limited games are capped at {MAX_LIMITED_PLAYERS} players")
+    subsets = subsets_up_to(n, order)
+    full_mask = np.array([2**n - 1], dtype=np.uint64)
+    needs_full = order < n
+    evaluated = np.concatenate([subsets, full_mask]) if needs_full else subsets
+    values = np.empty((len(inputs), len(evaluated)))
+    done, total = 0, len(inputs) * len(evaluated)
+    rows = max(1, model.batch_size)
+    for s, (x, b) in enumerate(zip(inputs, baselines, strict=True)):
+        cls = np.full(1, classes[s])
+        for start in range(0, len(evaluated), rows):
+            chunk = evaluated[start : start + rows]
+            out = model.predict(masked_inputs(x, b, players, chunk))
+            values[s, start : start + len(chunk)] = target.values(out, np.repeat(cls, len(chunk)))
+            done += len(chunk)
+            if progress:
+                progress(done, total)
+    game_values = values[:, : len(subsets)]
+    full = values[:, -1]
+    interactions = moebius_dense_limited(subsets, game_values, n)
+    return GameResult(n, order, subsets, game_values, full, interactions, np.asarray(classes))

@@ -1,0 +1,99 @@
+"""Attribution methods, registered by canonical name in one table.
+
+Each method lives in its own module with one class implementing :class:`Method`; modules are
+imported on first use so that asking for one method does not load every library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from functools import cache
+
+import numpy as np
+
+from workers.errors import InvalidInput, NotApplicable, UnknownMethod
+from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
+from workers.spec import EXTRA_METHODS, FOURTEEN_METHODS
+
+__all__ = [
+    "ALL_METHODS",
+    "AttributionContext",
+    "Capabilities",
+    "Method",
+    "attribute",
+    "get_method",
+    "resolve_method_names",
+]
+
+# name -> "module:Class" (module under workers.methods)
+_TABLE: dict[str, str] = {
+    "gradient_x_input": "gradient_x_input:GradientXInput",
+    "occlusion_1": "occlusion:Occlusion1",
+    "occlusion_patch": "occlusion:OcclusionPatch",
+    "prediction_difference": "prediction_difference:PredictionDifference",
+    "grad_cam": "grad_cam:GradCam",
+    "integrated_gradients": "integrated_gradients:IntegratedGradients",
+    "expected_gradients": "expected_gradients:ExpectedGradients",
+    "shapley_value": "shapley_value:ShapleyValue",
+    "lrp_epsilon": "lrp:LrpEpsilon",
+    "lrp_alpha_beta": "lrp:LrpAlphaBeta",
+    "deep_taylor": "lrp:DeepTaylor",
+    "deeplift_rescale": "deeplift:DeepLiftRescale",
+    "deepshap": "deeplift:DeepShap",
+    "deeplift_revealcancel": "deeplift_revealcancel:DeepLiftRevealCancel",
+    "saliency": "saliency:Saliency",
+    "smoothgrad": "saliency:SmoothGrad",
+}
+ALL_METHODS: tuple[str, ...] = FOURTEEN_METHODS + EXTRA_METHODS
+assert set(_TABLE) == set(ALL_METHODS)
+
+
+@cache
+def get_method(name: str) -> Method:
+    """The method registered under ``name``; :class:`UnknownMethod` otherwise."""
+    entry = _TABLE.get(name)
+    if entry is None:
+        raise UnknownMethod(f"unknown method '{name}'; known: {', '.join(ALL_METHODS)}")
+    module_name, class_name = entry.split(":")
+    module = importlib.import_module(f"workers.methods.{module_name}")
+    method: Method = getattr(module, class_name)()
+    return method
+
+
+def resolve_method_names(spec: str | Iterable[str]) -> tuple[str, ...]:
+    """``all`` (the fourteen), ``all+extras``, or a comma-separated list, validated, in a stable order."""
+    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else [str(s).strip() for s in spec]
+    names = [n for n in names if n]
+    if not names:
+        raise InvalidInput("no methods given")
+    out: list[str] = []
+    for name in names:
+        expanded = FOURTEEN_METHODS if name == "all" else ALL_METHODS if name == "all+extras" else (name,)
+        for item in expanded:
+            if item not in _TABLE:
+                raise UnknownMethod(f"unknown method '{item}'; known: {', '.join(ALL_METHODS)}")
+            if item not in out:
+                out.append(item)
+    return tuple(out)
+
+
+def attribute(
+    method: Method,
+    ctx: AttributionContext,
+    inputs: np.ndarray,
+    baselines: np.ndarray,
+    classes: np.ndarray,
+    background: np.ndarray | None = None,
+) -> np.ndarray:
+    """Run ``method``; distribution-baseline methods average their constituents over ``background``."""
+    if method.capabilities.baseline != "distribution":
+        return method.attribute(ctx, inputs, baselines, classes)
+    if background is None:
+        raise NotApplicable(method.name, "it needs a background set of samples (--background)")
+    total = np.zeros(inputs.shape, dtype=np.float64)
+    for m, reference in enumerate(background):
+        sub = AttributionContext(ctx.model, ctx.players, ctx.target, ctx.params, derived_seed(ctx.seed, "bg", m))
+        refs = np.broadcast_to(reference[None], inputs.shape)
+        total += method.attribute(sub, inputs, refs, classes)
+    return (total / len(background)).astype(np.float32)

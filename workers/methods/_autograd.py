@@ -1,0 +1,33 @@
+"""Gradients of the target w.r.t. the input, in bounded chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from workers.methods._base import AttributionContext, to_numpy, to_tensor
+
+__all__ = ["GRAD_CHUNK", "target_gradients", "target_gradients_tensor"]
+
+GRAD_CHUNK = 512
+
+
+def target_gradients_tensor(ctx: AttributionContext, points: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """d target[class] / d input at ``points`` (k, *shape); one backward per chunk of rows."""
+    model = ctx.target.wrap(ctx.model.torch_differentiable())
+    grads = []
+    for start in range(0, points.shape[0], GRAD_CHUNK):
+        x = points[start : start + GRAD_CHUNK].detach().requires_grad_(True)
+        with torch.enable_grad():
+            out = model(x)
+            selected = out.gather(1, classes[start : start + GRAD_CHUNK, None]).sum()
+            (grad,) = torch.autograd.grad(selected, x)
+        grads.append(grad.detach())
+    return torch.cat(grads)
+
+
+def target_gradients(ctx: AttributionContext, inputs: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    device = ctx.model.device
+    x = to_tensor(inputs, device)
+    c = torch.as_tensor(classes, dtype=torch.long, device=device)
+    return to_numpy(target_gradients_tensor(ctx, x, c))

@@ -1,0 +1,77 @@
+"""What every attribution method shares: capabilities, the call context, the one signature."""
+
+from __future__ import annotations
+
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+
+from workers.models.base import ModelAdapter
+from workers.players import Players
+from workers.targets import Target
+
+__all__ = ["AttributionContext", "Capabilities", "Method", "derived_seed", "to_numpy", "to_tensor"]
+
+BaselineKind = Literal["none", "single", "distribution"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    gradients: bool  # needs a differentiable torch graph
+    hooks: bool  # needs a hookable nn.Module graph (layer or rule-based)
+    baseline: BaselineKind  # none: reference-free; distribution: averaged over a background set
+    stochastic: bool  # result depends on the seed
+
+
+@dataclass(frozen=True)
+class AttributionContext:
+    model: ModelAdapter
+    players: Players
+    target: Target
+    params: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+
+class Method(ABC):
+    """One attribution method. ``attribute`` is the same call for all of them.
+
+    For distribution-baseline methods ``attribute`` is the single-baseline constituent (SCIENCE.md
+    5.5); :func:`workers.methods.attribute` averages it over the background set.
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+    defaults: ClassVar[Mapping[str, Any]] = {}
+    # The paper's theoretical expectation (Deng et al., Table 1): context for readers, never a verdict.
+    paper_context: ClassVar[str] = ""
+
+    @abstractmethod
+    def attribute(
+        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
+    ) -> np.ndarray:
+        """Element attributions (k, *sample_shape) float32 for inputs (k, *sample_shape) with per-row
+        references and target classes."""
+
+    def params(self, ctx: AttributionContext) -> dict[str, Any]:
+        merged = dict(self.defaults)
+        merged.update(ctx.params)
+        return merged
+
+
+def derived_seed(seed: int, *parts: object) -> int:
+    """A reproducible seed for a sub-task (a background sample, a repeat)."""
+    return zlib.crc32(repr((seed, *parts)).encode()) & 0x7FFFFFFF
+
+
+def to_tensor(array: np.ndarray, device: torch.device, requires_grad: bool = False) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(device)
+    return t.requires_grad_(requires_grad)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy()

@@ -1,0 +1,27 @@
+"""Exact Shapley values from the game: phi_i = sum over S containing i of I(S) / |S|."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from workers.errors import NotApplicable
+from workers.game import MAX_EXACT_PLAYERS, play
+from workers.methods._base import AttributionContext, Capabilities, Method
+
+__all__ = ["ShapleyValue"]
+
+
+class ShapleyValue(Method):
+    name = "shapley_value"
+    capabilities = Capabilities(gradients=False, hooks=False, baseline="single", stochastic=False)
+    paper_context: ClassVar[str] = "equal split, 1/|S| of each effect to each member; expected to pass"
+
+    def attribute(
+        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
+    ) -> np.ndarray:
+        if ctx.players.n > MAX_EXACT_PLAYERS:
+            raise NotApplicable(self.name, f"exact Shapley values need at most {MAX_EXACT_PLAYERS} players")
+        game = play(ctx.model, inputs, baselines, ctx.players, ctx.target, classes)
+        return ctx.players.spread(game.shapley())

@@ -1,0 +1,36 @@
+"""Model adapters: one interface over ONNX and TorchScript."""
+
+from __future__ import annotations
+
+import hashlib
+
+from workers.errors import InvalidInput, InvalidModel
+from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from workers.models.devices import resolve_device
+
+__all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo", "detect_format", "load_model", "resolve_device"]
+
+
+def detect_format(data: bytes) -> str:
+    """``torchscript`` for zip archives, ``onnx`` otherwise (parsing decides whether it really is)."""
+    return "torchscript" if data[:2] == b"PK" else "onnx"
+
+
+def load_model(
+    data: bytes, model_format: str | None = None, device: str = "auto", batch_size: int = DEFAULT_BATCH_SIZE
+) -> ModelAdapter:
+    """Load untrusted model bytes. TorchScript can run code: callers on a server do this in a sandbox."""
+    if not data:
+        raise InvalidModel("the model file is empty")
+    fmt = (model_format or detect_format(data)).lower()
+    sha256 = hashlib.sha256(data).hexdigest()
+    torch_device = resolve_device(device)
+    if fmt == "onnx":
+        from workers.models.onnx_model import OnnxModel
+
+        return OnnxModel(data, sha256, torch_device, batch_size)
+    if fmt in ("torchscript", "pt", "ts"):
+        from workers.models.torchscript_model import TorchScriptModel
+
+        return TorchScriptModel(data, sha256, torch_device, batch_size)
+    raise InvalidInput(f"unknown model format '{model_format}' (use onnx or torchscript)")

@@ -1,0 +1,70 @@
+"""The one interface over ONNX and TorchScript models."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo"]
+
+logger = logging.getLogger(__name__)
+
+# Rows per forward call: bounds peak memory of masked-input batches (the game may need 2^16 rows).
+DEFAULT_BATCH_SIZE = 256
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    format: str  # "onnx" | "torchscript"
+    sha256: str
+    input_name: str
+    # Shape of one sample as the model declares it; None where a dimension is dynamic or unknown.
+    sample_shape: tuple[int | None, ...] | None
+    output_name: str
+
+
+class ModelAdapter(ABC):
+    """Forward passes in numpy (fast path for the game), torch graphs for gradient and rule methods."""
+
+    info: ModelInfo
+    device: torch.device
+    batch_size: int
+
+    @abstractmethod
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Model output for a batch (k, *sample_shape) float32, evaluated in chunks: (k, C) float32."""
+
+    @abstractmethod
+    def torch_differentiable(self) -> torch.nn.Module:
+        """A torch module (possibly scripted) whose output is differentiable w.r.t. its input."""
+
+    @abstractmethod
+    def torch_hookable(self, method: str) -> torch.nn.Module:
+        """A plain ``nn.Module`` graph with real submodules, for hook- and rule-based methods.
+
+        Raises :class:`~workers.errors.NotApplicable` naming ``method`` when no such graph exists.
+        """
+
+    @property
+    def execution_providers(self) -> list[str]:
+        """What really runs the forward passes (ORT providers, or the torch device)."""
+        return [str(self.device)]
+
+    def check_sample(self, x: np.ndarray) -> None:
+        """Raise InvalidInput when a batch does not fit the model's declared input shape."""
+        from workers.errors import InvalidInput
+
+        declared = self.info.sample_shape
+        if declared is None:
+            return
+        got = tuple(x.shape[1:])
+        if len(got) != len(declared) or any(d is not None and d != g for d, g in zip(declared, got, strict=False)):
+            want = "x".join("?" if d is None else str(d) for d in declared)
+            have = "x".join(str(g) for g in got)
+            raise InvalidInput(
+                f"input shape {have} (per sample) does not match the model's input '{self.info.input_name}' {want}"
+            )

@@ -1,0 +1,115 @@
+"""ONNX models: onnxruntime for forward passes, onnx2torch for gradients and rules."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from workers.errors import InvalidModel
+from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from workers.models.onnx_to_torch import onnx_to_torch
+
+__all__ = ["OnnxModel", "parse_onnx"]
+
+logger = logging.getLogger(__name__)
+
+_STANDARD_DOMAINS = {"", "ai.onnx", "ai.onnx.ml"}
+
+
+def _uses_external_data(model: onnx.ModelProto) -> bool:
+    tensors = list(model.graph.initializer)
+    for node in model.graph.node:
+        tensors.extend(attr.t for attr in node.attribute if attr.HasField("t"))
+    return any(t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) > 0 for t in tensors)
+
+
+def parse_onnx(data: bytes) -> onnx.ModelProto:
+    """Parse and check untrusted ONNX bytes; refuse external data and custom-op domains."""
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:
+        raise InvalidModel(f"not a readable ONNX model ({type(exc).__name__})") from None
+    if not model.graph.node:
+        raise InvalidModel("not a readable ONNX model (empty graph)")
+    if _uses_external_data(model):
+        raise InvalidModel("ONNX model refers to external data files; only self-contained models are accepted")
+    custom = sorted({n.domain for n in model.graph.node if n.domain not in _STANDARD_DOMAINS})
+    if custom:
+        raise InvalidModel(f"ONNX model uses custom operator domains {custom}; they are refused")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise InvalidModel(f"ONNX checker rejected the model: {str(exc).splitlines()[0][:200]}") from None
+    return model
+
+
+def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
+    wanted = ["CPUExecutionProvider"]
+    if device.type == "cuda":
+        wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(data, sess_options=options, providers=wanted)
+    except Exception as exc:
+        raise InvalidModel(f"onnxruntime cannot load the model: {str(exc).splitlines()[0][:200]}") from None
+    got = session.get_providers()
+    if device.type == "cuda" and "CUDAExecutionProvider" not in got:
+        # ORT falls back silently; say so.
+        logger.warning(
+            "CUDA requested but onnxruntime runs on %s (available: %s); install xaudit[gpu] on GPU machines",
+            got,
+            ort.get_available_providers(),
+        )
+    return session
+
+
+class OnnxModel(ModelAdapter):
+    def __init__(self, data: bytes, sha256: str, device: torch.device, batch_size: int = DEFAULT_BATCH_SIZE):
+        self._proto = parse_onnx(data)
+        self._session = _session(data, device)
+        self.device = device
+        self.batch_size = batch_size
+        inputs = self._session.get_inputs()
+        if len(inputs) != 1:
+            names = [i.name for i in inputs]
+            raise InvalidModel(f"model has {len(inputs)} inputs {names}; this entry point takes one input")
+        declared = inputs[0].shape
+        self._fixed_batch = declared[0] if declared and isinstance(declared[0], int) else None
+        sample = tuple(d if isinstance(d, int) else None for d in declared[1:]) if declared else None
+        self.info = ModelInfo("onnx", sha256, inputs[0].name, sample, self._session.get_outputs()[0].name)
+        self._torch: torch.nn.Module | None = None
+
+    @property
+    def execution_providers(self) -> list[str]:
+        return list(self._session.get_providers())
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        step = self._fixed_batch or self.batch_size
+        outs = []
+        for start in range(0, x.shape[0], step):
+            chunk = x[start : start + step]
+            rows = chunk.shape[0]
+            if self._fixed_batch and rows < step:
+                chunk = np.concatenate([chunk, np.zeros((step - rows, *chunk.shape[1:]), np.float32)])
+            out = self._session.run([self.info.output_name], {self.info.input_name: chunk})[0]
+            outs.append(out.reshape(out.shape[0], -1)[:rows])
+        return np.concatenate(outs).astype(np.float32)
+
+    def _graph(self) -> torch.nn.Module:
+        if self._torch is None:
+            self._torch = onnx_to_torch(self._proto).to(self.device)
+            for p in self._torch.parameters():
+                p.requires_grad_(False)
+        return self._torch
+
+    def torch_differentiable(self) -> torch.nn.Module:
+        return self._graph()
+
+    def torch_hookable(self, method: str) -> torch.nn.Module:
+        return self._graph()

@@ -1,0 +1,97 @@
+"""TorchScript models: gradients on the scripted module; hookable graphs through an ONNX export."""
+
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+
+import numpy as np
+import torch
+
+from workers.errors import InvalidInput, InvalidModel, NotApplicable
+from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+
+__all__ = ["TorchScriptModel"]
+
+logger = logging.getLogger(__name__)
+
+
+class TorchScriptModel(ModelAdapter):
+    def __init__(self, data: bytes, sha256: str, device: torch.device, batch_size: int = DEFAULT_BATCH_SIZE):
+        if not data.startswith(b"PK"):
+            raise InvalidModel("not a TorchScript archive (a TorchScript file is a zip written by torch.jit.save)")
+        try:
+            self._module = torch.jit.load(io.BytesIO(data), map_location=device).eval()
+        except Exception as exc:
+            raise InvalidModel(f"TorchScript model cannot be loaded: {str(exc).splitlines()[0][:200]}") from None
+        for p in self._module.parameters():
+            p.requires_grad_(False)
+        self.device = device
+        self.batch_size = batch_size
+        self.info = ModelInfo("torchscript", sha256, "input", None, "output")
+        self._hookable: torch.nn.Module | None = None
+        self._hookable_error: str | None = None
+        self._example: np.ndarray | None = None
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        outs = []
+        with torch.inference_mode():
+            for start in range(0, x.shape[0], self.batch_size):
+                chunk = torch.from_numpy(np.ascontiguousarray(x[start : start + self.batch_size], np.float32))
+                try:
+                    out = self._module(chunk.to(self.device))
+                except Exception as exc:
+                    raise InvalidInput(
+                        f"the model rejected an input of shape {tuple(x.shape[1:])}: {str(exc).splitlines()[0][:160]}"
+                    ) from None
+                if not isinstance(out, torch.Tensor):
+                    raise InvalidModel("the TorchScript model must return one tensor")
+                outs.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
+        return np.concatenate(outs)
+
+    def check_sample(self, x: np.ndarray) -> None:
+        self._example = x[:1].astype(np.float32)
+        self.predict(self._example)
+
+    def torch_differentiable(self) -> torch.nn.Module:
+        return self._module
+
+    def torch_hookable(self, method: str) -> torch.nn.Module:
+        if self._hookable is None and self._hookable_error is None:
+            self._hookable, self._hookable_error = self._convert()
+        if self._hookable is None:
+            raise NotApplicable(method, f"needs a hookable graph and the TorchScript model {self._hookable_error}")
+        return self._hookable
+
+    def _convert(self) -> tuple[torch.nn.Module | None, str | None]:
+        """TorchScript -> ONNX (legacy exporter, which understands scripted modules) -> torch graph."""
+        from workers.models.onnx_model import parse_onnx
+        from workers.models.onnx_to_torch import onnx_to_torch
+
+        if self._example is None:
+            return None, "has no example input to trace the export"
+        buffer = io.BytesIO()
+        example = torch.from_numpy(self._example)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(
+                    self._module.cpu(),
+                    (example,),
+                    buffer,
+                    dynamo=False,
+                    opset_version=17,
+                    input_names=["input"],
+                    output_names=["output"],
+                    dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+                )
+            graph = onnx_to_torch(parse_onnx(buffer.getvalue())).to(self.device)
+        except Exception as exc:
+            logger.info("TorchScript -> ONNX conversion failed: %s", exc)
+            return None, f"could not be converted to ONNX ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+        finally:
+            self._module.to(self.device)
+        for p in graph.parameters():
+            p.requires_grad_(False)
+        return graph, None

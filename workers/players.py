@@ -1,0 +1,154 @@
+"""Players: a partition of one sample's elements into units (patches, features, groups, labels)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from workers.errors import InvalidInput, ResourceExhausted
+
+__all__ = ["MAX_PLAYERS", "Players", "parse_players", "subset_bits"]
+
+# Bitmask subsets are uint64.
+MAX_PLAYERS = 64
+
+
+@dataclass(frozen=True, eq=False)
+class Players:
+    """``labels`` maps every element of one sample to a player 0..n-1."""
+
+    labels: np.ndarray
+    names: tuple[str, ...]
+    spec: str
+    # Players laid out as a grid (rows, cols): occlusion_patch slides its window over this layout.
+    layout: tuple[int, int]
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.bincount(self.labels.ravel(), minlength=self.n)
+
+    def element_masks(self, subsets: np.ndarray) -> np.ndarray:
+        """Boolean masks (m, *sample_shape): element present in subset T (bitmask)."""
+        return subset_bits(subsets, self.n)[:, self.labels]
+
+    def sum_per_player(self, attributions: np.ndarray) -> np.ndarray:
+        """(k, *sample_shape) element attributions -> (k, n) player attributions."""
+        k = attributions.shape[0]
+        flat = attributions.reshape(k, -1).astype(np.float64)
+        onehot = np.zeros((flat.shape[1], self.n))
+        onehot[np.arange(flat.shape[1]), self.labels.ravel()] = 1.0
+        return flat @ onehot
+
+    def spread(self, per_player: np.ndarray) -> np.ndarray:
+        """(k, n) player scores -> (k, *sample_shape), each element getting an equal share of its player's."""
+        per_element = per_player / self.sizes[None, :]
+        return per_element[:, self.labels].astype(np.float32)
+
+
+def subset_bits(subsets: np.ndarray, n: int) -> np.ndarray:
+    """(m,) uint64 bitmasks -> (m, n) bool membership."""
+    shifts = np.arange(n, dtype=np.uint64)
+    return ((subsets.astype(np.uint64)[:, None] >> shifts[None, :]) & np.uint64(1)).astype(bool)
+
+
+def _grid(spec: str, shape: tuple[int, ...]) -> Players:
+    try:
+        rows, cols = (int(v) for v in spec.split(":", 1)[1].lower().split("x"))
+    except ValueError:
+        raise InvalidInput(f"player spec '{spec}': expected grid:RxC, e.g. grid:2x4") from None
+    if len(shape) < 2:
+        raise InvalidInput(f"player spec '{spec}' needs an input with two spatial axes; got shape {shape}")
+    height, width = shape[-2], shape[-1]
+    if not (1 <= rows <= height and 1 <= cols <= width):
+        raise InvalidInput(f"player spec '{spec}' does not fit the input's {height}x{width} spatial axes")
+    row_of = np.repeat(np.arange(rows), np.diff(np.linspace(0, height, rows + 1).round().astype(int)))
+    col_of = np.repeat(np.arange(cols), np.diff(np.linspace(0, width, cols + 1).round().astype(int)))
+    plane = row_of[:, None] * cols + col_of[None, :]
+    labels = np.broadcast_to(plane, shape).copy()
+    names = tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
+    return Players(labels.astype(np.int64), names, spec, (rows, cols))
+
+
+def _from_labels(spec: str, labels: np.ndarray, names: Sequence[str] | None) -> Players:
+    if labels.dtype.kind not in "iu":
+        raise InvalidInput(f"player spec '{spec}': labels must be integers, got {labels.dtype}")
+    values, dense = np.unique(labels, return_inverse=True)
+    n = len(values)
+    if names:
+        if len(names) != int(labels.max()) + 1 or values[0] != 0 or n != len(names):
+            raise InvalidInput(
+                f"player spec '{spec}' does not partition the input: groups must be 0..{len(names) - 1}, "
+                f"each used at least once (found {n} distinct groups)"
+            )
+        player_names = tuple(str(v) for v in names)
+    else:
+        player_names = tuple(f"label {int(v)}" for v in values)
+    return Players(dense.reshape(labels.shape).astype(np.int64), player_names, spec, (1, n))
+
+
+def parse_players(
+    spec: str,
+    sample_shape: tuple[int, ...],
+    *,
+    player_mask: np.ndarray | None = None,
+    player_groups: np.ndarray | None = None,
+    group_names: Sequence[str] = (),
+) -> Players:
+    """Build players from a spec: ``auto``, ``grid:RxC``, ``features``, ``groups:FILE.json``, ``mask:FILE.npy``.
+
+    File contents arrive already loaded (``player_mask``, ``player_groups``), never as paths.
+    """
+    kind = spec.split(":", 1)[0].strip().lower()
+    size = int(np.prod(sample_shape))
+    if kind == "auto":
+        if len(sample_shape) >= 2 and sample_shape[-1] >= 3 and sample_shape[-2] >= 3:
+            players = _grid("grid:3x3", sample_shape)
+        elif size <= 16:
+            players = _from_flat("features", np.arange(size), sample_shape, [f"x{i}" for i in range(size)])
+        else:
+            raise InvalidInput(
+                f"no default players for an input of shape {sample_shape} with {size} elements; "
+                "pass --players (grid:RxC, groups:FILE.json or mask:FILE.npy)"
+            )
+    elif kind == "grid":
+        players = _grid(spec, sample_shape)
+    elif kind == "features":
+        players = _from_flat(spec, np.arange(size), sample_shape, [f"x{i}" for i in range(size)])
+    elif kind == "groups":
+        if player_groups is None:
+            raise InvalidInput(f"player spec '{spec}' needs its group file")
+        groups = np.asarray(player_groups).ravel()
+        if groups.size != size:
+            raise InvalidInput(
+                f"player spec '{spec}' does not partition the input: {groups.size} group entries "
+                f"for {size} input features"
+            )
+        players = _from_flat(spec, groups, sample_shape, list(group_names) or None)
+    elif kind == "mask":
+        if player_mask is None:
+            raise InvalidInput(f"player spec '{spec}' needs its label mask")
+        mask = np.asarray(player_mask)
+        if tuple(mask.shape) != tuple(sample_shape):
+            raise InvalidInput(
+                f"player spec '{spec}' does not partition the input: mask shape {tuple(mask.shape)} "
+                f"differs from the input's {tuple(sample_shape)}"
+            )
+        players = _from_labels(spec, mask, None)
+    else:
+        raise InvalidInput(f"unknown player spec '{spec}' (use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy)")
+    if players.n > MAX_PLAYERS:
+        raise ResourceExhausted(f"{players.n} players; at most {MAX_PLAYERS} are supported")
+    if players.n < 1:
+        raise InvalidInput(f"player spec '{spec}' gives no players")
+    return players
+
+
+def _from_flat(spec: str, groups: np.ndarray, shape: tuple[int, ...], names: Sequence[str] | None) -> Players:
+    players = _from_labels(spec, groups.reshape(shape).astype(np.int64), names)
+    return Players(players.labels, players.names, spec, (1, players.n))

@@ -1,0 +1,83 @@
+"""References (baselines): what "absent" means for a unit."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.ndimage import gaussian_filter
+
+from workers.errors import InvalidInput
+
+__all__ = ["check_background", "make_baselines"]
+
+
+def make_baselines(spec: str, inputs: np.ndarray, tensor: np.ndarray | None = None) -> np.ndarray:
+    """Per-sample references (B, *sample_shape) float32 for ``zeros``, ``mean``, ``blur[:SIGMA]``,
+    ``constant:V`` or ``tensor`` (the attached ``baseline`` array, one sample or one per input)."""
+    kind, _, arg = spec.partition(":")
+    kind = kind.strip().lower()
+    sample_shape = inputs.shape[1:]
+    if kind == "zeros":
+        out = np.zeros_like(inputs)
+    elif kind == "constant":
+        try:
+            value = float(arg)
+        except ValueError:
+            raise InvalidInput(f"baseline '{spec}': expected constant:V with a number V") from None
+        if not np.isfinite(value):
+            raise InvalidInput(f"baseline '{spec}' is not finite")
+        out = np.full_like(inputs, value)
+    elif kind == "mean":
+        if inputs.ndim >= 3:
+            # Per sample and channel (axis 1), over the remaining axes.
+            axes = tuple(range(2, inputs.ndim))
+            out = np.broadcast_to(inputs.mean(axis=axes, keepdims=True), inputs.shape).copy()
+        else:
+            # Tabular: per-feature mean over the given samples.
+            out = np.broadcast_to(inputs.mean(axis=0, keepdims=True), inputs.shape).copy()
+    elif kind == "blur":
+        spatial = min(2, len(sample_shape))
+        default_sigma = max(1.0, min(sample_shape[-spatial:]) / 8)
+        try:
+            sigma = float(arg) if arg else default_sigma
+        except ValueError:
+            raise InvalidInput(f"baseline '{spec}': expected blur or blur:SIGMA") from None
+        if sigma <= 0:
+            raise InvalidInput(f"baseline '{spec}': sigma must be positive")
+        sigmas = (0.0,) * (inputs.ndim - spatial) + (sigma,) * spatial
+        out = gaussian_filter(inputs.astype(np.float64), sigma=sigmas, mode="nearest")
+    elif kind in ("tensor", "file"):
+        if tensor is None:
+            raise InvalidInput(f"baseline '{spec}' needs its baseline tensor")
+        arr = np.asarray(tensor, dtype=np.float32)
+        if tuple(arr.shape) == tuple(sample_shape):
+            out = np.broadcast_to(arr[None], inputs.shape).copy()
+        elif arr.shape == inputs.shape:
+            out = arr.copy()
+        else:
+            raise InvalidInput(
+                f"baseline tensor shape {tuple(arr.shape)} fits neither one sample {tuple(sample_shape)} "
+                f"nor the inputs {tuple(inputs.shape)}"
+            )
+    else:
+        raise InvalidInput(f"unknown baseline '{spec}' (use zeros, mean, blur[:SIGMA], constant:V or a .npy file)")
+    out = np.asarray(out, dtype=np.float32)
+    if not np.isfinite(out).all():
+        raise InvalidInput(f"baseline '{spec}' contains NaN or Inf")
+    return out
+
+
+def check_background(background: np.ndarray, sample_shape: tuple[int, ...]) -> np.ndarray:
+    """A background set (M, *sample_shape), finite, float32."""
+    arr = np.asarray(background)
+    if arr.ndim != len(sample_shape) + 1 or tuple(arr.shape[1:]) != tuple(sample_shape):
+        raise InvalidInput(
+            f"background shape {tuple(arr.shape)} is not (samples, {', '.join(map(str, sample_shape))})"
+        )
+    if arr.shape[0] < 1:
+        raise InvalidInput("background set is empty")
+    if arr.dtype.kind not in "fiu":
+        raise InvalidInput(f"background dtype {arr.dtype} is not numeric")
+    arr = arr.astype(np.float32)
+    if not np.isfinite(arr).all():
+        raise InvalidInput("background contains NaN or Inf")
+    return arr

@@ -1,0 +1,95 @@
+"""Targets: the scalar read from the model output that the game and every method explain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from workers.errors import InvalidInput
+
+__all__ = ["Target", "parse_target"]
+
+TargetKind = Literal["logit", "prob", "logodds"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """``kind`` of score for class ``fixed_class`` (None: the class predicted for the full input)."""
+
+    kind: TargetKind = "logit"
+    fixed_class: int | None = None
+    spec: str = "predicted"
+
+    def resolve_classes(self, outputs: np.ndarray) -> np.ndarray:
+        """Class per sample from the full inputs' outputs (k, C)."""
+        k, classes = outputs.shape
+        if self.fixed_class is not None:
+            if not 0 <= self.fixed_class < classes:
+                raise InvalidInput(f"target class {self.fixed_class} is out of range: the model has {classes} outputs")
+            return np.full(k, self.fixed_class, dtype=np.int64)
+        return outputs.argmax(axis=1).astype(np.int64)
+
+    def values(self, outputs: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """Target values (k,) float64 from raw outputs (k, C)."""
+        scores = self.transform_np(outputs.astype(np.float64))
+        return scores[np.arange(len(classes)), classes]
+
+    def transform_np(self, outputs: np.ndarray) -> np.ndarray:
+        return self.transform(torch.from_numpy(outputs)).numpy()
+
+    def transform(self, outputs: torch.Tensor) -> torch.Tensor:
+        """Raw outputs (k, C) -> per-class target scores (k, C)."""
+        if self.kind == "logit":
+            return outputs
+        if outputs.shape[1] == 1:
+            # One output: a binary model's logit.
+            log_p = torch.nn.functional.logsigmoid(outputs)
+            log_q = torch.nn.functional.logsigmoid(-outputs)
+        else:
+            log_p = torch.log_softmax(outputs, dim=1)
+            log_q = torch.log1p(-torch.exp(log_p).clamp(max=1 - 1e-12))
+        return torch.exp(log_p) if self.kind == "prob" else log_p - log_q
+
+    def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
+        """A module giving per-class target scores, so Captum/Zennit can select a class by index."""
+        return _TargetModule(module, self)
+
+
+class _TargetModule(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, target: Target) -> None:
+        super().__init__()
+        self.model = model
+        self.target = target
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model(x)
+        out = out.reshape(out.shape[0], -1)
+        return out if self.target.kind == "logit" else self.target.transform(out)
+
+
+def parse_target(spec: str) -> Target:
+    """``predicted`` (default: logit of the predicted class), ``class:K``, ``logit[:K]``, ``prob[:K]``,
+    ``logodds[:K]``."""
+    kind, _, arg = spec.strip().lower().partition(":")
+    if kind in ("", "predicted"):
+        if arg:
+            raise InvalidInput(f"target '{spec}': 'predicted' takes no class")
+        return Target("logit", None, spec or "predicted")
+    if kind == "class":
+        kind = "logit"
+        if not arg:
+            raise InvalidInput(f"target '{spec}': expected class:K")
+    if kind not in ("logit", "prob", "logodds"):
+        raise InvalidInput(f"unknown target '{spec}' (use predicted, class:K, logit[:K], prob[:K], logodds[:K])")
+    fixed: int | None = None
+    if arg:
+        try:
+            fixed = int(arg)
+        except ValueError:
+            raise InvalidInput(f"target '{spec}': class index must be an integer") from None
+        if fixed < 0:
+            raise InvalidInput(f"target '{spec}': class index must be >= 0")
+    return Target(kind, fixed, spec)  # type: ignore[arg-type]
