@@ -24,6 +24,7 @@ __all__ = [
     "EXTRA_METHODS",
     "JobSpec",
     "config_digest",
+    "tensor_digest",
 ]
 
 FOURTEEN_METHODS: tuple[str, ...] = (
@@ -97,4 +98,15 @@ def config_digest(model_sha256: str, spec: JobSpec, tensors: Mapping[str, np.nda
         arr = np.ascontiguousarray(tensors[name])
         h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
         h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def tensor_digest(array: np.ndarray) -> str:
+    """sha256 of a tensor as the report and signatures name it: ``"<shape>"`` then float32 LE C-order bytes.
+
+    Example: shape (4, 1, 8, 8) hashes b"4,1,8,8" followed by the 1024 bytes of the data.
+    """
+    arr = np.ascontiguousarray(np.asarray(array, dtype="<f4"))
+    h = hashlib.sha256(",".join(str(d) for d in arr.shape).encode())
+    h.update(arr.tobytes())
     return h.hexdigest()
