@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC code (python -m clients.gen_proto); do not edit."""
