@@ -20,6 +20,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "UnknownMethod",
+    "VerificationError",
     "XauditError",
     "error_for_code",
 ]
@@ -100,6 +101,14 @@ class Unavailable(XauditError):
 
 class Cancelled(XauditError):
     code = "CANCELLED"
+
+
+class VerificationError(XauditError):
+    """A signed report does not verify: bad signature, unknown key, tampered or malformed envelope,
+    or a subject that is not the given model. Kept apart from InvalidInput so callers can tell a
+    failed check (exit 1) from a usage error (exit 2)."""
+
+    code = "INVALID_ARGUMENT"
 
 
 _BY_CODE: dict[str, type[XauditError]] = {
