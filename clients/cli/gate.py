@@ -1,0 +1,122 @@
+"""``xaudit gate``: the CI model-governance gate.
+
+Submits an audit (or reuses the finished one through the idempotency key), waits for it, verifies the
+signed report (keys from the server's GetSigningKeys unless ``--key`` pins them), checks that the
+report is about exactly the given model and inputs, and applies the policy.
+
+Exit 0: the policy passes. 1: a policy violation. 2: an error (unreachable server, malformed policy,
+invalid signature, a failed job), always one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+__all__ = ["EXIT_VIOLATION", "register", "run"]
+
+EXIT_VIOLATION = 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from clients.cli.options import add_job_options
+
+    parser = sub.add_parser("gate", help="audit a model on a server and pass or fail it against a policy")
+    parser.add_argument("--server", required=True, help="address of the xaudit server, host:port")
+    parser.add_argument("--policy", required=True, type=Path, help="policy YAML (see deploy/policies/)")
+    add_job_options(parser, audit=True)
+    parser.add_argument(
+        "--key", action="append", default=[], type=Path, metavar="PUB.pem",
+        help="pin the accepted signing keys (repeatable) instead of trusting the server's GetSigningKeys",
+    )
+    parser.add_argument("--junit", type=Path, help="write JUnit XML here (one test case per audited method)")
+    parser.add_argument("--summary", type=Path, help="write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+    parser.add_argument("--envelope-out", type=Path, help="also keep the signed report here")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from clients.cli.options import job_from_args, read_model
+    from clients.policy import evaluate, load_policy
+    from clients.verify import check_inputs_subject, check_model_subject, load_public_key_file, verify_envelope
+    from workers.errors import InvalidInput, VerificationError
+    from workers.spec import tensor_digest
+
+    # Everything local first: a bad policy or a missing file fails before any network call.
+    policy = load_policy(args.policy)
+    pinned = [load_public_key_file(path) for path in args.key]
+    if args.methods != "all":
+        raise InvalidInput("gate: methods come from the policy's 'audit' key; drop --methods")
+    if args.tolerance:
+        raise InvalidInput("gate: tolerances come from the policy's 'tolerances' key; drop --tolerance")
+    spec, tensors = job_from_args(args, "audit")
+    spec = dataclasses.replace(spec, methods=policy.audit, tolerances=policy.audit_tolerances())
+    model = read_model(args.model)
+    inputs_sha256 = tensor_digest(tensors["inputs"])
+
+    envelope, server_keys = _audit_on_server(args.server, model, args.model.name, spec, tensors, fetch_keys=not pinned)
+    if args.envelope_out is not None:
+        args.envelope_out.write_bytes(envelope)
+    try:
+        verified = verify_envelope(envelope, pinned or server_keys)
+        check_model_subject(verified.statement, model)
+        check_inputs_subject(verified.statement, inputs_sha256)
+        _check_config(verified.report, policy.audit_tolerances())
+    except VerificationError as exc:
+        raise VerificationError(f"the signed report does not verify: {exc}") from None
+
+    outcome = evaluate(policy, verified.report)
+    if args.junit is not None:
+        from clients.junit import write_junit
+
+        write_junit(args.junit, outcome, verified.report)
+    if args.summary is not None:
+        from clients.summary import gate_markdown
+
+        args.summary.write_text(gate_markdown(outcome, verified.report, verified.key_id), encoding="utf-8")
+    for m in outcome.methods:
+        line = f"{m.status.upper():7} {m.method} ({m.verdict}{', required' if m.required else ''})"
+        print(line)
+        if m.status == "failed":
+            for c in m.failing:
+                print(f"        {c.describe()}")
+    if outcome.passed:
+        print(f"gate passed: report signed by key {verified.key_id}")
+        return 0
+    names = ", ".join(m.method for m in outcome.failed)
+    print(f"xaudit: gate failed: {names}", file=sys.stderr)
+    return EXIT_VIOLATION
+
+
+def _check_config(report: dict, tolerances: dict[str, float]) -> None:  # type: ignore[type-arg]
+    """The signed report must have been judged with the policy's tolerances, not the server's whim."""
+    from workers.errors import VerificationError
+
+    used = report.get("config", {}).get("tolerances", {}) if isinstance(report.get("config"), dict) else {}
+    for name, value in tolerances.items():
+        if name in used and abs(float(used[name]) - value) > 1e-12:
+            raise VerificationError(f"the report used tolerance {name}={used[name]}, the policy asks {value}")
+
+
+def _audit_on_server(address, model, model_name, spec, tensors, *, fetch_keys):  # type: ignore[no-untyped-def]
+    """Upload, submit (idempotent), wait, and fetch the envelope and (unless pinned) the keys."""
+    from clients.cli.keys import fetch_keys as _fetch_keys
+    from clients.client import XauditClient
+
+    with XauditClient(address) as client:
+        ref = client.upload_model(model, name=model_name)
+        job = client.submit_audit(ref.sha256, spec, tensors)
+        for job in client.watch(job.id):
+            pass
+        error = job.error()
+        if error is not None:
+            raise error
+        if job.state != "succeeded":
+            from workers.errors import FailedPrecondition
+
+            raise FailedPrecondition(f"audit job {job.id} ended {job.state}")
+        envelope = client.get_report(job.id)
+        keys = [pem for _, pem in _fetch_keys(client)] if fetch_keys else []
+    return envelope, keys

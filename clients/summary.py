@@ -1,0 +1,58 @@
+"""Human summaries of a verified report: plain text for the terminal, Markdown for CI job pages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from clients.policy import GateOutcome
+from workers.spec import CRITERIA
+
+__all__ = ["gate_markdown", "verdict_summary"]
+
+_ICON = {"passed": "✅ pass", "failed": "❌ FAIL", "skipped": "⏭ skipped"}
+
+
+def verdict_summary(report: Mapping[str, Any]) -> str:
+    """A few lines: the model, then reliable / unreliable / not applicable method names."""
+    model = report.get("model", {}) if isinstance(report.get("model"), dict) else {}
+    summary = report.get("summary", {}) if isinstance(report.get("summary"), dict) else {}
+    lines = [f"model sha256 {model.get('sha256', '?')} ({model.get('format', '?')})"]
+    for key, label in (("reliable", "reliable"), ("unreliable", "unreliable"), ("not_applicable", "not applicable")):
+        names = summary.get(key) or []
+        lines.append(f"{label} ({len(names)}): {', '.join(names) if names else '-'}")
+    return "\n".join(lines)
+
+
+def _cell(criteria: Mapping[str, Any], name: str) -> str:
+    entry = criteria.get(name)
+    if not isinstance(entry, dict) or not isinstance(entry.get("score"), int | float):
+        return "-"
+    mark = "" if entry.get("passed") else " ✗"
+    return f"{entry['score']:.3g} / {entry.get('tolerance', '?')}{mark}"
+
+
+def gate_markdown(outcome: GateOutcome, report: Mapping[str, Any], key_id: str) -> str:
+    model = report.get("model", {}) if isinstance(report.get("model"), dict) else {}
+    verdict = "passed" if outcome.passed else f"FAILED ({len(outcome.failed)} method(s))"
+    lines = [
+        f"## xaudit gate: {verdict}",
+        "",
+        f"- model sha256: `{model.get('sha256', '?')}`",
+        f"- report signed by key `{key_id}` (signature verified)",
+        f"- not_applicable: `{outcome.policy.not_applicable}`",
+        "",
+        "| method | required | verdict | result | " + " | ".join(f"{c} (score / tol.)" for c in CRITERIA) + " |",
+        "|---|---|---|---|" + "---|" * len(CRITERIA),
+    ]
+    for m in outcome.methods:
+        cells = [_cell(m.criteria, c) for c in CRITERIA]
+        lines.append(
+            f"| `{m.method}` | {'yes' if m.required else 'no'} | {m.verdict} | {_ICON[m.status]} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    reasons = [m for m in outcome.methods if m.status != "passed" and m.reason]
+    if reasons:
+        lines += ["", "Notes:"] + [f"- `{m.method}`: {m.reason}" for m in reasons]
+    return "\n".join(lines) + "\n"
