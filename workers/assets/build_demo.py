@@ -138,7 +138,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     acc = build(args.out, args.epochs)
-    print(f"test accuracy {acc:.4f}; wrote digits_cnn.onnx, digits_inputs.npy, digits_background.npy to {args.out}")
+    print(f"test accuracy {acc:.4f}; wrote the model, inputs and background to {args.out}")
 
 
 if __name__ == "__main__":
