@@ -1,0 +1,64 @@
+"""Attribution contexts over exported test models, and dense views of them for slow references."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from tests.models import to_onnx, to_torchscript
+from workers.methods import AttributionContext
+from workers.models import load_model
+from workers.players import parse_players
+from workers.targets import Target
+
+__all__ = ["Dense", "context", "dense_layers"]
+
+
+def context(
+    module: nn.Module,
+    example: torch.Tensor,
+    fmt: str = "onnx",
+    params: Mapping[str, Any] | None = None,
+    target: Target | None = None,
+) -> AttributionContext:
+    """A context over ``module`` exported as ``fmt`` (onnx | torchscript) and loaded on CPU."""
+    data = to_onnx(module, example) if fmt == "onnx" else to_torchscript(module, example)
+    model = load_model(data, fmt, "cpu")
+    model.check_sample(example.numpy())
+    players = parse_players("features" if example.ndim == 2 else "grid:2x2", tuple(example.shape[1:]))
+    return AttributionContext(model, players, target or Target(), dict(params or {}))
+
+
+Dense = tuple[np.ndarray, np.ndarray, bool]  # W (in, out) with z_j = sum_i a_i W[i, j] + b_j; b; ReLU after
+
+
+def dense_layers(model: nn.Sequential, sample_shape: tuple[int, ...]) -> list[Dense]:
+    """Every affine layer of a Sequential of Linear/Conv/ReLU/Flatten as a dense float64 matrix.
+
+    A convolution is an affine map; its matrix is read off by probing it with unit inputs.
+    """
+    layers: list[Dense] = []
+    shape = sample_shape
+    with torch.no_grad():
+        for module in model:
+            if isinstance(module, nn.ReLU):
+                w, b, _ = layers[-1]
+                layers[-1] = (w, b, True)
+            elif isinstance(module, nn.Flatten):
+                shape = (int(np.prod(shape)),)
+            elif isinstance(module, nn.Linear | nn.Conv1d | nn.Conv2d):
+                size = int(np.prod(shape))
+                basis = torch.eye(size, dtype=torch.float64).reshape(size, *shape)
+                double = module.double()
+                zero = double(torch.zeros(1, *shape, dtype=torch.float64))
+                out = double(basis) - zero
+                module.float()
+                layers.append((out.reshape(size, -1).numpy(), zero.reshape(-1).numpy(), False))
+                shape = tuple(zero.shape[1:])
+            else:
+                raise TypeError(f"no dense view of {type(module).__name__}")
+    return layers
