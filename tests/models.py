@@ -39,7 +39,9 @@ def _randomise(module: nn.Module, seed: int, bias_scale: float = 0.3) -> nn.Modu
     return module.eval().float()
 
 
-def relu_mlp(seed: int = 0, features: int = MLP_FEATURES, hidden: tuple[int, ...] = (8, 5), classes: int = 3) -> nn.Module:
+def relu_mlp(
+    seed: int = 0, features: int = MLP_FEATURES, hidden: tuple[int, ...] = (8, 5), classes: int = 3
+) -> nn.Module:
     """Linear-ReLU stack with biases: features -> hidden... -> classes."""
     layers: list[nn.Module] = []
     width = features

@@ -67,7 +67,9 @@ class LrpAlphaBeta(Method):
         p = self.params(ctx)
         alpha, beta = float(p["alpha"]), float(p["beta"])
         if alpha < 0 or beta < 0 or abs(alpha - beta - 1.0) > 1e-9:
-            raise InvalidInput(f"{self.name}: needs alpha, beta >= 0 and alpha - beta = 1, got {alpha}, {beta}")
+            raise InvalidInput(
+                f"{self.name}: needs alpha, beta >= 0 and alpha - beta = 1, got {alpha}, {beta}"
+            )
 
         def rule(module: torch.nn.Module) -> Hook | None:
             return AlphaBeta(alpha=alpha, beta=beta) if is_affine(module) else None

@@ -62,7 +62,9 @@ def alpha_beta_ref(layers: list[Dense], x: np.ndarray, c: int, alpha: float, bet
             z_pos = sum(max(v, 0.0) for v in z) + max(b[j], 0.0)
             z_neg = sum(min(v, 0.0) for v in z) + min(b[j], 0.0)
             for i in range(len(a)):
-                r_in[i] += (alpha * max(z[i], 0.0) / _stab(z_pos) - beta * min(z[i], 0.0) / _stab(z_neg)) * r[j]
+                r_in[i] += (alpha * max(z[i], 0.0) / _stab(z_pos) - beta * min(z[i], 0.0) / _stab(z_neg)) * r[
+                    j
+                ]
         r = r_in
     return r
 
@@ -76,7 +78,9 @@ def deep_taylor_ref(layers: list[Dense], x: np.ndarray, c: int, low: float, high
         r_in = np.zeros(len(a))
         for j in range(w.shape[1]):
             if depth == 0:  # z-beta: x_i w_ij - l_i w_ij^+ - h_i w_ij^-
-                z = [a[i] * w[i, j] - low * max(w[i, j], 0.0) - high * min(w[i, j], 0.0) for i in range(len(a))]
+                z = [
+                    a[i] * w[i, j] - low * max(w[i, j], 0.0) - high * min(w[i, j], 0.0) for i in range(len(a))
+                ]
             else:  # z+: x_i w_ij^+ (x_i >= 0 after a ReLU), biases ignored
                 z = [a[i] * max(w[i, j], 0.0) for i in range(len(a))]
             total = _stab(sum(z))
@@ -132,7 +136,9 @@ def test_deep_taylor_default_bounds_are_the_range_of_inputs_and_references() -> 
     got = get_method("deep_taylor").attribute(context(model, x), x.numpy(), refs, classes)
     low, high = float(x.min()), 5.0
     layers = dense_layers(model, (MLP_FEATURES,))
-    want = np.stack([deep_taylor_ref(layers, x.numpy()[k].astype(np.float64), k, low, high) for k in range(3)])
+    want = np.stack(
+        [deep_taylor_ref(layers, x.numpy()[k].astype(np.float64), k, low, high) for k in range(3)]
+    )
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -163,7 +169,9 @@ def test_alpha_beta_rejects_non_conservative_parameters() -> None:
     model, x = _case("mlp", seed=0)
     ctx = context(model, x, params={"alpha": 2.0, "beta": 2.0})
     with pytest.raises(InvalidInput, match="alpha - beta = 1"):
-        get_method("lrp_alpha_beta").attribute(ctx, x.numpy(), np.zeros_like(x.numpy()), np.zeros(3, np.int64))
+        get_method("lrp_alpha_beta").attribute(
+            ctx, x.numpy(), np.zeros_like(x.numpy()), np.zeros(3, np.int64)
+        )
 
 
 def test_capabilities_are_declared() -> None:
