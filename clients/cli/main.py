@@ -23,6 +23,9 @@ EXIT_ERROR = 2
 COMMANDS: tuple[str, ...] = (
     "explain",
     "audit",
+    "verify",
+    "keys",
+    "gate",
 )
 
 
