@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workers.errors import NotApplicable
+from workers.metrics import observe_method
 from workers.methods import AttributionContext, attribute, get_method
 from workers.prepare import Prepared
 
@@ -47,6 +48,7 @@ def explain(prep: Prepared, methods: tuple[str, ...], progress: Progress | None 
             logger.info("%s", exc)
             result.not_applicable[name] = exc.reason
         result.seconds[name] = time.perf_counter() - started
+        observe_method(name, result.seconds[name])
     if progress:
         progress(1.0, "done")
     return result

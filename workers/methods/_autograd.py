@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from workers.methods._base import AttributionContext, to_numpy, to_tensor
+from workers.metrics import count_backward
 
 __all__ = ["GRAD_CHUNK", "target_gradients", "target_gradients_tensor"]
 
@@ -23,6 +24,7 @@ def target_gradients_tensor(ctx: AttributionContext, points: torch.Tensor, class
             selected = out.gather(1, classes[start : start + GRAD_CHUNK, None]).sum()
             (grad,) = torch.autograd.grad(selected, x)
         grads.append(grad.detach())
+    count_backward(points.shape[0], len(grads))
     return torch.cat(grads)
 
 

@@ -7,6 +7,7 @@ import logging
 import torch
 
 from workers.errors import FailedPrecondition, InvalidInput
+from workers.metrics import record_cpu_fallback
 
 __all__ = ["resolve_device"]
 
@@ -20,6 +21,7 @@ def resolve_device(name: str) -> torch.device:
         if torch.cuda.is_available():
             return torch.device("cuda")
         logger.info("no CUDA device available: computing on the CPU")
+        record_cpu_fallback("torch")
         return torch.device("cpu")
     if name == "cpu":
         return torch.device("cpu")

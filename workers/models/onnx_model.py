@@ -10,6 +10,7 @@ import onnxruntime as ort
 import torch
 
 from workers.errors import InvalidModel
+from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_to_torch import onnx_to_torch
 
@@ -58,6 +59,7 @@ def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
     except Exception as exc:
         raise InvalidModel(f"onnxruntime cannot load the model: {str(exc).splitlines()[0][:200]}") from None
     got = session.get_providers()
+    record_onnx_session(device.type, got)
     if device.type == "cuda" and "CUDAExecutionProvider" not in got:
         # ORT falls back silently; say so.
         logger.warning(
@@ -99,6 +101,7 @@ class OnnxModel(ModelAdapter):
                 chunk = np.concatenate([chunk, np.zeros((step - rows, *chunk.shape[1:]), np.float32)])
             out = self._session.run([self.info.output_name], {self.info.input_name: chunk})[0]
             outs.append(out.reshape(out.shape[0], -1)[:rows])
+        count_forward(x.shape[0], len(outs))
         return np.concatenate(outs).astype(np.float32)
 
     def _graph(self) -> torch.nn.Module:

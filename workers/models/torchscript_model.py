@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from workers.errors import InvalidInput, InvalidModel, NotApplicable
+from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 
 __all__ = ["TorchScriptModel"]
@@ -48,6 +49,7 @@ class TorchScriptModel(ModelAdapter):
                 if not isinstance(out, torch.Tensor):
                     raise InvalidModel("the TorchScript model must return one tensor")
                 outs.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
+        count_forward(x.shape[0], len(outs))
         return np.concatenate(outs)
 
     def check_sample(self, x: np.ndarray) -> None:
