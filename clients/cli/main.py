@@ -26,6 +26,11 @@ COMMANDS: tuple[str, ...] = (
     "verify",
     "keys",
     "gate",
+    "submit",
+    "jobs",
+    "status",
+    "cancel",
+    "report",
 )
 
 

@@ -1,0 +1,24 @@
+"""The ``--server`` option of the remote commands and the client built from it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from clients.client import DEFAULT_SERVER, XauditClient
+
+__all__ = ["add_server_option", "client_from_args"]
+
+
+def add_server_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--server",
+        default=None,
+        metavar="HOST:PORT",
+        help=f"address of the xaudit server (default: $XAUDIT_SERVER or {DEFAULT_SERVER})",
+    )
+
+
+def client_from_args(args: argparse.Namespace) -> XauditClient:
+    # $XAUDIT_TOKEN rather than a flag: tokens on command lines end up in shell history and `ps`.
+    return XauditClient(args.server, token=os.environ.get("XAUDIT_TOKEN") or None)

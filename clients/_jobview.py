@@ -1,0 +1,54 @@
+"""Jobs as the command line shows them: one table row, or a block of ``key: value`` lines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from clients._types import Job
+
+__all__ = ["job_details", "job_table"]
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def job_table(jobs: Iterable[Job]) -> str:
+    rows = [("JOB", "KIND", "STATE", "PROGRESS", "CREATED (UTC)", "MODEL")]
+    for job in jobs:
+        rows.append(
+            (
+                job.id,
+                job.kind,
+                job.state,
+                f"{job.progress * 100:.0f}%",
+                _when(job.created_at),
+                job.model_sha256[:12],
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+
+
+def job_details(job: Job) -> str:
+    lines = [
+        ("job", job.id),
+        ("kind", job.kind),
+        ("state", job.state),
+        ("progress", f"{job.progress * 100:.0f}%" + (f" ({job.message})" if job.message else "")),
+        ("model", job.model_sha256),
+        ("created", _when(job.created_at)),
+        ("started", _when(job.started_at)),
+        ("finished", _when(job.finished_at)),
+        ("attempts", str(job.attempts)),
+    ]
+    if job.compute_seconds:
+        lines.append(("compute", f"{job.compute_seconds:.1f} s"))
+    if job.state == "failed":
+        lines.append(("error", f"{job.error_code}: {job.error_message}"))
+    if job.report_available:
+        lines.append(("result", "available"))
+    return "\n".join(f"{key + ':':10} {value}" for key, value in lines)

@@ -1,0 +1,52 @@
+"""Read the report document out of the bytes GetReport returns (a DSSE envelope or plain JSON) and
+print its verdicts. Reading is not verifying: ``xaudit verify`` checks signatures."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from workers.errors import InvalidInput
+from workers.spec import CRITERIA
+
+__all__ = ["report_document", "verdict_table"]
+
+
+def report_document(data: bytes) -> dict[str, Any]:
+    """The xaudit.report/v1 document inside ``data`` (the predicate of an enveloped statement)."""
+    try:
+        outer = json.loads(data)
+        if isinstance(outer, dict) and "payload" in outer and "payloadType" in outer:
+            statement = json.loads(base64.b64decode(outer["payload"], validate=True))
+            outer = statement.get("predicate")
+    except (ValueError, TypeError):
+        raise InvalidInput("the report is not a JSON document or a DSSE envelope") from None
+    if not isinstance(outer, dict) or not isinstance(outer.get("methods"), list):
+        raise InvalidInput("the report has no list of methods")
+    return outer
+
+
+def _score(criteria: Mapping[str, Any], name: str) -> str:
+    entry = criteria.get(name)
+    if not isinstance(entry, dict) or not isinstance(entry.get("score"), int | float):
+        return "-"
+    return f"{entry['score']:.3f}" + ("" if entry.get("passed") else " ✗")
+
+
+def verdict_table(report: Mapping[str, Any]) -> str:
+    """One row per method: verdict and the three criterion scores (✗: above tolerance)."""
+    rows = [("METHOD", "VERDICT", *(c.upper() for c in CRITERIA))]
+    for method in report["methods"]:
+        criteria = method.get("criteria") or {}
+        verdict = str(method.get("verdict", "?")).replace("_", " ")
+        rows.append((str(method.get("name", "?")), verdict, *(_score(criteria, c) for c in CRITERIA)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    tolerances = (
+        report.get("config", {}).get("tolerances") if isinstance(report.get("config"), dict) else None
+    )
+    if isinstance(tolerances, dict):
+        lines.append("tolerances: " + ", ".join(f"{k} {v}" for k, v in sorted(tolerances.items())))
+    return "\n".join(lines)
