@@ -50,7 +50,8 @@ def junit_xml(outcome: GateOutcome, report: Mapping[str, Any], *, suite: str = "
             out = ET.SubElement(case, "system-out")
             out.text = "informational (not in require_reliable)\n" + m.failure_text()
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return data + b"\n"
 
 
 def write_junit(path: Path, outcome: GateOutcome, report: Mapping[str, Any]) -> None:

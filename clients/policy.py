@@ -56,7 +56,7 @@ class Policy:
         return {**DEFAULT_TOLERANCES, **self.tolerances}
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # no stubs for PyYAML
     """SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently)."""
 
 
@@ -65,11 +65,10 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key '{key}'", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
         seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
+    mapping: dict[Any, Any] = loader.construct_mapping(node, deep=deep)
+    return mapping
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -84,7 +83,9 @@ def _method_list(value: Any, key: str, where: str, *, allow_all: bool) -> tuple[
     out: list[str] = []
     for name in value:
         if name not in _KNOWN_METHODS:
-            raise InvalidInput(f"{where}: '{key}' names unknown method '{name}'; known: {', '.join(_KNOWN_METHODS)}")
+            raise InvalidInput(
+                f"{where}: '{key}' names unknown method '{name}'; known: {', '.join(_KNOWN_METHODS)}"
+            )
         if name in out:
             raise InvalidInput(f"{where}: '{key}' lists '{name}' twice")
         out.append(name)
@@ -96,7 +97,7 @@ def _method_list(value: Any, key: str, where: str, *, allow_all: bool) -> tuple[
 def parse_policy(text: str, source: str = "policy") -> Policy:
     """A :class:`Policy` from YAML text; :class:`InvalidInput` naming ``source`` and the key otherwise."""
     try:
-        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        raw = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -113,7 +114,9 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
     required = _method_list(raw.get("require_reliable", []), "require_reliable", source, allow_all=False)
     not_audited = [m for m in required if m not in audit]
     if not_audited:
-        raise InvalidInput(f"{source}: 'require_reliable' names '{not_audited[0]}', which 'audit' does not include")
+        raise InvalidInput(
+            f"{source}: 'require_reliable' names '{not_audited[0]}', which 'audit' does not include"
+        )
     tolerances_raw = raw.get("tolerances", {})
     if tolerances_raw is None:
         tolerances_raw = {}
@@ -122,12 +125,16 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
     tolerances: dict[str, float] = {}
     for name, value in tolerances_raw.items():
         if name not in CRITERIA:
-            raise InvalidInput(f"{source}: 'tolerances' names unknown criterion '{name}'; known: {', '.join(CRITERIA)}")
+            raise InvalidInput(
+                f"{source}: 'tolerances' names unknown criterion '{name}'; known: {', '.join(CRITERIA)}"
+            )
         # bool is an int in Python; `true` is not a tolerance.
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise InvalidInput(f"{source}: 'tolerances.{name}' must be a number")
         if not 0.0 <= float(value) <= 1.0:
-            raise InvalidInput(f"{source}: 'tolerances.{name}' must be between 0 and 1 (a share of effect mass)")
+            raise InvalidInput(
+                f"{source}: 'tolerances.{name}' must be between 0 and 1 (a share of effect mass)"
+            )
         tolerances[name] = float(value)
     na = raw.get("not_applicable", "ignore")
     if na not in ("ignore", "fail"):
@@ -209,11 +216,14 @@ def evaluate(policy: Policy, report: Mapping[str, Any]) -> GateOutcome:
         required = name in policy.require_reliable
         entry = by_name.get(name)
         if entry is None:
-            outcomes.append(MethodOutcome(name, "missing", required, "failed", "the report has no verdict for it"))
+            outcomes.append(
+                MethodOutcome(name, "missing", required, "failed", "the report has no verdict for it")
+            )
             continue
         verdict = str(entry.get("verdict", "missing"))
         reason = str(entry.get("reason") or "")
-        criteria = entry.get("criteria") if isinstance(entry.get("criteria"), dict) else {}
+        raw_criteria = entry.get("criteria")
+        criteria: dict[str, Any] = raw_criteria if isinstance(raw_criteria, dict) else {}
         failing = _failing_criteria(criteria)
         status: Status
         if verdict == "reliable":

@@ -18,7 +18,11 @@ def verdict_summary(report: Mapping[str, Any]) -> str:
     model = report.get("model", {}) if isinstance(report.get("model"), dict) else {}
     summary = report.get("summary", {}) if isinstance(report.get("summary"), dict) else {}
     lines = [f"model sha256 {model.get('sha256', '?')} ({model.get('format', '?')})"]
-    for key, label in (("reliable", "reliable"), ("unreliable", "unreliable"), ("not_applicable", "not applicable")):
+    for key, label in (
+        ("reliable", "reliable"),
+        ("unreliable", "unreliable"),
+        ("not_applicable", "not applicable"),
+    ):
         names = summary.get(key) or []
         lines.append(f"{label} ({len(names)}): {', '.join(names) if names else '-'}")
     return "\n".join(lines)
@@ -42,7 +46,9 @@ def gate_markdown(outcome: GateOutcome, report: Mapping[str, Any], key_id: str) 
         f"- report signed by key `{key_id}` (signature verified)",
         f"- not_applicable: `{outcome.policy.not_applicable}`",
         "",
-        "| method | required | verdict | result | " + " | ".join(f"{c} (score / tol.)" for c in CRITERIA) + " |",
+        "| method | required | verdict | result | "
+        + " | ".join(f"{c} (score / tol.)" for c in CRITERIA)
+        + " |",
         "|---|---|---|---|" + "---|" * len(CRITERIA),
     ]
     for m in outcome.methods:
@@ -54,5 +60,6 @@ def gate_markdown(outcome: GateOutcome, report: Mapping[str, Any], key_id: str) 
         )
     reasons = [m for m in outcome.methods if m.status != "passed" and m.reason]
     if reasons:
-        lines += ["", "Notes:"] + [f"- `{m.method}`: {m.reason}" for m in reasons]
+        # One line each, whatever the worker wrote: a newline would end the list item.
+        lines += ["", "Notes:"] + [f"- `{m.method}`: {' '.join(m.reason.split())}" for m in reasons]
     return "\n".join(lines) + "\n"

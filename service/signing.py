@@ -147,7 +147,8 @@ class ReportSigner:
             return []
         # Read on every call so a key dropped into trusted/ is published without a restart.
         return [
-            load_public_key(self._read(path), f"trusted key {path}") for path in sorted(trusted_dir.glob("*.pem"))
+            load_public_key(self._read(path), f"trusted key {path}")
+            for path in sorted(trusted_dir.glob("*.pem"))
         ]
 
     def public_keys(self) -> list[tuple[str, str]]:
@@ -170,7 +171,9 @@ class ReportSigner:
         for section, digest in (("model", model_sha256), ("inputs", inputs_sha256)):
             named = report.get(section)
             if isinstance(named, dict) and named.get("sha256", digest) != digest:
-                raise InvalidInput(f"the report's {section} digest differs from the {section} being signed for")
+                raise InvalidInput(
+                    f"the report's {section} digest differs from the {section} being signed for"
+                )
         name = model_name.strip() or "model"
         if name == INPUTS_SUBJECT:  # the inputs subject is found by this name
             name = "model"
@@ -204,7 +207,9 @@ class ReportSigner:
             # UTF-8 only: the bytes are spliced into a UTF-8 statement as they are.
             report = json.loads(report_bytes.decode("utf-8"), parse_constant=refuse_constant)
         except (UnicodeDecodeError, ValueError):
-            raise InvalidInput("the report to sign is not valid JSON (NaN and Infinity are refused)") from None
+            raise InvalidInput(
+                "the report to sign is not valid JSON (NaN and Infinity are refused)"
+            ) from None
         if not isinstance(report, dict):
             raise InvalidInput("the report to sign is not a JSON object")
         return report

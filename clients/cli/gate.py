@@ -13,7 +13,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from workers.spec import JobSpec
 
 __all__ = ["EXIT_VIOLATION", "register", "run"]
 
@@ -28,11 +35,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--policy", required=True, type=Path, help="policy YAML (see deploy/policies/)")
     add_job_options(parser, audit=True)
     parser.add_argument(
-        "--key", action="append", default=[], type=Path, metavar="PUB.pem",
+        "--key",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PUB.pem",
         help="pin the accepted signing keys (repeatable) instead of trusting the server's GetSigningKeys",
     )
     parser.add_argument("--junit", type=Path, help="write JUnit XML here (one test case per audited method)")
-    parser.add_argument("--summary", type=Path, help="write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+    parser.add_argument(
+        "--summary", type=Path, help="write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)"
+    )
     parser.add_argument("--envelope-out", type=Path, help="also keep the signed report here")
     parser.set_defaults(func=run)
 
@@ -40,7 +53,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from clients.cli.options import job_from_args, read_model
     from clients.policy import evaluate, load_policy
-    from clients.verify import check_inputs_subject, check_model_subject, load_public_key_file, verify_envelope
+    from clients.verify import (
+        check_inputs_subject,
+        check_model_subject,
+        load_public_key_file,
+        verify_envelope,
+    )
     from workers.errors import InvalidInput, VerificationError
     from workers.spec import tensor_digest
 
@@ -56,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     model = read_model(args.model)
     inputs_sha256 = tensor_digest(tensors["inputs"])
 
-    envelope, server_keys = _audit_on_server(args.server, model, args.model.name, spec, tensors, fetch_keys=not pinned)
+    envelope, server_keys = _audit_on_server(
+        args.server, model, args.model.name, spec, tensors, fetch_keys=not pinned
+    )
     if args.envelope_out is not None:
         args.envelope_out.write_bytes(envelope)
     try:
@@ -90,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_VIOLATION
 
 
-def _check_config(report: dict, tolerances: dict[str, float]) -> None:  # type: ignore[type-arg]
+def _check_config(report: Mapping[str, Any], tolerances: Mapping[str, float]) -> None:
     """The signed report must have been judged with the policy's tolerances, not the server's whim."""
     from workers.errors import VerificationError
 
@@ -100,7 +120,15 @@ def _check_config(report: dict, tolerances: dict[str, float]) -> None:  # type: 
             raise VerificationError(f"the report used tolerance {name}={used[name]}, the policy asks {value}")
 
 
-def _audit_on_server(address, model, model_name, spec, tensors, *, fetch_keys):  # type: ignore[no-untyped-def]
+def _audit_on_server(
+    address: str,
+    model: bytes,
+    model_name: str,
+    spec: JobSpec,
+    tensors: Mapping[str, np.ndarray],
+    *,
+    fetch_keys: bool,
+) -> tuple[bytes, list[str]]:
     """Upload, submit (idempotent), wait, and fetch the envelope and (unless pinned) the keys."""
     from clients.cli.keys import fetch_keys as _fetch_keys
     from clients.client import XauditClient
@@ -108,8 +136,8 @@ def _audit_on_server(address, model, model_name, spec, tensors, *, fetch_keys): 
     with XauditClient(address) as client:
         ref = client.upload_model(model, name=model_name)
         job = client.submit_audit(ref.sha256, spec, tensors)
-        for job in client.watch(job.id):
-            pass
+        for update in client.watch(job.id):
+            job = update
         error = job.error()
         if error is not None:
             raise error

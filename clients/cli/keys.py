@@ -23,10 +23,12 @@ def fetch_keys(client: object) -> list[tuple[str, str]]:
 
     out: list[tuple[str, str]] = []
     for entry in client.signing_keys():  # type: ignore[attr-defined]
-        claimed, pem = (entry if isinstance(entry, tuple) else (entry.key_id, entry.public_key_pem))
+        claimed, pem = entry if isinstance(entry, tuple) else (entry.key_id, entry.public_key_pem)
         actual = key_id(load_public_key(pem, f"server key {claimed}"))
         if actual != claimed:
-            raise VerificationError(f"the server's key {claimed[:16]}... is really {actual[:16]}...; refusing it")
+            raise VerificationError(
+                f"the server's key {claimed[:16]}... is really {actual[:16]}...; refusing it"
+            )
         out.append((actual, pem))
     if not out:
         raise VerificationError("the server published no signing keys")

@@ -17,9 +17,15 @@ EXIT_INVALID = 1
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("verify", help="verify a signed report (DSSE envelope) against public keys")
-    parser.add_argument("envelope", type=Path, help="the signed report, as GetReport / xaudit submit wrote it")
     parser.add_argument(
-        "--key", action="append", required=True, type=Path, metavar="PUB.pem",
+        "envelope", type=Path, help="the signed report, as GetReport / xaudit submit wrote it"
+    )
+    parser.add_argument(
+        "--key",
+        action="append",
+        required=True,
+        type=Path,
+        metavar="PUB.pem",
         help="an Ed25519 public key (PEM) to accept; repeat for rotated keys",
     )
     parser.add_argument("--model", type=Path, help="also check that this model file is the report's subject")
@@ -48,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     except VerificationError as exc:
         print(f"xaudit: invalid: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    print(f"valid: signed by key {verified.key_id}" + (" and about the given model" if model is not None else ""))
+    print(
+        f"valid: signed by key {verified.key_id}"
+        + (" and about the given model" if model is not None else "")
+    )
     print(verdict_summary(verified.report))
     return 0

@@ -11,7 +11,7 @@ Files written:
     model.bin                                   stand-in model bytes (the model subject is their sha256)
     report.json                                 an xaudit.report/v1 document, as a worker writes it
     envelope-key-1.json, envelope-key-2.json    report.json signed with key 1 / key 2
-    tampered-verdict.json                       key 1's envelope, occlusion_1 flipped to reliable, old signature
+    tampered-verdict.json                       key 1's envelope, occlusion_1 made reliable, old signature
     tampered-signature.json                     key 1's envelope with one signature byte changed
     tampered-payload-type.json                  key 1's envelope relabelled application/json, old signature
 """
@@ -38,7 +38,9 @@ MODEL_NAME = "relu_cnn.onnx"
 
 
 def test_only_key(n: int) -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.from_private_bytes(hashlib.sha256(f"xaudit TEST-ONLY signing key {n}".encode()).digest())
+    return Ed25519PrivateKey.from_private_bytes(
+        hashlib.sha256(f"xaudit TEST-ONLY signing key {n}".encode()).digest()
+    )
 
 
 def inputs_digest() -> str:
@@ -47,7 +49,11 @@ def inputs_digest() -> str:
 
 def _criteria(scores: dict[str, float]) -> dict[str, dict[str, object]]:
     return {
-        name: {"score": scores[name], "tolerance": DEFAULT_TOLERANCES[name], "passed": scores[name] <= DEFAULT_TOLERANCES[name]}
+        name: {
+            "score": scores[name],
+            "tolerance": DEFAULT_TOLERANCES[name],
+            "passed": scores[name] <= DEFAULT_TOLERANCES[name],
+        }
         for name in scores
     }
 
@@ -57,7 +63,14 @@ def sample_report() -> bytes:
     methods = []
     for name in FOURTEEN_METHODS:
         if name == "grad_cam":
-            methods.append({"name": name, "verdict": "not_applicable", "reason": "the model has no conv layer", "criteria": {}})
+            methods.append(
+                {
+                    "name": name,
+                    "verdict": "not_applicable",
+                    "reason": "the model has no conv layer",
+                    "criteria": {},
+                }
+            )
             continue
         if name == "occlusion_1":
             scores = {"coverage": 0.0, "unrelated_allocation": 0.0, "complete_allocation": 0.5}
@@ -123,12 +136,16 @@ def main(out: Path) -> None:
     for n in (1, 2, 3):
         key = test_only_key(n)
         if n < 3:
-            (out / f"TEST-ONLY-key-{n}.pem").write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+            (out / f"TEST-ONLY-key-{n}.pem").write_bytes(
+                key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+            )
         (out / f"key-{n}.pub.pem").write_text(public_key_pem(key.public_key()))
     envelopes = {}
     for n in (1, 2):
         signer = ReportSigner(out, key_file=out / f"TEST-ONLY-key-{n}.pem")
-        envelopes[n] = signer.sign(report, hashlib.sha256(MODEL_BYTES).hexdigest(), MODEL_NAME, inputs_digest())
+        envelopes[n] = signer.sign(
+            report, hashlib.sha256(MODEL_BYTES).hexdigest(), MODEL_NAME, inputs_digest()
+        )
         (out / f"envelope-key-{n}.json").write_bytes(envelopes[n])
     for edit in ("verdict", "signature", "payload-type"):
         (out / f"tampered-{edit}.json").write_bytes(_retouch(envelopes[1], edit))

@@ -39,7 +39,9 @@ def test_securesystemslib_computes_the_same_pae() -> None:
     assert envelope.pae() == pae(raw["payloadType"], envelope.payload)
 
 
-@pytest.mark.parametrize("name", ["tampered-verdict.json", "tampered-signature.json", "tampered-payload-type.json"])
+@pytest.mark.parametrize(
+    "name", ["tampered-verdict.json", "tampered-signature.json", "tampered-payload-type.json"]
+)
 def test_tampered_goldens_fail_with_securesystemslib_too(name: str) -> None:
     envelope = Envelope.from_dict(json.loads(asset(name)))
     with pytest.raises(SslibVerificationError):

@@ -59,7 +59,9 @@ def test_key_id_is_sha256_of_raw_public_key_bytes() -> None:
     raw = load_public_key(pem(1)).public_bytes_raw()
     assert len(raw) == 32
     assert key_id(load_public_key(pem(1))) == hashlib.sha256(raw).hexdigest()
-    assert json.loads(asset("envelope-key-1.json"))["signatures"][0]["keyid"] == hashlib.sha256(raw).hexdigest()
+    assert (
+        json.loads(asset("envelope-key-1.json"))["signatures"][0]["keyid"] == hashlib.sha256(raw).hexdigest()
+    )
 
 
 def test_pae_matches_the_dsse_definition() -> None:
