@@ -105,5 +105,5 @@ def to_torchscript(module: nn.Module, example: torch.Tensor) -> bytes:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(module, example)
-    torch.jit.save(traced, buffer)
+        torch.jit.save(traced, buffer)
     return buffer.getvalue()
