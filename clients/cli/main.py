@@ -31,6 +31,7 @@ COMMANDS: tuple[str, ...] = (
     "status",
     "cancel",
     "report",
+    "demo",
 )
 
 

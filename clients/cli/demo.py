@@ -1,0 +1,109 @@
+"""``xaudit demo``: start the embedded service, audit the shipped digits CNN, print the verdicts.
+
+The model (workers/assets/digits_cnn.onnx) was trained on scikit-learn's bundled digits by
+workers/assets/build_demo.py; nothing is downloaded. The service runs as a child ``xaudit serve`` on a
+free loopback port with a temporary data directory (``--home`` keeps one), and stops at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["register", "run"]
+
+DEMO_PLAYERS = "grid:2x4"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("demo", help="start the embedded service and audit a small example model")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("xaudit-demo-report.json"),
+        help="where to write the report (default: ./xaudit-demo-report.json)",
+    )
+    parser.add_argument("--methods", default="all", help="methods to audit (default: all, the fourteen)")
+    parser.add_argument("--home", type=Path, help="data directory for the service (default: a temporary one)")
+    parser.add_argument("--server", help="audit on this running server instead of starting one")
+    parser.add_argument(
+        "--startup-timeout", type=float, default=120.0, help="seconds to wait for the service to come up"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from clients._embedded import embedded_service
+    from clients.client import XauditClient
+
+    if args.server:
+        with XauditClient(args.server, timeout=60.0) as client:
+            return _audit(client, args)
+    with embedded_service(args.home, args.startup_timeout) as address:
+        print(f"embedded xaudit service on {address}", file=sys.stderr)
+        with XauditClient(address, timeout=60.0) as client:
+            return _audit(client, args)
+
+
+def _audit(client: object, args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from clients._report import report_document, verdict_table
+    from clients._results import follow
+    from clients.client import XauditClient
+
+    assert isinstance(client, XauditClient)
+    model_path = _asset("digits_cnn.onnx")
+    inputs = np.load(_asset("digits_inputs.npy"))
+    background = np.load(_asset("digits_background.npy"))
+    ref = client.upload_model(model_path)
+    print(f"uploaded {model_path.name} (sha256 {ref.sha256[:16]}..., {ref.size} bytes)", file=sys.stderr)
+    job = client.submit_audit(
+        ref,
+        inputs=inputs,
+        background=background,
+        players=DEMO_PLAYERS,
+        methods=args.methods,
+        device="auto",
+    )
+    print(f"auditing: job {job.id}, {inputs.shape[0]} digit images, players {DEMO_PLAYERS}", file=sys.stderr)
+    job = follow(client, job, "audit")
+    data = client.get_report(job.id)
+    args.out.write_bytes(data)
+    report = report_document(data)
+    print(verdict_table(report))
+    print()
+    print(f"report: {args.out.resolve()}")
+    print(_signature_note(client, data, args.out, model_path))
+    return 0
+
+
+def _asset(name: str) -> Path:
+    from importlib.resources import files
+
+    # Package data of `workers` (pyproject ships workers/assets/*); installs are unpacked, never zipped.
+    return Path(str(files("workers").joinpath("assets", name)))
+
+
+def _signature_note(client: object, data: bytes, out: Path, model_path: Path) -> str:
+    """Verify an enveloped report with the service's keys and say how to check it again offline."""
+    import json
+
+    from clients.cli.keys import fetch_keys
+    from clients.verify import verify_envelope
+
+    try:
+        envelope = json.loads(data)
+    except ValueError:
+        envelope = None
+    if not (isinstance(envelope, dict) and "signatures" in envelope):
+        return "the report is not signed by this service (unsigned JSON)"
+    keys = fetch_keys(client)
+    verified = verify_envelope(data, [pem for _, pem in keys])
+    key_file = out.with_name(f"{out.stem}.key.pem")
+    key_file.write_text(dict(keys)[verified.key_id])
+    return (
+        f"signed by key {verified.key_id[:16]}... (verified); check it offline:\n"
+        f"  xaudit verify {out} --key {key_file} --model {model_path}"
+    )
