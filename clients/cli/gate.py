@@ -28,10 +28,11 @@ EXIT_VIOLATION = 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from clients._connect import add_server_option
     from clients.cli.options import add_job_options
 
     parser = sub.add_parser("gate", help="audit a model on a server and pass or fail it against a policy")
-    parser.add_argument("--server", required=True, help="address of the xaudit server, host:port")
+    add_server_option(parser)
     parser.add_argument("--policy", required=True, type=Path, help="policy YAML (see deploy/policies/)")
     add_job_options(parser, audit=True)
     parser.add_argument(
@@ -70,13 +71,14 @@ def run(args: argparse.Namespace) -> int:
     if args.tolerance:
         raise InvalidInput("gate: tolerances come from the policy's 'tolerances' key; drop --tolerance")
     spec, tensors = job_from_args(args, "audit")
+    stray = sorted(set(spec.method_params) - set(policy.audit))
+    if stray:
+        raise InvalidInput(f"gate: --param names methods the policy does not audit: {', '.join(stray)}")
     spec = dataclasses.replace(spec, methods=policy.audit, tolerances=policy.audit_tolerances())
     model = read_model(args.model)
     inputs_sha256 = tensor_digest(tensors["inputs"])
 
-    envelope, server_keys = _audit_on_server(
-        args.server, model, args.model.name, spec, tensors, fetch_keys=not pinned
-    )
+    envelope, server_keys = _audit_on_server(args, model, spec, tensors, fetch_keys=not pinned)
     if args.envelope_out is not None:
         args.envelope_out.write_bytes(envelope)
     try:
@@ -121,30 +123,24 @@ def _check_config(report: Mapping[str, Any], tolerances: Mapping[str, float]) ->
 
 
 def _audit_on_server(
-    address: str,
+    args: argparse.Namespace,
     model: bytes,
-    model_name: str,
     spec: JobSpec,
     tensors: Mapping[str, np.ndarray],
     *,
     fetch_keys: bool,
 ) -> tuple[bytes, list[str]]:
-    """Upload, submit (idempotent), wait, and fetch the envelope and (unless pinned) the keys."""
+    """Upload, submit (an identical earlier audit is reused by the server's idempotency key), follow
+    the job, and fetch the envelope and, unless pinned, the keys."""
+    from clients._connect import client_from_args
+    from clients._results import follow
     from clients.cli.keys import fetch_keys as _fetch_keys
-    from clients.client import XauditClient
 
-    with XauditClient(address) as client:
-        ref = client.upload_model(model, name=model_name)
-        job = client.submit_audit(ref.sha256, spec, tensors)
-        for update in client.watch(job.id):
-            job = update
-        error = job.error()
-        if error is not None:
-            raise error
-        if job.state != "succeeded":
-            from workers.errors import FailedPrecondition
-
-            raise FailedPrecondition(f"audit job {job.id} ended {job.state}")
+    with client_from_args(args) as client:
+        ref = client.upload_model(model, name=args.model.name)
+        job = client.submit_audit(ref, spec, tensors)
+        print(f"job {job.id} ({job.state}) on {client.address}", file=sys.stderr)
+        job = follow(client, job, "audit")
         envelope = client.get_report(job.id)
         keys = [pem for _, pem in _fetch_keys(client)] if fetch_keys else []
     return envelope, keys

@@ -4,26 +4,32 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clients.client import XauditClient
 
 __all__ = ["fetch_keys", "register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from clients._connect import add_server_option
+
     parser = sub.add_parser("keys", help="fetch the public keys that verify the server's signed reports")
-    parser.add_argument("--server", required=True, help="address of the xaudit server, host:port")
+    add_server_option(parser)
     parser.add_argument("--out", required=True, type=Path, help="directory for the <keyid>.pem files")
     parser.set_defaults(func=run)
 
 
-def fetch_keys(client: object) -> list[tuple[str, str]]:
+def fetch_keys(client: XauditClient) -> list[tuple[str, str]]:
     """(key id, PEM) pairs from ``client.signing_keys()``, each id recomputed from its key: the server's
     id is a label, and a key whose label does not match is refused rather than filed under it."""
     from clients.verify import key_id, load_public_key
     from workers.errors import VerificationError
 
     out: list[tuple[str, str]] = []
-    for entry in client.signing_keys():  # type: ignore[attr-defined]
-        claimed, pem = entry if isinstance(entry, tuple) else (entry.key_id, entry.public_key_pem)
+    for entry in client.signing_keys():
+        claimed, pem = entry.key_id, entry.public_key_pem
         actual = key_id(load_public_key(pem, f"server key {claimed}"))
         if actual != claimed:
             raise VerificationError(
@@ -36,10 +42,10 @@ def fetch_keys(client: object) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clients.client import XauditClient
+    from clients._connect import client_from_args
     from workers.errors import InvalidInput
 
-    with XauditClient(args.server) as client:
+    with client_from_args(args) as client:
         keys = fetch_keys(client)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
