@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workers.errors import NotApplicable
-from workers.metrics import observe_method
 from workers.methods import AttributionContext, attribute, get_method
+from workers.metrics import observe_method
 from workers.prepare import Prepared
 
 __all__ = ["ExplainResult", "explain"]

@@ -83,9 +83,13 @@ def play(
     n = players.n
     order = n if order is None else min(order, n)
     if order >= n and n > MAX_EXACT_PLAYERS:
-        raise ResourceExhausted(f"{n} players: exact games are capped at {MAX_EXACT_PLAYERS}; set an audit order")
+        raise ResourceExhausted(
+            f"{n} players: exact games are capped at {MAX_EXACT_PLAYERS}; set an audit order"
+        )
     if n > MAX_LIMITED_PLAYERS:
-        raise ResourceExhausted(f"{n} players: order-limited games are capped at {MAX_LIMITED_PLAYERS} players")
+        raise ResourceExhausted(
+            f"{n} players: order-limited games are capped at {MAX_LIMITED_PLAYERS} players"
+        )
     subsets = subsets_up_to(n, order)
     full_mask = np.array([2**n - 1], dtype=np.uint64)
     needs_full = order < n

@@ -61,4 +61,6 @@ def shapley_from_interactions(subsets: np.ndarray, interactions: np.ndarray, n: 
 def interaction_orders(subsets: np.ndarray, interactions: np.ndarray, max_order: int) -> np.ndarray:
     """Effect mass sum |I(S)| per order 1..max_order, over the last axis."""
     sizes = popcounts(subsets)
-    return np.stack([np.abs(interactions[..., sizes == k]).sum(axis=-1) for k in range(1, max_order + 1)], axis=-1)
+    return np.stack(
+        [np.abs(interactions[..., sizes == k]).sum(axis=-1) for k in range(1, max_order + 1)], axis=-1
+    )

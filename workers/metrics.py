@@ -43,6 +43,7 @@ __all__ = [
     "record_onnx_session",
     "record_verdict",
     "report_device",
+    "serve_worker_metrics",
     "start_metrics_server",
     "use_multiprocess_dir",
 ]
@@ -283,3 +284,34 @@ def start_metrics_server(
     bound = int(server.server_port)
     logger.info("metrics on http://%s:%d/metrics", addr, bound)
     return server, bound
+
+
+# --- the `xaudit worker --metrics-port` wiring ----------------------------------------------------
+def serve_worker_metrics(port: int, addr: str = "0.0.0.0") -> int:
+    """Expose a Celery prefork worker's metrics on ``port``; returns the bound port.
+
+    Call it in the worker's main process before the pool starts: it turns on multiprocess mode
+    (``PROMETHEUS_MULTIPROC_DIR``, emptied of a previous run's files), serves the merged values of
+    all pool processes, and has each pool child activate its :class:`WorkerMetrics` and report its
+    device when it starts (CUDA is initialised in the child, never in the parent).
+    """
+    from celery import signals
+
+    directory = use_multiprocess_dir()
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+    signals.worker_process_init.connect(_pool_child_started, weak=False)
+    signals.worker_process_shutdown.connect(_pool_child_exiting, weak=False)
+    _, bound = start_metrics_server(port, multiprocess_registry(), addr)
+    return bound
+
+
+def _pool_child_started(**_: object) -> None:
+    import torch
+
+    activate(WorkerMetrics(CollectorRegistry()))
+    report_device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _pool_child_exiting(pid: int | None = None, **_: object) -> None:
+    mark_process_dead(pid if pid is not None else os.getpid())

@@ -141,7 +141,9 @@ def parse_players(
             )
         players = _from_labels(spec, mask, None)
     else:
-        raise InvalidInput(f"unknown player spec '{spec}' (use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy)")
+        raise InvalidInput(
+            f"unknown player spec '{spec}' (use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy)"
+        )
     if players.n > MAX_PLAYERS:
         raise ResourceExhausted(f"{players.n} players; at most {MAX_PLAYERS} are supported")
     if players.n < 1:

@@ -62,8 +62,10 @@ def prepare(
     model = load_model(model_bytes, model_format, spec.device)
     inputs = check_tensor("input", tensors["inputs"])
     declared = model.info.sample_shape
-    if declared is not None and inputs.ndim == len(declared) and all(
-        d is None or d == g for d, g in zip(declared, inputs.shape, strict=True)
+    if (
+        declared is not None
+        and inputs.ndim == len(declared)
+        and all(d is None or d == g for d, g in zip(declared, inputs.shape, strict=True))
     ):
         inputs = inputs[None]  # one sample without its batch axis
     if inputs.ndim < 2:

@@ -59,7 +59,9 @@ def make_baselines(spec: str, inputs: np.ndarray, tensor: np.ndarray | None = No
                 f"nor the inputs {tuple(inputs.shape)}"
             )
     else:
-        raise InvalidInput(f"unknown baseline '{spec}' (use zeros, mean, blur[:SIGMA], constant:V or a .npy file)")
+        raise InvalidInput(
+            f"unknown baseline '{spec}' (use zeros, mean, blur[:SIGMA], constant:V or a .npy file)"
+        )
     out = np.asarray(out, dtype=np.float32)
     if not np.isfinite(out).all():
         raise InvalidInput(f"baseline '{spec}' contains NaN or Inf")

@@ -28,7 +28,9 @@ class Target:
         k, classes = outputs.shape
         if self.fixed_class is not None:
             if not 0 <= self.fixed_class < classes:
-                raise InvalidInput(f"target class {self.fixed_class} is out of range: the model has {classes} outputs")
+                raise InvalidInput(
+                    f"target class {self.fixed_class} is out of range: the model has {classes} outputs"
+                )
             return np.full(k, self.fixed_class, dtype=np.int64)
         return outputs.argmax(axis=1).astype(np.int64)
 
@@ -83,7 +85,9 @@ def parse_target(spec: str) -> Target:
         if not arg:
             raise InvalidInput(f"target '{spec}': expected class:K")
     if kind not in ("logit", "prob", "logodds"):
-        raise InvalidInput(f"unknown target '{spec}' (use predicted, class:K, logit[:K], prob[:K], logodds[:K])")
+        raise InvalidInput(
+            f"unknown target '{spec}' (use predicted, class:K, logit[:K], prob[:K], logodds[:K])"
+        )
     fixed: int | None = None
     if arg:
         try:

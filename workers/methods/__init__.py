@@ -93,7 +93,9 @@ def attribute(
         raise NotApplicable(method.name, "it needs a background set of samples (--background)")
     total = np.zeros(inputs.shape, dtype=np.float64)
     for m, reference in enumerate(background):
-        sub = AttributionContext(ctx.model, ctx.players, ctx.target, ctx.params, derived_seed(ctx.seed, "bg", m))
+        sub = AttributionContext(
+            ctx.model, ctx.players, ctx.target, ctx.params, derived_seed(ctx.seed, "bg", m)
+        )
         refs = np.broadcast_to(reference[None], inputs.shape)
         total += method.attribute(sub, inputs, refs, classes)
     return (total / len(background)).astype(np.float32)

@@ -13,7 +13,9 @@ __all__ = ["GRAD_CHUNK", "target_gradients", "target_gradients_tensor"]
 GRAD_CHUNK = 512
 
 
-def target_gradients_tensor(ctx: AttributionContext, points: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+def target_gradients_tensor(
+    ctx: AttributionContext, points: torch.Tensor, classes: torch.Tensor
+) -> torch.Tensor:
     """d target[class] / d input at ``points`` (k, *shape); one backward per chunk of rows."""
     model = ctx.target.wrap(ctx.model.torch_differentiable())
     grads = []

@@ -47,6 +47,9 @@ class Method(ABC):
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
     defaults: ClassVar[Mapping[str, Any]] = {}
+    # An integer parameter whose halving shows the method's discretisation error (e.g. quadrature
+    # steps); the audit uses it to estimate the method's numerical noise floor.
+    resolution: ClassVar[str | None] = None
     # The paper's theoretical expectation (Deng et al., Table 1): context for readers, never a verdict.
     paper_context: ClassVar[str] = ""
 
@@ -58,8 +61,18 @@ class Method(ABC):
         references and target classes."""
 
     def params(self, ctx: AttributionContext) -> dict[str, Any]:
+        return self.params_from(ctx.params)
+
+    def params_from(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults overridden by ``given``; unknown names are refused."""
+        from workers.errors import InvalidInput
+
+        unknown = sorted(set(given) - set(self.defaults))
+        if unknown:
+            known = ", ".join(sorted(self.defaults)) or "none"
+            raise InvalidInput(f"{self.name} has no parameter {', '.join(unknown)} (parameters: {known})")
         merged = dict(self.defaults)
-        merged.update(ctx.params)
+        merged.update(given)
         return merged
 
 

@@ -13,7 +13,11 @@ _ROWS_PER_STEP = 2048
 
 
 def removal_deltas(
-    ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray, removed: np.ndarray
+    ctx: AttributionContext,
+    inputs: np.ndarray,
+    baselines: np.ndarray,
+    classes: np.ndarray,
+    removed: np.ndarray,
 ) -> np.ndarray:
     """v(x) - v(x with the players of ``removed[w]`` at the reference), shape (k, w).
 

@@ -13,7 +13,9 @@ from workers.methods._base import AttributionContext, Capabilities, Method, to_n
 __all__ = ["DeepLiftRescale", "DeepShap"]
 
 
-def _deeplift(ctx: AttributionContext, method: str, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray):
+def _deeplift(
+    ctx: AttributionContext, method: str, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
+):
     device = ctx.model.device
     model = ctx.target.wrap(ctx.model.torch_hookable(method))
     explainer = DeepLift(model, multiply_by_inputs=True)
@@ -29,7 +31,9 @@ def _deeplift(ctx: AttributionContext, method: str, inputs: np.ndarray, baseline
 class DeepLiftRescale(Method):
     name = "deeplift_rescale"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="single", stochastic=False)
-    paper_context: ClassVar[str] = "splits each Taylor term by degree, like Integrated Gradients; expected to pass"
+    paper_context: ClassVar[str] = (
+        "splits each Taylor term by degree, like Integrated Gradients; expected to pass"
+    )
 
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
@@ -42,7 +46,9 @@ class DeepShap(Method):
 
     name = "deepshap"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="distribution", stochastic=False)
-    paper_context: ClassVar[str] = "DeepLIFT Rescale averaged over baselines drawn from data; Shapley-like split"
+    paper_context: ClassVar[str] = (
+        "DeepLIFT Rescale averaged over baselines drawn from data; Shapley-like split"
+    )
 
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray

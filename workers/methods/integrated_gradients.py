@@ -16,8 +16,15 @@ __all__ = ["IntegratedGradients"]
 class IntegratedGradients(Method):
     name = "integrated_gradients"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="single", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = {"steps": 64, "quadrature": "gausslegendre", "internal_batch_size": 2048}
-    paper_context: ClassVar[str] = "splits each Taylor term by the degree of x_i in it; expected to pass all three"
+    defaults: ClassVar[dict[str, Any]] = {
+        "steps": 64,
+        "quadrature": "gausslegendre",
+        "internal_batch_size": 2048,
+    }
+    resolution: ClassVar[str | None] = "steps"
+    paper_context: ClassVar[str] = (
+        "splits each Taylor term by the degree of x_i in it; expected to pass all three"
+    )
 
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray

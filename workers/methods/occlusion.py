@@ -72,7 +72,9 @@ class OcclusionPatch(Method):
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         p = self.params(ctx)
-        windows = patch_windows(ctx.players.layout, _parse_pair(p["window"], "window"), _parse_pair(p["stride"], "stride"))
+        windows = patch_windows(
+            ctx.players.layout, _parse_pair(p["window"], "window"), _parse_pair(p["stride"], "stride")
+        )
         deltas = removal_deltas(ctx, inputs, baselines, classes, windows)  # (k, w)
         coverage = windows.sum(axis=0)  # windows per player
         per_player = deltas @ windows.astype(np.float64) / np.maximum(coverage, 1)

@@ -39,7 +39,9 @@ class SmoothGrad(Method):
         samples, noise = int(p["samples"]), float(p["noise"])
         device = ctx.model.device
         x = to_tensor(inputs, device)
-        spread = (x.amax(dim=tuple(range(1, x.ndim)), keepdim=True) - x.amin(dim=tuple(range(1, x.ndim)), keepdim=True))
+        spread = x.amax(dim=tuple(range(1, x.ndim)), keepdim=True) - x.amin(
+            dim=tuple(range(1, x.ndim)), keepdim=True
+        )
         gen = torch.Generator(device="cpu").manual_seed(ctx.seed)
         eps = torch.randn((samples, *x.shape), generator=gen).to(device) * noise * spread.clamp_min(1e-12)
         noisy = (x[None] + eps).reshape(-1, *x.shape[1:])

@@ -62,7 +62,9 @@ class ModelAdapter(ABC):
         if declared is None:
             return
         got = tuple(x.shape[1:])
-        if len(got) != len(declared) or any(d is not None and d != g for d, g in zip(declared, got, strict=False)):
+        if len(got) != len(declared) or any(
+            d is not None and d != g for d, g in zip(declared, got, strict=False)
+        ):
             want = "x".join("?" if d is None else str(d) for d in declared)
             have = "x".join(str(g) for g in got)
             raise InvalidInput(

@@ -37,7 +37,9 @@ def parse_onnx(data: bytes) -> onnx.ModelProto:
     if not model.graph.node:
         raise InvalidModel("not a readable ONNX model (empty graph)")
     if _uses_external_data(model):
-        raise InvalidModel("ONNX model refers to external data files; only self-contained models are accepted")
+        raise InvalidModel(
+            "ONNX model refers to external data files; only self-contained models are accepted"
+        )
     custom = sorted({n.domain for n in model.graph.node if n.domain not in _STANDARD_DOMAINS})
     if custom:
         raise InvalidModel(f"ONNX model uses custom operator domains {custom}; they are refused")

@@ -21,11 +21,15 @@ logger = logging.getLogger(__name__)
 class TorchScriptModel(ModelAdapter):
     def __init__(self, data: bytes, sha256: str, device: torch.device, batch_size: int = DEFAULT_BATCH_SIZE):
         if not data.startswith(b"PK"):
-            raise InvalidModel("not a TorchScript archive (a TorchScript file is a zip written by torch.jit.save)")
+            raise InvalidModel(
+                "not a TorchScript archive (a TorchScript file is a zip written by torch.jit.save)"
+            )
         try:
             self._module = torch.jit.load(io.BytesIO(data), map_location=device).eval()
         except Exception as exc:
-            raise InvalidModel(f"TorchScript model cannot be loaded: {str(exc).splitlines()[0][:200]}") from None
+            raise InvalidModel(
+                f"TorchScript model cannot be loaded: {str(exc).splitlines()[0][:200]}"
+            ) from None
         for p in self._module.parameters():
             p.requires_grad_(False)
         self.device = device
@@ -63,7 +67,9 @@ class TorchScriptModel(ModelAdapter):
         if self._hookable is None and self._hookable_error is None:
             self._hookable, self._hookable_error = self._convert()
         if self._hookable is None:
-            raise NotApplicable(method, f"needs a hookable graph and the TorchScript model {self._hookable_error}")
+            raise NotApplicable(
+                method, f"needs a hookable graph and the TorchScript model {self._hookable_error}"
+            )
         return self._hookable
 
     def _convert(self) -> tuple[torch.nn.Module | None, str | None]:
@@ -91,7 +97,10 @@ class TorchScriptModel(ModelAdapter):
             graph = onnx_to_torch(parse_onnx(buffer.getvalue())).to(self.device)
         except Exception as exc:
             logger.info("TorchScript -> ONNX conversion failed: %s", exc)
-            return None, f"could not be converted to ONNX ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+            return (
+                None,
+                f"could not be converted to ONNX ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})",
+            )
         finally:
             self._module.to(self.device)
         for p in graph.parameters():

@@ -1,0 +1,351 @@
+"""The criterion audit of every requested method on the real model (SCIENCE.md section 5)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from workers.audit.evidence import worst_sets
+from workers.audit.noise import DEFAULT_Z, estimate_floor
+from workers.audit.report import SCHEMA, canonical_bytes, environment, timestamp
+from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
+from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs
+from workers.errors import NotApplicable
+from workers.explain import explain
+from workers.game import GameResult, play
+from workers.interactions import popcounts
+from workers.methods import Method, derived_seed, get_method
+from workers.prepare import Prepared
+from workers.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
+
+__all__ = [
+    "ALL_ORDER_MAX_PLAYERS",
+    "AUDIT_BACKGROUND_CAP",
+    "MAX_HIDDEN_SHARE",
+    "STOCHASTIC_REPEATS",
+    "AuditResult",
+    "run_audit",
+]
+
+logger = logging.getLogger(__name__)
+
+# Up to this many players every sub-input is attributed (2^n per sample): exact remainder-free
+# coverage and the all-order view. Above it, only sub-inputs with |T| <= audit order.
+ALL_ORDER_MAX_PLAYERS = 10
+# Background samples used as references when auditing distribution-baseline methods.
+AUDIT_BACKGROUND_CAP = 4
+# Most of the effect mass may sit under a method's noise floor; then nothing about its allocation is
+# shown and it cannot be judged reliable (raise its steps or samples to lower the floor).
+MAX_HIDDEN_SHARE = 0.5
+# Runs under different seeds for stochastic methods (the first is the audited one).
+STOCHASTIC_REPEATS = 3
+PAPER_CONTEXT_LABEL = "theoretical expectation from Deng et al., TPAMI 2024, Table 1: context for the reader, not used for the verdict"
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass
+class AuditResult:
+    report: dict[str, Any]
+    report_bytes: bytes
+    attributions: dict[str, np.ndarray] = field(default_factory=dict)
+    not_applicable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """One method's sub-input attributions against the game, averaged over its constituents."""
+
+    values: np.ndarray  # (B, m)
+    interactions: np.ndarray  # (B, m)
+    remainder: np.ndarray | None  # (B,)
+    main: SubInputAttributions
+    coarse: np.ndarray | None  # (B, m, n)
+    repeats: np.ndarray | None  # (R, B, m, n)
+
+
+def _constituents(
+    method: Method, prep: Prepared, game: GameResult, background_games: list[tuple[np.ndarray, GameResult]]
+) -> list[tuple[np.ndarray, GameResult]]:
+    if method.capabilities.baseline != "distribution":
+        return [(prep.baselines, game)]
+    if not background_games:
+        raise NotApplicable(method.name, "it needs a background set of samples (--background)")
+    return background_games
+
+
+def _measure(
+    method: Method, prep: Prepared, game: GameResult, background_games: list[tuple[np.ndarray, GameResult]]
+) -> _Measured:
+    params = dict(prep.spec.method_params.get(method.name, {}))
+    merged = method.params_from(params)
+    parts = _constituents(method, prep, game, background_games)
+    subsets = game.subsets
+
+    def run(baselines: np.ndarray, run_params: dict[str, Any], seed: int) -> SubInputAttributions:
+        return attribute_sub_inputs(
+            method, prep.model, prep.players, prep.target, run_params, seed,
+            prep.inputs, baselines, prep.classes, subsets,
+        )  # fmt: skip
+
+    mains, coarses, repeats = [], [], []
+    for c, (baselines, _) in enumerate(parts):
+        seed = derived_seed(prep.spec.seed, method.name, c)
+        main = run(baselines, params, seed)
+        mains.append(main)
+        if method.resolution is not None:
+            coarse_params = dict(params, **{method.resolution: max(1, int(merged[method.resolution]) // 2)})
+            coarses.append(run(baselines, coarse_params, seed).per_player)
+        if method.capabilities.stochastic:
+            others = [
+                run(baselines, params, derived_seed(seed, "repeat", r)).per_player
+                for r in range(1, STOCHASTIC_REPEATS)
+            ]
+            repeats.append(np.stack([main.per_player, *others]))
+    count = len(parts)
+    main = SubInputAttributions(
+        sum(m.per_player for m in mains) / count,
+        sum(m.absent_mass for m in mains) / count,
+        sum(m.total_mass for m in mains) / count,
+    )
+    remainders = [g.remainder for _, g in parts]
+    return _Measured(
+        values=sum(g.values for _, g in parts) / count,
+        interactions=sum(g.interactions for _, g in parts) / count,
+        remainder=None if game.exact else sum(remainders) / count,
+        main=main,
+        coarse=sum(coarses) / count if coarses else None,
+        repeats=sum(repeats) / count if repeats else None,
+    )
+
+
+def _criteria(
+    scores: AllocationScores, tolerances: dict[str, float], spreads: dict[str, float]
+) -> dict[str, Any]:
+    out = {}
+    for name in CRITERIA:
+        per_sample = scores.per_sample(name)
+        score = scores.pooled(name)
+        tolerance = float(tolerances[name])
+        out[name] = {
+            "score": score,
+            "tolerance": tolerance,
+            "passed": bool(score <= tolerance),
+            "mean": float(per_sample.mean()),
+            "worst": float(per_sample.max()),
+            "fraction_failing": float((per_sample > tolerance).mean()),
+            "spread": spreads.get(name, 0.0),
+        }
+    return out
+
+
+def _audit_method(
+    method: Method,
+    prep: Prepared,
+    game: GameResult,
+    background_games: list[tuple[np.ndarray, GameResult]],
+    order: int,
+) -> dict[str, Any]:
+    measured = _measure(method, prep, game, background_games)
+    n, subsets = prep.players.n, game.subsets
+    floor = estimate_floor(
+        subsets, measured.values, measured.main.per_player, measured.coarse, measured.repeats, DEFAULT_Z
+    )
+
+    def score(per_player: np.ndarray, max_order: int) -> tuple[AllocationScores, np.ndarray]:
+        shares = moebius_shares(subsets, per_player, n)
+        return score_allocation(
+            subsets, n, measured.values, measured.interactions, measured.remainder,
+            per_player, shares, floor.per_set, max_order,
+        ), shares  # fmt: skip
+
+    scores, shares = score(measured.main.per_player, order)
+    # Absent-unit mass comes from the constituents themselves (averaging could cancel signs).
+    scores = _with_absent(scores, measured.main)
+    spreads: dict[str, float] = {}
+    if measured.repeats is not None:
+        per_repeat = [_with_absent(score(r, order)[0], measured.main) for r in measured.repeats]
+        spreads = {c: float(np.std([s.pooled(c) for s in per_repeat], ddof=1)) for c in CRITERIA}
+    tolerances = dict(prep.spec.tolerances)
+    criteria = _criteria(scores, tolerances, spreads)
+    failing = [c for c in CRITERIA if not criteria[c]["passed"]]
+    reasons = [f"fails {c} ({criteria[c]['score']:.3f} > {criteria[c]['tolerance']:.3f})" for c in failing]
+    hidden = scores.excluded_share > MAX_HIDDEN_SHARE
+    if hidden:
+        reasons.append(
+            f"its noise floor hides {scores.excluded_share:.0%} of the effect mass (more than {MAX_HIDDEN_SHARE:.0%}): "
+            "its allocation cannot be shown; raise its steps or samples"
+        )
+    entry: dict[str, Any] = {
+        "name": method.name,
+        "verdict": "unreliable" if reasons else "reliable",
+        "reason": "; ".join(reasons) if reasons else "all three criteria hold within tolerance",
+        "failing_criteria": failing,
+        "criteria": criteria,
+        "completeness_residual": scores.completeness_residual,
+        "out_of_set_share": scores.out_of_set_share,
+        "absent_unit_share": scores.absent_share,
+        "noise_floor": {
+            "z": floor.z,
+            "sigma": float(floor.sigma.mean()),
+            "rounding_sigma": float(floor.rounding_sigma.mean()),
+            "discretisation_sigma": float(floor.discretisation_sigma.mean()),
+            "monte_carlo_sigma": float(floor.monte_carlo_sigma.mean()),
+            "by_order": floor.per_order(subsets, order),
+            "excluded_mass_share": scores.excluded_share,
+            "max_excluded_mass_share": MAX_HIDDEN_SHARE,
+            "repeats": STOCHASTIC_REPEATS if measured.repeats is not None else 1,
+        },
+        "by_order": scores.by_order,
+        "evidence": worst_sets(scores, subsets, measured.interactions, shares, prep.players),
+    }
+    if game.exact and order < n:
+        all_scores = _with_absent(score(measured.main.per_player, n)[0], measured.main)
+        entry["all_orders"] = {
+            "noise_amplified": True,
+            "note": "every set of every order, for evidence only: alternating sums over 2^|S| sub-inputs amplify noise",
+            "scores": {c: all_scores.pooled(c) for c in CRITERIA},
+            "by_order": all_scores.by_order,
+        }
+    return entry
+
+
+def _with_absent(scores: AllocationScores, main: SubInputAttributions) -> AllocationScores:
+    from dataclasses import replace
+
+    return replace(scores, absent=main.absent_mass, attribution_mass=main.total_mass)
+
+
+def _game_section(prep: Prepared, game: GameResult, order: int) -> dict[str, Any]:
+    players = prep.players
+    sizes = popcounts(game.subsets)
+    mean_effect = game.interactions.mean(axis=0)
+    mean_abs = np.abs(game.interactions).mean(axis=0)
+    ranked = [k for k in np.argsort(-mean_abs, kind="stable") if sizes[k] > 0][:10]
+    members = [np.flatnonzero((int(game.subsets[k]) >> np.arange(players.n)) & 1) for k in ranked]
+    return {
+        "players": [
+            {"index": i, "name": name, "size": int(size)}
+            for i, (name, size) in enumerate(zip(players.names, players.sizes, strict=True))
+        ],
+        "n": players.n,
+        "layout": list(players.layout),
+        "exact": game.exact,
+        "enumerated_order": game.order,
+        "audit_order": order,
+        "classes": game.classes,
+        "target_values": game.full,
+        "reference_values": game.empty,
+        "efficiency_error": float(game.efficiency_error.max()) if game.exact else 0.0,
+        "unexplained_high_order": None if game.exact else game.remainder,
+        "mass_by_order": [
+            {"order": k, "mass": float(np.abs(game.interactions[:, sizes == k]).sum(axis=1).mean())}
+            for k in range(1, game.order + 1)
+        ],
+        "top_interactions": [
+            {
+                "set": [players.names[i] for i in mem],
+                "members": mem,
+                "order": int(sizes[k]),
+                "mean_effect": float(mean_effect[k]),
+                "mean_abs_effect": float(mean_abs[k]),
+                "effects": game.interactions[:, k],
+            }
+            for k, mem in zip(ranked, members, strict=True)
+        ],
+    }
+
+
+def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
+    """Audit every method in ``prep.spec.methods``; deterministic under ``prep.spec.seed``."""
+    report_progress = progress or (lambda fraction, message: None)
+    started = time.perf_counter()
+    spec, players = prep.spec, prep.players
+    order = max(1, min(spec.audit_order, players.n))
+    enumerated = players.n if players.n <= ALL_ORDER_MAX_PLAYERS else order
+    report_progress(0.01, "evaluating the masking game")
+    game = play(prep.model, prep.inputs, prep.baselines, players, prep.target, prep.classes, order=enumerated)
+    methods = [get_method(name) for name in spec.methods]
+    background_games: list[tuple[np.ndarray, GameResult]] = []
+    if prep.background is not None and any(m.capabilities.baseline == "distribution" for m in methods):
+        for reference in prep.background[:AUDIT_BACKGROUND_CAP]:
+            refs = np.broadcast_to(reference[None], prep.inputs.shape).copy()
+            background_games.append(
+                (
+                    refs,
+                    play(prep.model, prep.inputs, refs, players, prep.target, prep.classes, order=enumerated),
+                )
+            )
+    report_progress(0.05, "attributing the inputs")
+    maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg))
+    entries = []
+    for k, method in enumerate(methods):
+        report_progress(0.15 + 0.85 * k / len(methods), f"auditing {method.name}")
+        t0 = time.perf_counter()
+        context = {"label": PAPER_CONTEXT_LABEL, "text": method.paper_context}
+        if method.name in maps.not_applicable:
+            entry: dict[str, Any] = {
+                "name": method.name,
+                "verdict": "not_applicable",
+                "reason": maps.not_applicable[method.name],
+            }
+        else:
+            try:
+                entry = _audit_method(method, prep, game, background_games, order)
+            except NotApplicable as exc:
+                entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
+        entry["among_fourteen"] = method.name in FOURTEEN_METHODS
+        entry["capabilities"] = {
+            "gradients": method.capabilities.gradients,
+            "hooks": method.capabilities.hooks,
+            "baseline": method.capabilities.baseline,
+            "stochastic": method.capabilities.stochastic,
+        }
+        entry["paper_context"] = context
+        entry["seconds"] = maps.seconds.get(method.name, 0.0) + time.perf_counter() - t0
+        entries.append(entry)
+        logger.info("%s: %s (%.1fs)", method.name, entry["verdict"], entry["seconds"])
+    report = {
+        "schema": SCHEMA,
+        "created": timestamp(),
+        "model": {
+            "sha256": prep.model.info.sha256,
+            "format": prep.model.info.format,
+            "input_name": prep.model.info.input_name,
+        },
+        "inputs": {
+            "sha256": tensor_digest(prep.inputs),
+            "shape": list(prep.inputs.shape),
+            "count": len(prep.inputs),
+        },
+        "config": {
+            "players": spec.players,
+            "baseline": spec.baseline,
+            "target": spec.target,
+            "methods": [
+                {"name": m.name, "params": m.params_from(dict(spec.method_params.get(m.name, {})))}
+                for m in methods
+            ],
+            "audit_order": order,
+            "tolerances": dict(spec.tolerances),
+            "seed": spec.seed,
+            "noise_z": DEFAULT_Z,
+            "background_samples": len(background_games),
+            "stochastic_repeats": STOCHASTIC_REPEATS,
+        },
+        "environment": environment(str(prep.model.device), prep.model.execution_providers),
+        "game": _game_section(prep, game, order),
+        "methods": entries,
+        "summary": {
+            verdict: [e["name"] for e in entries if e["verdict"] == verdict]
+            for verdict in ("reliable", "unreliable", "not_applicable")
+        },
+        "seconds": time.perf_counter() - started,
+    }
+    report_progress(1.0, "audit done")
+    return AuditResult(report, canonical_bytes(report), maps.attributions, maps.not_applicable)

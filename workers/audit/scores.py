@@ -1,0 +1,164 @@
+"""The three criteria as shares of effect mass (SCIENCE.md 5.3), per sample, per order and pooled."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from workers.interactions import moebius, moebius_dense_limited, popcounts
+from workers.players import subset_bits
+
+__all__ = ["AllocationScores", "moebius_shares", "score_allocation"]
+
+
+def moebius_shares(subsets: np.ndarray, per_player: np.ndarray, n: int) -> np.ndarray:
+    """A_i(S) = sum_{T subset S} (-1)^{|S|-|T|} a_i(x_T): (B, m, n) from (B, m, n) over the subset axis."""
+    moved = np.moveaxis(per_player, 1, -1)  # (B, n, m)
+    if len(subsets) == 2**n:
+        shares = moebius(moved, n)
+    else:
+        shares = moebius_dense_limited(subsets, moved, n)
+    return np.moveaxis(shares, -1, 1)
+
+
+@dataclass(frozen=True)
+class AllocationScores:
+    """Numerators and denominators per sample, so that scores pool over samples by mass."""
+
+    dropped: np.ndarray  # (B,) mass not handed out (+ unexplained remainder when order-limited)
+    excess: np.ndarray  # (B,) mass handed out more than once
+    out_of_set: np.ndarray  # (B,) mass given outside S, plus attribution at the reference itself
+    mass: np.ndarray  # (B,) audited effect mass sum |I(S)| (+ |remainder|)
+    excluded_mass: np.ndarray  # (B,) effect mass under the noise floor, left out of the ratios
+    absent: np.ndarray  # (B,) attribution mass given to absent units on sub-inputs
+    attribution_mass: np.ndarray  # (B,) all attribution mass on sub-inputs
+    residual: np.ndarray  # (B,) sum_T |d(T)|
+    game_mass: np.ndarray  # (B,) sum_T |v(T) - v(empty)|
+    by_order: list[dict[str, float | int | None]]
+    # Per-set detail for evidence: (B, m) arrays.
+    ratio: np.ndarray
+    set_dropped: np.ndarray
+    set_excess: np.ndarray
+    set_out_of_set: np.ndarray
+    audited: np.ndarray  # (B, m) bool
+
+    @staticmethod
+    def _share(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+    def per_sample(self, criterion: str) -> np.ndarray:
+        if criterion == "coverage":
+            return self._share(self.dropped, self.mass)
+        if criterion == "complete_allocation":
+            return self._share(self.excess, self.mass)
+        if criterion == "unrelated_allocation":
+            return np.maximum(
+                self._share(self.out_of_set, self.mass), self._share(self.absent, self.attribution_mass)
+            )
+        raise KeyError(criterion)
+
+    def pooled(self, criterion: str) -> float:
+        """Mass-weighted over samples."""
+        total = float(self.mass.sum())
+        if criterion == "coverage":
+            return float(self.dropped.sum()) / total if total > 0 else 0.0
+        if criterion == "complete_allocation":
+            return float(self.excess.sum()) / total if total > 0 else 0.0
+        if criterion == "unrelated_allocation":
+            return max(self.out_of_set_share, self.absent_share)
+        raise KeyError(criterion)
+
+    @property
+    def out_of_set_share(self) -> float:
+        total = float(self.mass.sum())
+        return float(self.out_of_set.sum()) / total if total > 0 else 0.0
+
+    @property
+    def absent_share(self) -> float:
+        total = float(self.attribution_mass.sum())
+        return float(self.absent.sum()) / total if total > 0 else 0.0
+
+    @property
+    def completeness_residual(self) -> float:
+        total = float(self.game_mass.sum())
+        return float(self.residual.sum()) / total if total > 0 else float(self.residual.sum())
+
+    @property
+    def excluded_share(self) -> float:
+        total = float(self.mass.sum() + self.excluded_mass.sum())
+        return float(self.excluded_mass.sum()) / total if total > 0 else 0.0
+
+
+def score_allocation(
+    subsets: np.ndarray,
+    n: int,
+    values: np.ndarray,
+    interactions: np.ndarray,
+    remainder: np.ndarray | None,
+    per_player: np.ndarray,
+    shares: np.ndarray,
+    floor: np.ndarray,
+    max_order: int,
+) -> AllocationScores:
+    """Score one method's allocation against the game.
+
+    values, interactions: (B, m) over ``subsets``; per_player a_i(x_T) and shares A_i(S): (B, m, n);
+    floor: (B, m). Sets with 1 <= |S| <= max_order and |I(S)| above the floor are judged.
+    ``remainder`` (B,): unexplained high-order effect when only low orders were enumerated.
+    """
+    sizes = popcounts(subsets)
+    members = subset_bits(subsets, n)  # (m, n)
+    in_range = (sizes >= 1) & (sizes <= max_order)
+    effect = np.abs(interactions)
+    audited = in_range[None, :] & (effect > floor)
+    handed = shares.sum(axis=2)
+    safe_i = np.where(audited, interactions, 1.0)
+    ratio = np.where(audited, handed / safe_i, np.nan)
+    set_dropped = np.where(audited, effect * np.clip(1.0 - np.nan_to_num(ratio), 0.0, 1.0), 0.0)
+    set_excess = np.where(audited, effect * np.maximum(np.nan_to_num(ratio) - 1.0, 0.0), 0.0)
+    outside = (np.abs(shares) * (~members)[None]).sum(axis=2)
+    set_out = np.where(audited, outside, 0.0)
+    mass = np.where(audited, effect, 0.0).sum(axis=1)
+    excluded = np.where(in_range[None, :] & ~audited, effect, 0.0).sum(axis=1)
+    empty = subsets == 0
+    at_reference = np.abs(shares[:, empty, :]).sum(axis=(1, 2))
+    dropped = set_dropped.sum(axis=1)
+    if remainder is not None:
+        dropped = dropped + np.abs(remainder)
+        mass = mass + np.abs(remainder)
+    residual = per_player.sum(axis=2) - (values - values[:, :1])
+    absent = (np.abs(per_player) * (~members)[None]).sum(axis=(1, 2))
+    by_order = []
+    for k in range(1, max_order + 1):
+        sel = audited & (sizes == k)[None, :]
+        order_mass = float(np.where(sel, effect, 0.0).sum())
+        by_order.append(
+            {
+                "order": k,
+                "sets": int((sizes == k).sum()),
+                "audited_sets": int(sel.sum()),
+                "mass": order_mass,
+                "dropped": float(set_dropped[sel].sum()) / order_mass if order_mass else 0.0,
+                "excess": float(set_excess[sel].sum()) / order_mass if order_mass else 0.0,
+                "out_of_set": float(set_out[sel].sum()) / order_mass if order_mass else 0.0,
+                "mean_ratio": float(np.nanmean(ratio[sel])) if sel.any() else None,
+            }
+        )
+    return AllocationScores(
+        dropped=dropped,
+        excess=set_excess.sum(axis=1),
+        out_of_set=set_out.sum(axis=1) + at_reference,
+        mass=mass,
+        excluded_mass=excluded,
+        absent=absent,
+        attribution_mass=np.abs(per_player).sum(axis=(1, 2)),
+        residual=np.abs(residual).sum(axis=1),
+        game_mass=np.abs(values - values[:, :1]).sum(axis=1),
+        by_order=by_order,
+        ratio=ratio,
+        set_dropped=set_dropped,
+        set_excess=set_excess,
+        set_out_of_set=set_out,
+        audited=audited,
+    )
