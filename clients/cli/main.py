@@ -31,6 +31,8 @@ COMMANDS: tuple[str, ...] = (
     "status",
     "cancel",
     "report",
+    "serve",
+    "worker",
     "demo",
 )
 

@@ -1,0 +1,27 @@
+"""``xaudit worker``: a Celery worker that fetches jobs and model blobs from the service over gRPC."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("worker", help="run a worker (Celery) for a service")
+    parser.add_argument("--broker", required=True, help="Celery broker URL, e.g. redis://HOST:6379/0")
+    parser.add_argument("--server", required=True, help="HOST:PORT of the service (payloads and model blobs)")
+    parser.add_argument("--queues", default="xaudit.cpu", help="comma-separated: xaudit.cpu, xaudit.gpu")
+    parser.add_argument("--concurrency", type=int, default=1, help="worker processes (one per GPU)")
+    parser.add_argument("--cache-dir", type=Path, help="model blob cache (default $XAUDIT_WORKER_CACHE or user cache)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from workers.celery_app import WorkerConfig, run_worker
+
+    queues = tuple(q.strip() for q in args.queues.split(",") if q.strip())
+    run_worker(WorkerConfig(args.broker, args.server, queues, args.concurrency, args.cache_dir,
+                            loglevel="INFO" if args.verbose else "WARNING"))
+    return 0

@@ -1,0 +1,88 @@
+"""Server configuration: one frozen dataclass, built by the CLI or by tests."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_LISTEN",
+    "DEFAULT_TENANT",
+    "MiB",
+    "ServerConfig",
+    "default_home",
+    "embedded_broker_url",
+]
+
+MiB = 1024 * 1024
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_TENANT = "default"
+
+
+def default_home() -> Path:
+    """$XAUDIT_HOME, else the user's data directory (platformdirs)."""
+    env = os.environ.get("XAUDIT_HOME")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("xaudit", appauthor=False))
+
+
+def embedded_broker_url(home: Path) -> str:
+    """The serverless broker of the embedded mode: kombu's filesystem transport under the data dir."""
+    return f"filesystem://{(home / 'broker').resolve()}"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    listen: str = DEFAULT_LISTEN
+    home: Path = field(default_factory=default_home)
+    # None: the embedded filesystem broker under `home`.
+    broker_url: str | None = None
+    # None: SQLite at <home>/jobs.db.
+    store_url: str | None = None
+    # The address workers use to reach this server; None: derived from the bound port (loopback).
+    advertise: str | None = None
+    upload_cap_bytes: int = 256 * MiB
+    # Largest gRPC message either way (submit tensors, results); uploads stream in chunks below it.
+    max_message_bytes: int = 64 * MiB
+    max_tensor_elements: int = 64 * MiB
+    max_tensor_dims: int = 8
+    grpc_threads: int = 16
+    reflection: bool = True
+    # A running job whose worker sent no heartbeat for this long goes back to the queue.
+    lease_seconds: float = 60.0
+    # A job whose worker was lost this many times fails instead of being queued again.
+    max_attempts: int = 3
+    # How often the dispatcher looks for jobs to (re-)dispatch.
+    sweep_seconds: float = 2.0
+    # A queued job dispatched this long ago and still unclaimed is sent again (a broker may lose it).
+    requeue_after_seconds: float = 300.0
+    # WatchJob polls the store (works across replicas) at this period.
+    watch_poll_seconds: float = 0.1
+    # Report signing keys: None means <home>/keys; a key file, when given, is used and never generated.
+    signing_key_dir: Path | None = None
+    signing_key_file: Path | None = None
+    # Seconds to drain in-flight RPCs at shutdown.
+    grace_seconds: float = 5.0
+
+    @property
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or embedded_broker_url(self.home)
+
+    @property
+    def resolved_store_url(self) -> str:
+        return self.store_url or f"sqlite:///{(self.home / 'jobs.db').resolve()}"
+
+    @property
+    def resolved_signing_key_dir(self) -> Path:
+        return self.signing_key_dir or self.home / "keys"
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.home / "blobs"
+
+    def with_(self, **changes: object) -> ServerConfig:
+        return replace(self, **changes)  # type: ignore[arg-type]

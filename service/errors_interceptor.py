@@ -1,0 +1,81 @@
+"""The one place where exceptions become gRPC statuses.
+
+XauditError -> the status its ``.code`` names, with its one-line message. Anything else is a bug:
+INTERNAL with a generic message, and the traceback goes to the server log only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from workers.errors import XauditError
+
+__all__ = ["ErrorsInterceptor", "INTERNAL_MESSAGE"]
+
+logger = logging.getLogger(__name__)
+
+INTERNAL_MESSAGE = "internal server error (details are in the server log)"
+
+
+def _abort(exc: Exception, context: grpc.ServicerContext, method: str) -> None:
+    if isinstance(exc, XauditError):
+        code = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL)
+        logger.info("%s -> %s: %s", method, exc.code, exc)
+        context.abort(code, str(exc))
+    logger.error("%s: unexpected %s", method, type(exc).__name__, exc_info=exc)
+    context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
+
+
+def _wrap_unary(behaviour: Callable[..., Any], method: str) -> Callable[..., Any]:
+    def handler(request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return behaviour(request, context)
+        except Exception as exc:
+            if context.code() is not None:  # already aborted on purpose
+                raise
+            _abort(exc, context, method)
+
+    return handler
+
+
+def _wrap_stream(behaviour: Callable[..., Iterator[Any]], method: str) -> Callable[..., Iterator[Any]]:
+    def handler(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from behaviour(request, context)
+        except Exception as exc:
+            if context.code() is not None:
+                raise
+            _abort(exc, context, method)
+
+    return handler
+
+
+class ErrorsInterceptor(grpc.ServerInterceptor):
+    def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler], details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        handler = continuation(details)
+        if handler is None:
+            return handler
+        method = details.method
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary, method), handler.request_deserializer, handler.response_serializer
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream(handler.unary_stream, method), handler.request_deserializer, handler.response_serializer
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                _wrap_unary(handler.stream_unary, method), handler.request_deserializer, handler.response_serializer
+            )
+        if handler.stream_stream:
+            return grpc.stream_stream_rpc_method_handler(
+                _wrap_stream(handler.stream_stream, method), handler.request_deserializer, handler.response_serializer
+            )
+        return handler

@@ -1,0 +1,98 @@
+"""The service's operations on jobs, between the servicers (protobuf) and the store (SQL).
+
+Submitting records the job first and dispatches it after; completion seals the report (the one
+call site of the signer) and stores it exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+import numpy as np
+
+from service.config import ServerConfig
+from service.store import JobRecord, JobStore, NewJob
+from service.validation import Submission
+from workers.celery_app import queue_for
+from workers.spec import config_digest, tensor_digest
+
+__all__ = ["JobService", "ReportSealer", "UNSIGNED_CONTENT_TYPE", "SIGNED_CONTENT_TYPE"]
+
+logger = logging.getLogger(__name__)
+
+UNSIGNED_CONTENT_TYPE = "application/json"
+SIGNED_CONTENT_TYPE = "application/vnd.dsse.envelope.v1+json"
+
+
+class ReportSealer(Protocol):
+    """What the service needs of service.signing.ReportSigner."""
+
+    def sign(self, report_bytes: bytes, model_sha256: str, model_name: str, inputs_sha256: str) -> bytes: ...
+
+    def public_keys(self) -> list[tuple[str, str]]: ...
+
+
+class Notifier(Protocol):
+    def notify(self, job_id: str, queue: str) -> None: ...
+
+
+class JobService:
+    def __init__(
+        self, config: ServerConfig, store: JobStore, dispatcher: Notifier, signer: ReportSealer | None = None
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.dispatcher = dispatcher
+        self.signer = signer
+
+    def submit_job(self, tenant: str, model_sha256: str, submission: Submission) -> JobRecord:
+        model = self.store.get_model(tenant, model_sha256)
+        spec = submission.spec
+        key = submission.idempotency_key or config_digest(model.sha256, spec, submission.tensors)
+        new = NewJob(
+            tenant=tenant,
+            kind=spec.kind,
+            model=model,
+            inputs_sha256=tensor_digest(submission.tensors["inputs"]),
+            spec_json=spec.to_json(),
+            queue=queue_for(spec.device),
+            idempotency_key=key,
+            tensors=submission.tensors,
+        )
+        job, created = self.store.create_job(new)
+        if created:
+            logger.info("job %s recorded (%s, queue %s)", job.id, job.kind, job.queue)
+            # Recorded first; a broker that is down only delays the job (the dispatcher retries).
+            self.dispatcher.notify(job.id, job.queue)
+        else:
+            logger.info("job %s: same request again (idempotency key), returning the existing job", job.id)
+        return job
+
+    def complete(
+        self,
+        job_id: str,
+        report: bytes | None,
+        tensors: Mapping[str, np.ndarray],
+        not_applicable: Mapping[str, str],
+        compute_seconds: float,
+    ) -> bool:
+        job = self.store.job_by_id(job_id)
+        if job.terminal:
+            logger.info("job %s already %s: result dropped", job_id, job.state)
+            return False
+        sealed = self._seal(job, report) if report else None
+        accepted = self.store.complete(job_id, sealed, tensors, not_applicable, compute_seconds)
+        logger.info("job %s: %s", job_id, "succeeded" if accepted else "already finished, result dropped")
+        return accepted
+
+    def _seal(self, job: JobRecord, report: bytes) -> tuple[bytes, str]:
+        # THE signing call site: the exact bytes stored here are what GetReport returns.
+        if self.signer is None:
+            return report, UNSIGNED_CONTENT_TYPE
+        envelope = self.signer.sign(report, job.model_sha256, job.model_name, job.inputs_sha256)
+        return envelope, SIGNED_CONTENT_TYPE
+
+    def public_keys(self) -> list[tuple[str, str]]:
+        return [] if self.signer is None else self.signer.public_keys()

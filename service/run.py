@@ -1,0 +1,110 @@
+"""Run the service until a signal: the gRPC server, and in the embedded mode a local worker process.
+
+The local worker is an ordinary ``xaudit worker`` child (its own process group, so stopping it also
+stops its prefork children); it is restarted if it dies while the server runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from types import FrameType
+
+from service.config import ServerConfig
+from service.server import create_server
+from workers.celery_app import QUEUES
+
+__all__ = ["LocalWorker", "ServeOptions", "serve"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    local_worker: bool = True
+    worker_concurrency: int = 1
+    worker_queues: tuple[str, ...] = QUEUES
+    # Seconds a local worker gets to finish at shutdown before it is killed (its job is re-dispatched).
+    worker_stop_seconds: float = 10.0
+
+
+class LocalWorker:
+    def __init__(self, broker_url: str, server: str, options: ServeOptions, home: str) -> None:
+        self._argv = [
+            sys.executable, "-m", "clients.cli.main", "worker",
+            "--broker", broker_url,
+            "--server", server,
+            "--queues", ",".join(options.worker_queues),
+            "--concurrency", str(options.worker_concurrency),
+        ]
+        self._env = dict(os.environ, XAUDIT_WORKER_CACHE=os.path.join(home, "worker-cache"))
+        self._options = options
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="xaudit-local-worker", daemon=True)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> None:
+        self._spawn()
+        self._watcher.start()
+
+    def _spawn(self) -> None:
+        self._proc = subprocess.Popen(self._argv, env=self._env, start_new_session=True)
+        logger.info("local worker started (pid %d)", self._proc.pid)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(1.0):
+            if self._proc is not None and self._proc.poll() is not None:
+                logger.error("local worker exited with status %s: starting a new one", self._proc.returncode)
+                self._spawn()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            proc.send_signal(signal.SIGTERM)  # Celery warm shutdown: the main process stops its pool
+            proc.wait(self._options.worker_stop_seconds)
+        except subprocess.TimeoutExpired:
+            logger.warning("local worker did not stop in %.0fs: killing it", self._options.worker_stop_seconds)
+        except ProcessLookupError:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def serve(config: ServerConfig, options: ServeOptions | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit status."""
+    options = options or ServeOptions()
+    server, _port = create_server(config)
+    server.start()
+    worker = None
+    if options.local_worker:
+        worker = LocalWorker(config.resolved_broker_url, server.address, options, str(config.home))
+        worker.start()
+    print(f"xaudit: serving on {server.address} (data in {config.home})", file=sys.stderr, flush=True)
+    done = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logger.info("signal %d: shutting down", signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    done.wait()
+    if worker is not None:
+        worker.stop()
+    server.stop()
+    return 0

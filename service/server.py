@@ -1,0 +1,126 @@
+"""Build and run the gRPC server: AuditService, WorkerService, health, reflection, dispatcher."""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
+
+from service.blobs import BlobStore
+from service.config import ServerConfig
+from service.dispatch import Dispatcher, Sender, celery_sender
+from service.errors_interceptor import ErrorsInterceptor
+from service.jobs import JobService, ReportSealer
+from service.servicer import AuditServicer, WorkerServicer
+from service.store import JobStore
+from workers.errors import Unavailable
+
+__all__ = ["Server", "create_server", "default_signer"]
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+    worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+)
+
+
+def default_signer(config: ServerConfig) -> ReportSealer:
+    """The report signer: keys under ``config.signing_key_dir`` (made on first start), or a key file."""
+    from service.signing import ReportSigner
+
+    return ReportSigner(config.resolved_signing_key_dir, key_file=config.signing_key_file)
+
+
+def _advertised(config: ServerConfig, port: int) -> str:
+    if config.advertise:
+        return config.advertise
+    host = config.listen.rsplit(":", 1)[0]
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+class Server:
+    """A started-or-not xaudit server; :meth:`stop` drains (health NOT_SERVING first)."""
+
+    def __init__(
+        self, config: ServerConfig, grpc_server: grpc.Server, port: int, jobs: JobService,
+        dispatcher: Dispatcher, health_servicer: health.HealthServicer, closers: list[Any],
+    ) -> None:
+        self.config = config
+        self.grpc = grpc_server
+        self.port = port
+        self.address = _advertised(config, port)
+        self.jobs = jobs
+        self.dispatcher = dispatcher
+        self._health = health_servicer
+        self._closers = closers
+
+    @property
+    def store(self) -> JobStore:
+        return self.jobs.store
+
+    def start(self) -> None:
+        self.grpc.start()
+        self.dispatcher.start()
+        for name in ("", *SERVICE_NAMES):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        logger.info("xaudit serving on %s (store %s)", self.address, self.config.resolved_store_url)
+
+    def stop(self, grace: float | None = None) -> None:
+        self._health.enter_graceful_shutdown()
+        self.dispatcher.stop()
+        self.grpc.stop(self.config.grace_seconds if grace is None else grace).wait()
+        for close in self._closers:
+            try:
+                close()
+            except Exception:
+                logger.exception("error while closing")
+        logger.info("xaudit server on %s stopped", self.address)
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        return bool(self.grpc.wait_for_termination(timeout))
+
+
+def create_server(
+    config: ServerConfig, *, sender: Sender | None = None, signer: ReportSealer | None = None
+) -> tuple[Server, int]:
+    """Build the server bound to ``config.listen`` (port 0: any free port); returns it and its port."""
+    config.home.mkdir(parents=True, exist_ok=True)
+    store = JobStore(config.resolved_store_url)
+    blobs = BlobStore(config.blob_dir)
+    options = [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+    ]
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=config.grpc_threads, thread_name_prefix="xaudit-rpc"),
+        interceptors=[ErrorsInterceptor()],
+        options=options,
+    )
+    port = server.add_insecure_port(config.listen)
+    if port == 0:
+        store.close()
+        raise Unavailable(f"cannot listen on {config.listen} (address in use or not valid)")
+    closers: list[Any] = []
+    address = _advertised(config, port)
+    if sender is None:
+        sender, close_sender = celery_sender(config.resolved_broker_url, address)
+        closers.append(close_sender)
+    closers.append(store.close)
+    dispatcher = Dispatcher(store, sender, config)
+    jobs = JobService(config, store, dispatcher, signer if signer is not None else default_signer(config))
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(jobs, blobs), server)
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(jobs, blobs), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if config.reflection:
+        from grpc_reflection.v1alpha import reflection
+
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    return Server(config, server, port, jobs, dispatcher, health_servicer, closers), port

@@ -1,0 +1,457 @@
+"""The job store: the source of truth for models, jobs, leases, reports and results.
+
+SQLite by default (WAL, one file under the data dir); PostgreSQL through a
+``postgresql+psycopg://`` URL for several front-end replicas. Every state change is one conditional
+UPDATE, so concurrent replicas and redelivered tasks cannot produce two results for one job.
+Every lookup a client can cause is scoped by tenant; the worker-facing calls are keyed by job id
+only (workers are trusted, internal).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from service.schema import job_tensors, jobs, metadata, models, reports, results
+from service.tensors import DATATYPES, encode_tensor
+from workers.errors import FailedPrecondition, NotFound
+
+__all__ = [
+    "ACTIVE_STATES",
+    "TERMINAL_STATES",
+    "JobRecord",
+    "JobStore",
+    "ModelRecord",
+    "NewJob",
+]
+
+logger = logging.getLogger(__name__)
+
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
+ACTIVE_STATES = (QUEUED, RUNNING)
+TERMINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    tenant: str
+    sha256: str
+    format: str
+    size: int
+    name: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    tenant: str
+    kind: str
+    state: str
+    progress: float
+    message: str
+    error_code: str
+    error_message: str
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    model_sha256: str
+    model_format: str
+    model_name: str
+    inputs_sha256: str
+    spec_json: str
+    queue: str
+    idempotency_key: str
+    dispatched_at: float | None
+    lease_owner: str | None
+    lease_expires_at: float | None
+    attempts: int
+    cancel_requested: bool
+    compute_seconds: float
+    not_applicable: dict[str, str]
+    report_available: bool
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
+
+
+@dataclass(frozen=True)
+class NewJob:
+    tenant: str
+    kind: str
+    model: ModelRecord
+    inputs_sha256: str
+    spec_json: str
+    queue: str
+    idempotency_key: str
+    tensors: Mapping[str, np.ndarray]
+
+
+def _job(row: Any) -> JobRecord:
+    data = {name: getattr(row, name) for name in _JOB_FIELDS}
+    data["not_applicable"] = dict(data["not_applicable"] or {})
+    data["cancel_requested"] = bool(data["cancel_requested"])
+    data["report_available"] = bool(data["report_available"])
+    return JobRecord(**data)
+
+
+def _tensor_rows(job_id: str, tensors: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    rows = []
+    for name, array in tensors.items():
+        t = encode_tensor(name, array)
+        rows.append(
+            {"job_id": job_id, "name": name, "datatype": t.datatype, "shape": list(t.shape), "data": t.raw_contents}
+        )
+    return rows
+
+
+def _array(row: Any) -> np.ndarray:
+    dtype = DATATYPES[row.datatype]
+    return np.frombuffer(row.data, dtype=dtype).reshape(row.shape).astype(dtype.newbyteorder("="))
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+class JobStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = _make_engine(url)
+        metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- models ---------------------------------------------------------------------------------
+    def record_model(self, tenant: str, sha256: str, fmt: str, size: int, name: str) -> ModelRecord:
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                sa.select(models).where(models.c.tenant == tenant, models.c.sha256 == sha256)
+            ).first()
+            if row is None:
+                try:
+                    conn.execute(
+                        models.insert().values(
+                            tenant=tenant, sha256=sha256, format=fmt, size=size, name=name, created_at=time.time()
+                        )
+                    )
+                except sa.exc.IntegrityError:  # a concurrent upload of the same bytes won
+                    pass
+        return self.get_model(tenant, sha256)
+
+    def get_model(self, tenant: str, sha256: str) -> ModelRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(models).where(models.c.tenant == tenant, models.c.sha256 == sha256)
+            ).first()
+        if row is None:
+            raise NotFound(f"unknown model {sha256 or '(empty digest)'}: upload it first (UploadModel)")
+        return ModelRecord(**row._asdict())
+
+    # -- jobs, client side ----------------------------------------------------------------------
+    def create_job(self, new: NewJob) -> tuple[JobRecord, bool]:
+        """Record a job (QUEUED, not yet dispatched). Returns (job, created); an existing job with the
+        same tenant and idempotency key is returned with created False."""
+        existing = self._by_key(new.tenant, new.idempotency_key)
+        if existing is not None:
+            return existing, False
+        job_id = uuid.uuid4().hex
+        values = {
+            "id": job_id,
+            "tenant": new.tenant,
+            "kind": new.kind,
+            "state": QUEUED,
+            "progress": 0.0,
+            "message": "queued",
+            "error_code": "",
+            "error_message": "",
+            "created_at": time.time(),
+            "model_sha256": new.model.sha256,
+            "model_format": new.model.format,
+            "model_name": new.model.name,
+            "inputs_sha256": new.inputs_sha256,
+            "spec_json": new.spec_json,
+            "queue": new.queue,
+            "idempotency_key": new.idempotency_key,
+            "attempts": 0,
+            "cancel_requested": False,
+            "compute_seconds": 0.0,
+            "not_applicable": {},
+            "report_available": False,
+        }
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(jobs.insert().values(**values))
+                rows = _tensor_rows(job_id, new.tensors)
+                if rows:
+                    conn.execute(job_tensors.insert(), rows)
+        except sa.exc.IntegrityError:
+            # A concurrent submission with the same key committed first.
+            again = self._by_key(new.tenant, new.idempotency_key)
+            if again is None:
+                raise
+            return again, False
+        return self.get_job(new.tenant, job_id), True
+
+    def _by_key(self, tenant: str, key: str) -> JobRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(jobs).where(jobs.c.tenant == tenant, jobs.c.idempotency_key == key)
+            ).first()
+        return None if row is None else _job(row)
+
+    def get_job(self, tenant: str, job_id: str) -> JobRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"unknown job '{job_id}'")
+        return _job(row)
+
+    def list_jobs(self, tenant: str, limit: int, after: tuple[float, str] | None = None) -> list[JobRecord]:
+        """Newest first; ``after`` is the (created_at, id) of the last job of the previous page."""
+        query = sa.select(jobs).where(jobs.c.tenant == tenant)
+        if after is not None:
+            created, job_id = after
+            query = query.where(
+                sa.or_(jobs.c.created_at < created, sa.and_(jobs.c.created_at == created, jobs.c.id < job_id))
+            )
+        query = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            return [_job(r) for r in conn.execute(query)]
+
+    def cancel(self, tenant: str, job_id: str) -> JobRecord:
+        """Queued: cancelled now. Running: flagged; the worker stops at its next heartbeat."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            conn.execute(
+                jobs.update()
+                .where(jobs.c.tenant == tenant, jobs.c.id == job_id, jobs.c.state == QUEUED)
+                .values(state=CANCELLED, finished_at=now, message="cancelled", cancel_requested=True)
+            )
+            conn.execute(
+                jobs.update()
+                .where(jobs.c.tenant == tenant, jobs.c.id == job_id, jobs.c.state == RUNNING)
+                .values(cancel_requested=True, message="cancelling")
+            )
+        return self.get_job(tenant, job_id)
+
+    def get_report(self, tenant: str, job_id: str) -> tuple[bytes, str]:
+        job = self.get_job(tenant, job_id)
+        if job.kind != "audit":
+            raise FailedPrecondition(f"job {job_id} is an attribution job: it has attributions, not a report")
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(reports).where(reports.c.job_id == job_id)).first()
+        if row is None:
+            raise FailedPrecondition(_not_ready(job))
+        return bytes(row.data), row.content_type
+
+    def get_results(self, tenant: str, job_id: str) -> tuple[JobRecord, dict[str, np.ndarray]]:
+        job = self.get_job(tenant, job_id)
+        if job.state != SUCCEEDED:
+            raise FailedPrecondition(_not_ready(job))
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(results).where(results.c.job_id == job_id).order_by(results.c.name))
+            return job, {r.name: _array(r) for r in rows}
+
+    def count_results(self, job_id: str) -> tuple[int, int]:
+        """(reports, result tensors) stored for a job: tests check that there is exactly one report."""
+        with self.engine.connect() as conn:
+            n_reports = conn.execute(
+                sa.select(sa.func.count()).select_from(reports).where(reports.c.job_id == job_id)
+            ).scalar_one()
+            n_results = conn.execute(
+                sa.select(sa.func.count()).select_from(results).where(results.c.job_id == job_id)
+            ).scalar_one()
+        return int(n_reports), int(n_results)
+
+    # -- jobs, worker side ----------------------------------------------------------------------
+    def job_by_id(self, job_id: str) -> JobRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"unknown job '{job_id}'")
+        return _job(row)
+
+    def claim(self, job_id: str, worker_id: str, lease_seconds: float) -> tuple[JobRecord, bool]:
+        """Give the job to ``worker_id`` if it is queued, or running on a lease that expired."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            claimable = sa.or_(
+                jobs.c.state == QUEUED, sa.and_(jobs.c.state == RUNNING, jobs.c.lease_expires_at < now)
+            )
+            done = conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, claimable, sa.not_(jobs.c.cancel_requested))
+                .values(
+                    state=RUNNING,
+                    lease_owner=worker_id,
+                    lease_expires_at=now + lease_seconds,
+                    attempts=jobs.c.attempts + 1,
+                    started_at=sa.func.coalesce(jobs.c.started_at, now),
+                    message="started",
+                )
+            ).rowcount
+        return self.job_by_id(job_id), done == 1
+
+    def job_tensors(self, job_id: str) -> dict[str, np.ndarray]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(job_tensors).where(job_tensors.c.job_id == job_id))
+            return {r.name: _array(r) for r in rows}
+
+    def heartbeat(self, job_id: str, worker_id: str, progress: float, message: str, lease_seconds: float) -> bool:
+        """Renew the lease and record progress; True means stop (cancelled, or the lease was lost)."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            owned = conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.state == RUNNING, jobs.c.lease_owner == worker_id)
+                .values(
+                    progress=min(max(progress, 0.0), 1.0),
+                    message=message[:500],
+                    lease_expires_at=now + lease_seconds,
+                )
+            ).rowcount
+            if owned != 1:
+                return True
+            flag = conn.execute(sa.select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar_one()
+        return bool(flag)
+
+    def complete(
+        self,
+        job_id: str,
+        report: tuple[bytes, str] | None,
+        tensors: Mapping[str, np.ndarray],
+        not_applicable: Mapping[str, str],
+        compute_seconds: float,
+    ) -> bool:
+        """Store the result once: False (and nothing written) when the job is already terminal."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.state.in_(ACTIVE_STATES))
+                .values(
+                    state=SUCCEEDED,
+                    progress=1.0,
+                    message="done",
+                    finished_at=now,
+                    compute_seconds=compute_seconds,
+                    not_applicable=dict(not_applicable),
+                    report_available=True,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                )
+            ).rowcount
+            if done != 1:
+                return False
+            if report is not None:
+                conn.execute(
+                    reports.insert().values(job_id=job_id, data=report[0], content_type=report[1], created_at=now)
+                )
+            rows = _tensor_rows(job_id, tensors)
+            if rows:
+                conn.execute(results.insert(), rows)
+        return True
+
+    def fail(self, job_id: str, worker_id: str, code: str, message: str) -> bool:
+        """Record a worker's failure; ignored unless ``worker_id`` holds the job (a worker that lost
+        its lease must not fail the job another worker now runs)."""
+        state = CANCELLED if code == "CANCELLED" else FAILED
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.state.in_(ACTIVE_STATES), jobs.c.lease_owner == worker_id)
+                .values(
+                    state=state,
+                    error_code="" if state == CANCELLED else code,
+                    error_message="" if state == CANCELLED else message[:2000],
+                    message="cancelled" if state == CANCELLED else "failed",
+                    finished_at=time.time(),
+                    lease_owner=None,
+                    lease_expires_at=None,
+                )
+            ).rowcount
+        return done == 1
+
+    # -- dispatch bookkeeping -------------------------------------------------------------------
+    def mark_dispatched(self, job_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(jobs.update().where(jobs.c.id == job_id).values(dispatched_at=time.time()))
+
+    def due_for_dispatch(self, requeue_after: float, limit: int = 100) -> list[tuple[str, str]]:
+        """(job id, queue) of queued jobs never dispatched, or dispatched long ago and still unclaimed."""
+        cutoff = time.time() - requeue_after
+        query = (
+            sa.select(jobs.c.id, jobs.c.queue)
+            .where(
+                jobs.c.state == QUEUED,
+                sa.or_(jobs.c.dispatched_at.is_(None), jobs.c.dispatched_at < cutoff),
+            )
+            .order_by(jobs.c.created_at)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [(r.id, r.queue) for r in conn.execute(query)]
+
+    def expire_leases(self, max_attempts: int) -> int:
+        """Running jobs whose lease expired: back to the queue (or cancelled / failed). Returns the count."""
+        now = time.time()
+        expired = sa.and_(jobs.c.state == RUNNING, jobs.c.lease_expires_at < now)
+        cleared = {"lease_owner": None, "lease_expires_at": None}
+        with self.engine.begin() as conn:
+            n = conn.execute(
+                jobs.update()
+                .where(expired, jobs.c.cancel_requested)
+                .values(state=CANCELLED, finished_at=now, message="cancelled", **cleared)
+            ).rowcount
+            n += conn.execute(
+                jobs.update()
+                .where(expired, jobs.c.attempts >= max_attempts)
+                .values(
+                    state=FAILED,
+                    finished_at=now,
+                    message="failed",
+                    error_code="UNAVAILABLE",
+                    error_message=f"the worker was lost {max_attempts} times while running this job",
+                    **cleared,
+                )
+            ).rowcount
+            requeued = conn.execute(
+                jobs.update()
+                .where(expired)
+                .values(state=QUEUED, dispatched_at=None, message="worker lost: queued again", **cleared)
+            ).rowcount
+        if requeued:
+            logger.warning("%d running job(s) lost their worker's lease: queued again", requeued)
+        return int(n + requeued)
+
+
+def _not_ready(job: JobRecord) -> str:
+    if job.state == FAILED:
+        return f"job {job.id} failed ({job.error_code}): {job.error_message}"
+    return f"job {job.id} has no result: it is {job.state}"

@@ -1,0 +1,49 @@
+"""UploadModel: hash while receiving, enforce the cap, validate, store content-addressed."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from xaudit.v1 import audit_pb2
+
+from service.blobs import BlobStore
+from service.store import JobStore, ModelRecord
+from service.validation import check_model, format_from_proto
+from workers.errors import InvalidInput, ResourceExhausted
+
+__all__ = ["receive_model"]
+
+logger = logging.getLogger(__name__)
+
+
+def _cap_error(size: int, cap: int) -> ResourceExhausted:
+    return ResourceExhausted(f"model upload of {size} bytes exceeds the server's cap of {cap} bytes")
+
+
+def receive_model(
+    chunks: Iterable[audit_pb2.ModelChunk], blobs: BlobStore, store: JobStore, tenant: str, cap: int
+) -> ModelRecord:
+    it = iter(chunks)
+    first = next(it, None)
+    if first is None or first.WhichOneof("kind") != "metadata":
+        raise InvalidInput("UploadModel: the first message must carry the metadata (format, declared size)")
+    meta = first.metadata
+    fmt = format_from_proto(meta.format)
+    if meta.declared_size < 0:
+        raise InvalidInput(f"declared_size {meta.declared_size} is negative")
+    if meta.declared_size > cap:
+        raise _cap_error(meta.declared_size, cap)
+    with blobs.writer() as writer:
+        for chunk in it:
+            if chunk.WhichOneof("kind") != "data":
+                raise InvalidInput("UploadModel: metadata may only come in the first message")
+            if writer.size + len(chunk.data) > cap:
+                raise _cap_error(writer.size + len(chunk.data), cap)
+            writer.write(chunk.data)
+        if meta.declared_size and writer.size != meta.declared_size:
+            raise InvalidInput(f"upload ended after {writer.size} bytes but {meta.declared_size} were declared")
+        name = check_model(writer.read_back(), fmt)
+        sha256 = writer.commit()
+    logger.info("stored model %s (%s, %d bytes) for tenant %s", sha256, name, writer.size, tenant)
+    return store.record_model(tenant, sha256, name, writer.size, meta.name[:256])

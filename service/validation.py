@@ -1,0 +1,174 @@
+"""Protobuf requests -> domain objects, validated at the boundary (INVALID_ARGUMENT with a clear
+one-line message for anything malformed; RESOURCE_EXHAUSTED for caps)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import zipfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xaudit.v1 import audit_pb2
+
+from service.tensors import decode_tensor
+from workers.errors import InvalidInput, InvalidModel
+from workers.spec import ATTACHMENTS, CRITERIA, DEFAULT_TOLERANCES, FOURTEEN_METHODS, JobSpec
+
+__all__ = [
+    "FORMAT_NAMES",
+    "Submission",
+    "check_model",
+    "format_from_proto",
+    "format_to_proto",
+    "submission_from_request",
+]
+
+FORMAT_NAMES = {audit_pb2.MODEL_FORMAT_ONNX: "onnx", audit_pb2.MODEL_FORMAT_TORCHSCRIPT: "torchscript"}
+_FORMAT_ENUMS = {name: value for value, name in FORMAT_NAMES.items()}
+MAX_AUDIT_ORDER = 16
+
+
+def format_from_proto(value: int) -> str | None:
+    """``onnx``, ``torchscript``, or None (unspecified: detect from the bytes)."""
+    if value == audit_pb2.MODEL_FORMAT_UNSPECIFIED:
+        return None
+    if value not in FORMAT_NAMES:
+        raise InvalidInput(f"unknown model format enum value {value}")
+    return FORMAT_NAMES[value]
+
+
+def format_to_proto(name: str) -> int:
+    return _FORMAT_ENUMS.get(name, audit_pb2.MODEL_FORMAT_UNSPECIFIED)
+
+
+def _check_torchscript(data: bytes) -> None:
+    # TorchScript can run code when loaded: never load it here; check the archive's structure only.
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, ValueError):
+        raise InvalidModel("not a TorchScript archive (not a zip file)") from None
+    roots = {n.split("/", 1)[0] for n in names if "/" in n}
+    if len(roots) != 1:
+        raise InvalidModel("not a TorchScript archive (expected one top-level folder)")
+    root = roots.pop()
+    wanted = {f"{root}/data.pkl", f"{root}/version"}
+    if not wanted <= set(names) and not {f"{root}/data.pkl", f"{root}/.data/version"} <= set(names):
+        raise InvalidModel("not a TorchScript archive (data.pkl or version record missing)")
+    if not any(n.startswith(f"{root}/code/") for n in names):
+        raise InvalidModel("not a TorchScript archive (no code/ folder: is this a plain torch.save file?)")
+
+
+def check_model(data: bytes, fmt: str | None) -> str:
+    """Validate untrusted model bytes without running them; returns the format name."""
+    from workers.models import detect_format
+
+    if not data:
+        raise InvalidModel("the model is empty")
+    name = fmt or detect_format(data)
+    if name == "onnx":
+        from workers.models.onnx_model import parse_onnx
+
+        parse_onnx(data)
+    elif name == "torchscript":
+        _check_torchscript(data)
+    else:
+        raise InvalidInput(f"unknown model format '{name}' (use onnx or torchscript)")
+    return name
+
+
+@dataclass(frozen=True)
+class Submission:
+    spec: JobSpec
+    tensors: dict[str, np.ndarray]
+    idempotency_key: str  # empty: derive from the content
+
+
+def _param_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _methods(request: audit_pb2.SubmitRequest) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+    from workers.methods import resolve_method_names
+
+    if not request.methods:
+        return FOURTEEN_METHODS, {}
+    names = resolve_method_names([m.name for m in request.methods])
+    params: dict[str, dict[str, Any]] = {}
+    for m in request.methods:
+        if m.params:
+            if m.name.strip() in ("all", "all+extras"):
+                raise InvalidInput(f"method '{m.name}': parameters belong to a single named method")
+            params.setdefault(m.name.strip(), {}).update({k: _param_value(v) for k, v in m.params.items()})
+    return names, params
+
+
+def _tolerances(request: audit_pb2.SubmitRequest) -> dict[str, float]:
+    tolerances = dict(DEFAULT_TOLERANCES)
+    for name, value in request.tolerances.items():
+        if name not in CRITERIA:
+            raise InvalidInput(f"unknown tolerance '{name}' (criteria: {', '.join(CRITERIA)})")
+        if not math.isfinite(value) or value < 0:
+            raise InvalidInput(f"tolerance {name}={value}: must be a finite number >= 0")
+        tolerances[name] = float(value)
+    return tolerances
+
+
+def _device(text: str) -> str:
+    device = (text or "auto").strip().lower()
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise InvalidInput(f"unknown device '{text}' (use auto, cpu or cuda)")
+    return device
+
+
+def submission_from_request(
+    request: audit_pb2.SubmitRequest, kind: str, *, max_elements: int, max_dims: int
+) -> Submission:
+    from workers.targets import parse_target
+
+    if len(request.inputs) != 1:
+        raise InvalidInput(f"expected exactly one input tensor, got {len(request.inputs)}")
+    caps = {"max_elements": max_elements, "max_dims": max_dims}
+    tensors = {"inputs": decode_tensor(request.inputs[0], what="input tensor", **caps)}
+    if tensors["inputs"].ndim < 1 or tensors["inputs"].size == 0:
+        raise InvalidInput(f"input tensor is empty (shape {list(tensors['inputs'].shape)})")
+    for attachment in request.attachments:
+        name = attachment.name
+        if name not in ATTACHMENTS or name == "inputs":
+            allowed = ", ".join(a for a in ATTACHMENTS if a != "inputs")
+            raise InvalidInput(f"unknown attachment '{name}' (use {allowed})")
+        if name in tensors:
+            raise InvalidInput(f"attachment '{name}' given twice")
+        tensors[name] = decode_tensor(attachment, what=f"attachment '{name}'", **caps)
+    baseline = request.baseline.strip() or "zeros"
+    if baseline.split(":", 1)[0].lower() == "tensor" and "baseline" not in tensors:
+        raise InvalidInput("baseline 'tensor' needs a 'baseline' attachment")
+    target = request.target.strip() or "predicted"
+    parse_target(target)
+    methods, params = _methods(request)
+    order = request.audit_order or 3
+    if not 1 <= order <= MAX_AUDIT_ORDER:
+        raise InvalidInput(f"audit_order {order}: must be between 1 and {MAX_AUDIT_ORDER}")
+    spec = JobSpec(
+        kind=kind,  # type: ignore[arg-type]
+        players=request.players.strip() or "auto",
+        baseline=baseline,
+        target=target,
+        methods=methods,
+        method_params=params,
+        audit_order=order,
+        tolerances=_tolerances(request),
+        seed=int(request.seed),
+        device=_device(request.device),
+        group_names=tuple(request.group_names),
+    )
+    key = request.idempotency_key.strip()
+    if len(key) > 128:
+        raise InvalidInput("idempotency_key is longer than 128 characters")
+    return Submission(spec, tensors, key)
