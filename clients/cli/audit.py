@@ -1,15 +1,49 @@
-"""``xaudit audit``: run the criterion audit locally and write the report."""
+"""``xaudit audit``: run the criterion audit locally and write the report.
+
+Exit 0 when the audit ran, whatever the verdicts (a policy decides what fails: ``xaudit gate``);
+exit 2 on errors.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+from clients.cli.options import add_job_options, job_from_args, read_model
+from clients.cli.progress import progress_bar
 
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from clients.cli.options import add_job_options
-
     parser = sub.add_parser("audit", help="audit attribution methods locally and write the report JSON")
     add_job_options(parser, audit=True)
-    parser.set_defaults(func=lambda args: 2)
+    parser.add_argument(
+        "--out", required=True, type=Path, help="where to write the report (xaudit.report/v1 JSON)"
+    )
+    parser.add_argument(
+        "--attributions-out",
+        type=Path,
+        help="also write the attribution maps of the inputs (.npz, one array per method)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from clients._report import verdict_table
+    from workers.audit import run_audit
+    from workers.prepare import prepare
+
+    spec, tensors = job_from_args(args, "audit")
+    prep = prepare(spec, read_model(args.model), None, tensors)
+    with progress_bar("audit") as update:
+        result = run_audit(prep, update)
+    args.out.write_bytes(result.report_bytes)
+    if args.attributions_out is not None:
+        np.savez(args.attributions_out, **result.attributions)
+    print(verdict_table(result.report), file=sys.stderr)
+    print(f"report: {args.out}", file=sys.stderr)
+    return 0
