@@ -1,0 +1,205 @@
+"""DeepLIFT RevealCancel: a per-unit reference written from Shrikumar et al. 2017, summation-to-delta,
+a closed-form case where it differs from Rescale, and clear refusals of unsupported graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.models import CNN_SHAPE, MLP_FEATURES, maxpool_cnn, relu_cnn, relu_mlp
+from tests.unit.methods._context import Dense, context, dense_layers
+from workers.errors import NotApplicable
+from workers.methods import get_method
+from workers.targets import Target
+
+
+def _relu(v: float) -> float:
+    return max(v, 0.0)
+
+
+def revealcancel_ref(layers: list[Dense], x: np.ndarray, x0: np.ndarray, c: int) -> np.ndarray:
+    """One sample, one unit at a time.
+
+    Linear rule (3.5.1): a term w_ij * da_i counts towards dz_j+ when positive, towards dz_j- when
+    negative. RevealCancel (3.5.3): dy+ = 1/2 (f(z0 + dz+) - f(z0)) + 1/2 (f(z0 + dz- + dz+) - f(z0 + dz-)),
+    dy- symmetric, m+ = dy+/dz+, m- = dy-/dz-. Chain rule for multipliers (3.3): the multiplier of
+    a_i through unit j is w_ij m+_j when w_ij da_i > 0 and w_ij m-_j when it is < 0.
+    """
+    acts, acts0, rules = [x], [x0], []
+    for w, b, relu in layers:
+        a, a0 = acts[-1], acts0[-1]
+        n_in, n_out = w.shape
+        z = [sum(a[i] * w[i, j] for i in range(n_in)) + b[j] for j in range(n_out)]
+        z0 = [sum(a0[i] * w[i, j] for i in range(n_in)) + b[j] for j in range(n_out)]
+        m_pos, m_neg = np.zeros(n_out), np.zeros(n_out)
+        if relu:
+            for j in range(n_out):
+                terms = [w[i, j] * (a[i] - a0[i]) for i in range(n_in)]
+                dp = sum(t for t in terms if t > 0)
+                dn = sum(t for t in terms if t < 0)
+                dy_p = 0.5 * (_relu(z0[j] + dp) - _relu(z0[j])) + 0.5 * (
+                    _relu(z0[j] + dn + dp) - _relu(z0[j] + dn)
+                )
+                dy_n = 0.5 * (_relu(z0[j] + dn) - _relu(z0[j])) + 0.5 * (
+                    _relu(z0[j] + dp + dn) - _relu(z0[j] + dp)
+                )
+                m_pos[j] = dy_p / dp if dp != 0 else 0.0
+                m_neg[j] = dy_n / dn if dn != 0 else 0.0
+        rules.append((m_pos, m_neg))
+        acts.append(np.array([_relu(v) for v in z]) if relu else np.array(z))
+        acts0.append(np.array([_relu(v) for v in z0]) if relu else np.array(z0))
+    m_out = np.zeros(len(acts[-1]))
+    m_out[c] = 1.0  # multiplier of the target logit
+    for depth in reversed(range(len(layers))):
+        w, _, relu = layers[depth]
+        a, a0 = acts[depth], acts0[depth]
+        m_pos, m_neg = rules[depth]
+        m_in = np.zeros(w.shape[0])
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                if not relu:  # a linear layer alone: the multiplier is the weight
+                    m_in[i] += w[i, j] * m_out[j]
+                elif w[i, j] * (a[i] - a0[i]) > 0:
+                    m_in[i] += w[i, j] * m_pos[j] * m_out[j]
+                elif w[i, j] * (a[i] - a0[i]) < 0:
+                    m_in[i] += w[i, j] * m_neg[j] * m_out[j]
+        m_out = m_in
+    return (x - x0) * m_out
+
+
+def _batch(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> torch.Tensor:
+    return scale * torch.randn(4, *shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _attribute(
+    ctx, x: torch.Tensor, x0: torch.Tensor, classes: np.ndarray, name: str = "deeplift_revealcancel"
+):
+    return get_method(name).attribute(ctx, x.numpy(), x0.numpy(), classes)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+@pytest.mark.parametrize("reference", ["zeros", "random"])
+def test_matches_per_unit_reference(kind: str, reference: str) -> None:
+    model, shape = (relu_mlp(seed=11), (MLP_FEATURES,)) if kind == "mlp" else (relu_cnn(seed=11), CNN_SHAPE)
+    x = _batch(shape, 1)
+    x0 = torch.zeros_like(x) if reference == "zeros" else _batch(shape, 2, 0.5)
+    classes = np.array([0, 1, 2, 1])
+    got = _attribute(context(model, x), x, x0, classes)
+    layers = dense_layers(model, shape)
+    flat, flat0 = (t.numpy().reshape(4, -1).astype(np.float64) for t in (x, x0))
+    want = np.stack([revealcancel_ref(layers, flat[k], flat0[k], int(classes[k])) for k in range(4)])
+    np.testing.assert_allclose(got.reshape(4, -1), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("builder", [relu_mlp, relu_cnn])
+@pytest.mark.parametrize("reference", ["zeros", "random"])
+def test_summation_to_delta(builder, fmt: str, reference: str) -> None:
+    model = builder(seed=12)
+    shape = (MLP_FEATURES,) if builder is relu_mlp else CNN_SHAPE
+    x = _batch(shape, 3)
+    x0 = torch.zeros_like(x) if reference == "zeros" else _batch(shape, 4)
+    classes = np.array([2, 0, 1, 2])
+    got = _attribute(context(model, x, fmt=fmt), x, x0, classes)
+    double = model.double()
+    delta = (double(x.double()) - double(x0.double())).detach().numpy()[np.arange(4), classes]
+    model.float()
+    np.testing.assert_allclose(got.reshape(4, -1).sum(1), delta, rtol=1e-5, atol=1e-6)
+    assert np.abs(got).max() > 1e-3  # not trivially zero
+
+
+def test_summation_to_delta_holds_for_probability_targets() -> None:
+    model, x = relu_mlp(seed=13), _batch((MLP_FEATURES,), 5)
+    x0 = _batch((MLP_FEATURES,), 6)
+    classes = np.array([0, 1, 2, 0])
+    got = _attribute(context(model, x, target=Target("prob")), x, x0, classes)
+    probs = [torch.softmax(model(t).double(), 1).detach().numpy()[np.arange(4), classes] for t in (x, x0)]
+    np.testing.assert_allclose(got.sum(1), probs[0] - probs[1], rtol=1e-5, atol=1e-6)
+
+
+def test_max_pooling_uses_the_gradient_and_can_break_completeness() -> None:
+    # Documented behaviour: the audit must be able to find this.
+    model, x = maxpool_cnn(seed=14), _batch(CNN_SHAPE, 7)
+    x0 = _batch(CNN_SHAPE, 8)
+    classes = np.array([0, 1, 2, 0])
+    got = _attribute(context(model, x), x, x0, classes)
+    delta = (model(x) - model(x0)).detach().numpy()[np.arange(4), classes]
+    assert np.isfinite(got).all()
+    assert np.abs(got.reshape(4, -1).sum(1) - delta).max() > 1e-2
+
+
+def _cancelling_model() -> nn.Sequential:
+    """y0 = relu(x1 - x2 + 1), y1 = 0."""
+    model = nn.Sequential(nn.Linear(2, 1), nn.ReLU(), nn.Linear(1, 2))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[1.0, -1.0]]))
+        model[0].bias.fill_(1.0)
+        model[2].weight.copy_(torch.tensor([[1.0], [0.0]]))
+        model[2].bias.zero_()
+    return model.eval()
+
+
+def test_differs_from_rescale_where_contributions_cancel() -> None:
+    # x = (3, 2), x0 = 0: dz+ = 3, dz- = -2, z0 = 1, dy = 1.
+    # Rescale: m = dy/dz = 1 -> (3, -2).
+    # RevealCancel: dy+ = (4-1)/2 + (2-0)/2 = 2.5, dy- = (0-1)/2 + (2-4)/2 = -1.5 -> (2.5, -1.5).
+    x, x0 = torch.tensor([[3.0, 2.0]]), torch.zeros(1, 2)
+    ctx = context(_cancelling_model(), x)
+    classes = np.array([0])
+    reveal = _attribute(ctx, x, x0, classes)
+    rescale = _attribute(ctx, x, x0, classes, name="deeplift_rescale")
+    np.testing.assert_allclose(reveal, [[2.5, -1.5]], rtol=1e-6)
+    np.testing.assert_allclose(rescale, [[3.0, -2.0]], rtol=1e-5)
+
+
+class _Sigmoid(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 3), nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.sigmoid(self.a(x)))
+
+
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(self.a(x))
+
+
+@pytest.mark.parametrize(("model", "operator"), [(_Sigmoid(), "Sigmoid"), (_Residual(), "add")])
+def test_unsupported_operators_are_named(model: nn.Module, operator: str) -> None:
+    x = torch.randn(2, 4)
+    with pytest.raises(NotApplicable, match=operator) as info:
+        _attribute(context(model.eval(), x), x, torch.zeros_like(x), np.zeros(2, np.int64))
+    assert info.value.method == "deeplift_revealcancel"
+
+
+def test_flatten_via_shape_arithmetic_is_supported() -> None:
+    # x.view(x.size(0), -1) exports as Shape/Gather/Concat/Reshape: shape nodes are static.
+    class Viewed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.pool, self.fc = nn.Conv2d(1, 2, 3), nn.AvgPool2d(2), nn.Linear(18, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.pool(torch.relu(self.conv(x)))
+            return self.fc(torch.relu(h.view(h.size(0), -1)))
+
+    torch.manual_seed(3)
+    model, x = Viewed().eval(), _batch(CNN_SHAPE, 9)
+    x0 = _batch(CNN_SHAPE, 10)
+    classes = np.array([0, 1, 1, 0])
+    got = _attribute(context(model, x), x, x0, classes)
+    delta = (model.double()(x.double()) - model(x0.double())).detach().numpy()[np.arange(4), classes]
+    np.testing.assert_allclose(got.reshape(4, -1).sum(1), delta, rtol=1e-5, atol=1e-6)
+
+
+def test_capabilities_are_declared() -> None:
+    caps = get_method("deeplift_revealcancel").capabilities
+    assert caps.hooks and caps.gradients and caps.baseline == "single" and not caps.stochastic
