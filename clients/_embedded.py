@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,9 +22,12 @@ __all__ = ["embedded_service", "free_port"]
 
 logger = logging.getLogger(__name__)
 
+# What `xaudit serve` prints once it listens (service/run.py).
+_SERVING = re.compile(r"xaudit: serving on (\S+)")
+
 
 def free_port() -> int:
-    # Bound then released: another process could take it in between, which the start-up check reports.
+    """A loopback port that was free a moment ago (bound, then released: another process may take it)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -37,39 +41,48 @@ def embedded_service(home: Path | None = None, startup_timeout: float = 120.0) -
     with tempfile.TemporaryDirectory(prefix="xaudit-demo-") as tmp:
         data_dir = Path(home) if home is not None else Path(tmp)
         data_dir.mkdir(parents=True, exist_ok=True)
-        address = f"127.0.0.1:{free_port()}"
         log_path = data_dir / "serve.log"
+        log_path.write_bytes(b"")
         env = dict(os.environ, XAUDIT_HOME=str(data_dir))
-        cmd = [sys.executable, "-m", "clients.cli.main", "serve", "--listen", address]
+        # Port 0: the server binds a free port itself and prints it, so no other process can take it first.
+        cmd = [
+            sys.executable,
+            "-m",
+            "clients.cli.main",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--home",
+            str(data_dir),
+        ]
         with log_path.open("ab") as log:
-            # Own process group: stopping it also stops the worker processes serve started.
+            # Own session: a Ctrl-C reaches only the demo, which then stops serve in order (serve stops its
+            # worker); the fallback SIGKILL goes to the whole group.
             child = subprocess.Popen(
                 cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         try:
-            _wait_ready(child, address, startup_timeout, log_path)
-            yield address
+            yield _wait_ready(child, startup_timeout, log_path)
         finally:
             _stop(child)
 
 
-def _wait_ready(child: subprocess.Popen[bytes], address: str, timeout: float, log_path: Path) -> None:
+def _wait_ready(child: subprocess.Popen[bytes], timeout: float, log_path: Path) -> str:
     deadline = time.monotonic() + timeout
-    with XauditClient(address, timeout=2.0) as client:
-        while True:
-            status = child.poll()
-            if status is not None:
-                raise Unavailable(
-                    f"the embedded service exited with status {status} at start-up; see {log_path}"
-                )
-            try:
-                client.wait_until_ready(timeout=1.0)
-                return
-            except Unavailable:
-                if time.monotonic() > deadline:
-                    raise Unavailable(
-                        f"the embedded service is not up on {address} after {timeout:g} s; see {log_path}"
-                    ) from None
+    address = None
+    while address is None:
+        if child.poll() is not None:
+            raise Unavailable(
+                f"the embedded service exited with status {child.returncode} at start-up; see {log_path}"
+            )
+        if time.monotonic() > deadline:
+            raise Unavailable(f"the embedded service did not start within {timeout:g} s; see {log_path}")
+        found = _SERVING.search(log_path.read_text(errors="replace"))
+        address = found.group(1) if found else None
+        time.sleep(0.05)
+    with XauditClient(address) as client:
+        client.wait_until_ready(timeout=max(1.0, deadline - time.monotonic()))
+    return address
 
 
 def _stop(child: subprocess.Popen[bytes], grace: float = 20.0) -> None:
