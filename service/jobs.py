@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from service.config import ServerConfig
+from service.metrics import record_finished, record_submitted
 from service.store import JobRecord, JobStore, NewJob
 from service.validation import Submission
 from workers.celery_app import queue_for
@@ -62,6 +63,7 @@ class JobService:
             tensors=submission.tensors,
         )
         job, created = self.store.create_job(new)
+        record_submitted(job, created)
         if created:
             logger.info("job %s recorded (%s, queue %s)", job.id, job.kind, job.queue)
             # Recorded first; a broker that is down only delays the job (the dispatcher retries).
@@ -84,6 +86,7 @@ class JobService:
             return False
         sealed = self._seal(job, report) if report else None
         accepted = self.store.complete(job_id, sealed, tensors, not_applicable, compute_seconds)
+        record_finished(job, "succeeded", accepted)
         logger.info("job %s: %s", job_id, "succeeded" if accepted else "already finished, result dropped")
         return accepted
 

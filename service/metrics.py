@@ -10,12 +10,18 @@ time (the store, not the broker, is the source of truth), through :meth:`Service
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from service.store import JobStore
 
 __all__ = [
     "JOB_BUCKETS",
@@ -24,6 +30,17 @@ __all__ = [
     "RPC_BUCKETS",
     "JobCounts",
     "ServiceMetrics",
+    "activate",
+    "active",
+    "counted_chunks",
+    "counted_signer",
+    "record_failed",
+    "record_finished",
+    "record_started",
+    "record_submitted",
+    "start_service_metrics",
+    "store_job_counts",
+    "watch_store",
 ]
 
 logger = logging.getLogger(__name__)
@@ -216,3 +233,138 @@ class ServiceMetrics:
     def rpc_handled(self, service: str, method: str, rpc_type: str, code: str, seconds: float) -> None:
         self.rpcs_handled.labels(service, method, rpc_type, code).inc()
         self.rpc_seconds.labels(service, method, rpc_type).observe(seconds)
+
+
+# --- the process's active metrics, and one-line helpers for the service's call sites ------------------
+# A no-op until an entry point (``xaudit serve --metrics-port``, or a test) activates a ServiceMetrics.
+_active: ServiceMetrics | None = None
+_active_lock = threading.Lock()
+T = TypeVar("T")
+
+
+class _Job(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def created_at(self) -> float: ...
+    @property
+    def started_at(self) -> float | None: ...
+    @property
+    def attempts(self) -> int: ...
+
+
+def activate(metrics: ServiceMetrics | None) -> ServiceMetrics | None:
+    """Make ``metrics`` the instance the helpers record to (None: record nothing); return the previous."""
+    global _active
+    with _active_lock:
+        previous, _active = _active, metrics
+    return previous
+
+
+def active() -> ServiceMetrics | None:
+    return _active
+
+
+def record_submitted(job: _Job, created: bool) -> None:
+    """After the store recorded a submission; resubmissions (``created`` False) are not counted."""
+    m = _active
+    if m is not None and created:
+        m.job_submitted(job.kind)
+
+
+def record_started(job: _Job, claimed: bool) -> None:
+    """After a worker claimed the job: the queue wait of its first attempt."""
+    m = _active
+    if m is not None and claimed and job.attempts == 1 and job.started_at is not None:
+        m.job_started(job.kind, job.started_at - job.created_at)
+
+
+def record_finished(job: _Job, outcome: str, accepted: bool) -> None:
+    """After the store moved the job to a final state (``accepted``); duration from submission to now."""
+    m = _active
+    if m is not None and accepted:
+        m.job_finished(job.kind, outcome, time.time() - job.created_at)
+
+
+def record_failed(store: JobStore, job_id: str, code: str, accepted: bool) -> None:
+    """After a worker's FailJob was accepted: ``CANCELLED`` counts as cancelled, any other code as failed."""
+    if _active is None or not accepted:
+        return
+    record_finished(store.job_by_id(job_id), "cancelled" if code == "CANCELLED" else "failed", accepted)
+
+
+def counted_chunks(chunks: Iterable[T]) -> Iterator[T]:
+    """Pass UploadModel's messages through, counting the model bytes they carry."""
+    for chunk in chunks:
+        m = _active
+        data = getattr(chunk, "data", b"")
+        if m is not None and data:
+            m.upload_received(len(data))
+        yield chunk
+
+
+class _CountedSigner:
+    """A report signer whose failures are counted; everything else is the wrapped signer's."""
+
+    def __init__(self, signer: Any) -> None:
+        self._signer = signer
+
+    def sign(self, report_bytes: bytes, model_sha256: str, model_name: str, inputs_sha256: str) -> bytes:
+        try:
+            envelope: bytes = self._signer.sign(report_bytes, model_sha256, model_name, inputs_sha256)
+        except Exception:
+            m = _active
+            if m is not None:
+                m.signing_failed()
+            raise
+        return envelope
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._signer, name)
+
+
+def counted_signer(signer: T) -> T:
+    """Wrap the service's report signer so that signing failures are counted."""
+    return _CountedSigner(signer)  # type: ignore[return-value]
+
+
+def store_job_counts(store: JobStore) -> JobCounts:
+    """Queued and running jobs by kind, counted in the job store (all tenants)."""
+    import sqlalchemy as sa
+
+    from service.schema import jobs
+    from service.store import QUEUED, RUNNING
+
+    query = (
+        sa.select(jobs.c.kind, jobs.c.state, sa.func.count())
+        .where(jobs.c.state.in_((QUEUED, RUNNING)))
+        .group_by(jobs.c.kind, jobs.c.state)
+    )
+    queued: dict[str, int] = {}
+    running: dict[str, int] = {}
+    with store.engine.connect() as conn:
+        for kind, state, n in conn.execute(query):
+            (queued if state == QUEUED else running)[str(kind)] = int(n)
+    return JobCounts(queued=queued, running=running)
+
+
+def watch_store(store: JobStore) -> None:
+    """Have the active metrics read queue depth and running jobs from ``store`` at each scrape."""
+    m = _active
+    if m is not None:
+        m.watch_jobs(lambda: store_job_counts(store))
+
+
+def start_service_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None:
+    """For ``xaudit serve --metrics-port``: activate metrics on the default registry (with the process
+    and platform collectors) and serve them on ``http://addr:port/metrics``; None: do nothing."""
+    if port is None:
+        return None
+    from prometheus_client import REGISTRY
+
+    from workers.metrics import start_metrics_server
+
+    if _active is None:
+        activate(ServiceMetrics(REGISTRY))
+    _, bound = start_metrics_server(port, REGISTRY, addr)
+    return bound

@@ -14,9 +14,9 @@ from typing import Any
 
 import grpc
 
-from service.metrics import ServiceMetrics
+from service.metrics import ServiceMetrics, active
 
-__all__ = ["MetricsInterceptor"]
+__all__ = ["MetricsInterceptor", "metrics_interceptors"]
 
 _UNKNOWN = "unknown"
 
@@ -118,3 +118,10 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                 self._metrics.rpc_handled(service, method, rpc_type, outcome, time.perf_counter() - started)
 
         return wrapped
+
+
+def metrics_interceptors() -> list[grpc.ServerInterceptor]:
+    """``[MetricsInterceptor]`` bound to the active metrics, or ``[]`` when none are active; spread it
+    first into the server's interceptor list."""
+    metrics = active()
+    return [] if metrics is None else [MetricsInterceptor(metrics)]

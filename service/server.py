@@ -15,6 +15,8 @@ from service.config import ServerConfig
 from service.dispatch import Dispatcher, Sender, celery_sender
 from service.errors_interceptor import ErrorsInterceptor
 from service.jobs import JobService, ReportSealer
+from service.metrics import counted_signer, watch_store
+from service.metrics_interceptor import metrics_interceptors
 from service.servicer import AuditServicer, WorkerServicer
 from service.store import JobStore
 from workers.errors import Unavailable
@@ -100,7 +102,7 @@ def create_server(
     ]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_threads, thread_name_prefix="xaudit-rpc"),
-        interceptors=[ErrorsInterceptor()],
+        interceptors=[*metrics_interceptors(), ErrorsInterceptor()],
         options=options,
     )
     port = server.add_insecure_port(config.listen)
@@ -113,8 +115,9 @@ def create_server(
         sender, close_sender = celery_sender(config.resolved_broker_url, address)
         closers.append(close_sender)
     closers.append(store.close)
+    watch_store(store)
     dispatcher = Dispatcher(store, sender, config)
-    jobs = JobService(config, store, dispatcher, signer if signer is not None else default_signer(config))
+    jobs = JobService(config, store, dispatcher, counted_signer(signer if signer is not None else default_signer(config)))
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(jobs, blobs), server)
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(jobs, blobs), server)
     health_servicer = health.HealthServicer()

@@ -14,6 +14,7 @@ from service.blobs import BlobStore
 from service.config import DEFAULT_TENANT
 from service.convert import decode_page_token, encode_page_token, job_to_proto, state_to_proto
 from service.jobs import JobService
+from service.metrics import counted_chunks, record_failed, record_started
 from service.tensors import decode_tensor, encode_tensor
 from service.uploads import receive_model
 from service.validation import format_to_proto, submission_from_request
@@ -39,7 +40,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
 
     def UploadModel(self, request_iterator: Iterator[audit_pb2.ModelChunk], context: Any) -> audit_pb2.ModelRef:
         model = receive_model(
-            request_iterator, self._blobs, self._store, tenant_of(context), self._config.upload_cap_bytes
+            counted_chunks(request_iterator), self._blobs, self._store, tenant_of(context), self._config.upload_cap_bytes
         )
         return audit_pb2.ModelRef(sha256=model.sha256, format=format_to_proto(model.format), size=model.size, name=model.name)
 
@@ -108,6 +109,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     def FetchJob(self, request: worker_pb2.FetchJobRequest, context: Any) -> worker_pb2.JobPayload:
         job, claimed = self._store.claim(request.job_id, request.worker_id, self._config.lease_seconds)
+        record_started(job, claimed)
         reply = worker_pb2.JobPayload(job_id=job.id, claimed=claimed, state=state_to_proto(job.state))
         if not claimed:
             return reply
@@ -145,4 +147,5 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     def FailJob(self, request: worker_pb2.FailJobRequest, context: Any) -> worker_pb2.FailJobResponse:
         accepted = self._store.fail(request.job_id, request.worker_id, request.code, request.message)
+        record_failed(self._store, request.job_id, request.code, accepted)
         return worker_pb2.FailJobResponse(accepted=accepted)

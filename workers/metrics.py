@@ -70,7 +70,7 @@ COMPUTE_BUCKETS: tuple[float, ...] = (
     3600.0,
 )
 # Label values are clamped to these small sets.
-VERDICT_OUTCOMES: tuple[str, ...] = ("reliable", "unreliable", "inconclusive", "not_applicable")
+VERDICT_OUTCOMES: tuple[str, ...] = ("reliable", "unreliable", "not_applicable")  # workers/audit/runner.py
 FALLBACK_COMPONENTS: tuple[str, ...] = ("torch", "onnxruntime")
 _ORT_PROVIDERS: frozenset[str] = frozenset(
     {
@@ -287,14 +287,16 @@ def start_metrics_server(
 
 
 # --- the `xaudit worker --metrics-port` wiring ----------------------------------------------------
-def serve_worker_metrics(port: int, addr: str = "0.0.0.0") -> int:
+def serve_worker_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None:
     """Expose a Celery prefork worker's metrics on ``port``; returns the bound port.
 
     Call it in the worker's main process before the pool starts: it turns on multiprocess mode
     (``PROMETHEUS_MULTIPROC_DIR``, emptied of a previous run's files), serves the merged values of
     all pool processes, and has each pool child activate its :class:`WorkerMetrics` and report its
-    device when it starts (CUDA is initialised in the child, never in the parent).
+    device when it starts (CUDA is initialised in the child, never in the parent). None: do nothing.
     """
+    if port is None:
+        return None
     from celery import signals
 
     directory = use_multiprocess_dir()

@@ -28,11 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--upload-cap-mb", type=int, help="largest model upload in MiB (default 256)")
     parser.add_argument("--lease-seconds", type=float, help="worker lease; a silent worker's job is re-queued after it")
     parser.add_argument("--no-reflection", action="store_true", help="turn gRPC server reflection off")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from service.config import MiB, ServerConfig
+    from service.metrics import start_service_metrics
     from service.run import ServeOptions, serve
 
     changes: dict[str, object] = {"listen": args.listen, "reflection": not args.no_reflection}
@@ -44,4 +46,5 @@ def run(args: argparse.Namespace) -> int:
         changes["upload_cap_bytes"] = args.upload_cap_mb * MiB
     config = ServerConfig(**changes)  # type: ignore[arg-type]
     local = args.broker is None or args.local_worker
+    start_service_metrics(args.metrics_port)
     return serve(config, ServeOptions(local_worker=local, worker_concurrency=args.concurrency))

@@ -12,7 +12,7 @@ import numpy as np
 
 from workers.audit.evidence import worst_sets
 from workers.audit.noise import DEFAULT_Z, estimate_floor
-from workers.audit.report import SCHEMA, canonical_bytes, environment, timestamp
+from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs
 from workers.errors import NotApplicable
@@ -20,6 +20,7 @@ from workers.explain import explain
 from workers.game import GameResult, play
 from workers.interactions import popcounts
 from workers.methods import Method, derived_seed, get_method
+from workers.metrics import record_verdict
 from workers.prepare import Prepared
 from workers.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
 
@@ -310,6 +311,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         entry["seconds"] = maps.seconds.get(method.name, 0.0) + time.perf_counter() - t0
         entries.append(entry)
         logger.info("%s: %s (%.1fs)", method.name, entry["verdict"], entry["seconds"])
+        record_verdict(method.name, entry["verdict"])
     report = {
         "schema": SCHEMA,
         "created": timestamp(),
@@ -348,4 +350,5 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         "seconds": time.perf_counter() - started,
     }
     report_progress(1.0, "audit done")
+    report = jsonable(report)
     return AuditResult(report, canonical_bytes(report), maps.attributions, maps.not_applicable)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,12 +11,10 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
+from tests.models import MLP_FEATURES, relu_mlp, to_onnx, to_torchscript
 from workers import metrics as wm
 from workers.jobs import run_job
 from workers.spec import JobSpec
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from models import MLP_FEATURES, relu_mlp, to_onnx, to_torchscript
 
 
 def value(m: wm.WorkerMetrics, series: str, **labels: str) -> float:
