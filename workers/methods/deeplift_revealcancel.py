@@ -55,6 +55,7 @@ class DeepLiftRevealCancel(Method):
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
+        self.params(ctx)  # refuses unknown parameters (there are none)
         plan = RevealCancelGraph(ctx.model.torch_hookable(self.name), self.name)
         device = ctx.model.device
         out: list[np.ndarray] = []
