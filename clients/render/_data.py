@@ -1,0 +1,131 @@
+"""Plain values out of a report and its attributions: what the page and the figures draw from.
+
+A report arrives as the service wrote it (JSON values), as ``run_audit`` returns it (numpy arrays and
+scalars inside), or from older writers that stringified arrays (``"[0 3 7]"``); everything here reads
+all three.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CRITERIA",
+    "CRITERION_TITLES",
+    "InputKind",
+    "Players",
+    "as_float",
+    "as_floats",
+    "input_kind",
+    "normalise_report",
+    "per_player",
+    "players_of",
+]
+
+CRITERIA: tuple[str, ...] = ("coverage", "unrelated_allocation", "complete_allocation")
+CRITERION_TITLES: dict[str, str] = {
+    "coverage": "Coverage (nothing dropped)",
+    "unrelated_allocation": "No unrelated allocation",
+    "complete_allocation": "Complete allocation (nothing handed out twice)",
+}
+
+InputKind = str  # "image" (two spatial axes) or "vector" (anything else, drawn as bars)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+def normalise_report(report: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy with numpy values turned into JSON values; NaN stays a float (shown as "n/a")."""
+    loaded: dict[str, Any] = json.loads(json.dumps(report, default=_plain))
+    return loaded
+
+
+def as_floats(value: Any) -> list[float]:
+    """A list of numbers from a JSON list, a numpy array or a stringified array; [] when unreadable."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        text = value.strip().strip("[]").replace(",", " ")
+        try:
+            return [float(v) for v in text.split()]
+        except ValueError:
+            return []
+    try:
+        return [float(v) for v in np.asarray(value, dtype=np.float64).ravel()]
+    except (TypeError, ValueError):
+        return []
+
+
+def as_float(value: Any) -> float | None:
+    """A finite float, or None for missing, null, NaN and non-numbers."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+@dataclass(frozen=True)
+class Players:
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    layout: tuple[int, int]
+    spec: str
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    @property
+    def is_grid(self) -> bool:
+        return self.spec.strip().lower().startswith("grid:")
+
+
+def players_of(report: Mapping[str, Any]) -> Players:
+    game = report.get("game") or {}
+    entries = sorted(game.get("players") or [], key=lambda p: int(p.get("index", 0)))
+    names = tuple(str(p.get("name", f"player {i}")) for i, p in enumerate(entries))
+    sizes = tuple(int(p.get("size", 1)) for p in entries)
+    layout_values = [int(v) for v in as_floats(game.get("layout"))]
+    layout = (layout_values[0], layout_values[1]) if len(layout_values) == 2 else (1, len(names))
+    spec = str((report.get("config") or {}).get("players", ""))
+    return Players(names, sizes, layout, spec)
+
+
+def input_kind(sample_shape: Sequence[int]) -> InputKind:
+    """Images have two spatial axes (H, W), optionally after a channel axis (C, H, W) or before (H, W, C)."""
+    shape = tuple(int(d) for d in sample_shape)
+    if len(shape) == 2 and min(shape) >= 2:
+        return "image"
+    if len(shape) == 3 and (min(shape[-2:]) >= 2 or shape[-1] in (1, 3, 4)):
+        return "image"
+    return "vector"
+
+
+def per_player(
+    attributions: np.ndarray, players: Players, labels: np.ndarray | None
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """(B, *sample_shape) -> (B, k) values with k bar names: per player when the element-to-player map is
+    known (given, or one element per player), else per element."""
+    flat = np.asarray(attributions, dtype=np.float64).reshape(len(attributions), -1)
+    if labels is not None:
+        lab = np.asarray(labels).reshape(-1)
+        if lab.size == flat.shape[1] and players.n and int(lab.max()) < players.n:
+            onehot = np.zeros((lab.size, players.n))
+            onehot[np.arange(lab.size), lab] = 1.0
+            return flat @ onehot, players.names
+    if players.n == flat.shape[1] and all(s == 1 for s in players.sizes):
+        return flat, players.names
+    return flat, tuple(f"feature {i}" for i in range(flat.shape[1]))
