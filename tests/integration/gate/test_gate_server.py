@@ -135,3 +135,47 @@ def test_malformed_policy_exits_2_with_one_line(
     assert _gate(server[0], tmp_path, "audit: [integrated_gradients, occlusion_1\n") == 2
     assert "not valid YAML" in _last_line(capsys.readouterr().err)
     assert not (tmp_path / "junit.xml").exists()
+
+
+def _ci_script(name: str) -> str:
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[3] / "deploy" / "ci" / name).read_text())
+    if "jobs" in doc:
+        [block] = [s["run"] for s in doc["jobs"]["gate"]["steps"] if "xaudit gate" in s.get("run", "")]
+    else:
+        [block] = [line for line in doc["xaudit-gate"]["script"] if "xaudit gate" in line]
+    # The shipped jobs use 16 players; 8 keep this test's audit the one the module already ran.
+    return str(block).replace("grid:4x4", "grid:2x4")
+
+
+@pytest.mark.parametrize(("name", "shell"), [("github-actions.yml", "bash"), ("gitlab-ci.yml", "sh")])
+@pytest.mark.parametrize(("required", "status"), [("integrated_gradients", 0), ("occlusion_1", 1)])
+def test_shipped_ci_jobs_run_the_gate(
+    server: tuple[str, Path], tmp_path: Path, name: str, shell: str, required: str, status: int
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    shutil.copy(MODEL, repo / "models" / "model.onnx")
+    (repo / ".xaudit").mkdir()
+    shutil.copy(INPUTS, repo / ".xaudit" / "inputs.npy")
+    (repo / ".xaudit" / "policy.yaml").write_text(AUDIT + f"require_reliable: [{required}]\n")
+    assert main(["keys", "--server", server[0], "--out", str(repo / ".xaudit" / "keys")]) == 0
+    env = dict(
+        os.environ,
+        XAUDIT_SERVER=server[0],
+        MODEL="models/model.onnx",
+        GITHUB_STEP_SUMMARY=str(tmp_path / "step-summary.md"),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    run = subprocess.run(
+        [shell, "-e", "-c", _ci_script(name)], cwd=repo, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == status, run.stderr[-2000:]
+    root = ET.parse(repo / "xaudit-junit.xml").getroot()
+    assert int(root.get("failures", "-1")) == status
+    assert (repo / "xaudit-report.dsse.json").is_file()
