@@ -1,0 +1,128 @@
+"""The audit's verdicts on analytic and small ReLU models with biases (issue 3 acceptance)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tests.models import relu_cnn, relu_mlp, to_onnx, to_torchscript
+from tests.unit.core.analytic import Polynomial
+from tests.unit.core.conftest import POLY_X, prepared
+from workers.audit import run_audit
+
+METHODS = (
+    "gradient_x_input",
+    "occlusion_1",
+    "occlusion_patch",
+    "integrated_gradients",
+    "shapley_value",
+    "deeplift_rescale",
+)
+
+
+def _failing(report: dict[str, Any]) -> dict[str, set[str]]:
+    return {
+        m["name"]: {c for c, v in m["criteria"].items() if not v["passed"]}
+        for m in report["methods"]
+        if m["verdict"] != "not_applicable"
+    }
+
+
+def _relu_cases() -> list[tuple[str, bytes, np.ndarray, str]]:
+    gen = torch.Generator().manual_seed(1)
+    x_mlp = torch.randn(3, 6, generator=gen)
+    x_cnn = torch.randn(2, 1, 8, 8, generator=gen)
+    return [
+        ("mlp-onnx", to_onnx(relu_mlp(0), x_mlp), x_mlp.numpy(), "features"),
+        ("mlp-torchscript", to_torchscript(relu_mlp(0), x_mlp), x_mlp.numpy(), "features"),
+        ("cnn-onnx", to_onnx(relu_cnn(0), x_cnn), x_cnn.numpy(), "grid:2x4"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def relu_reports() -> dict[str, dict[str, Any]]:
+    return {
+        name: run_audit(prepared(model, x, players=players, methods=METHODS)).report
+        for name, model, x, players in _relu_cases()
+    }
+
+
+@pytest.mark.parametrize("case", ["mlp-onnx", "mlp-torchscript", "cnn-onnx"])
+def test_relu_nets_separate_the_methods(relu_reports: dict[str, dict[str, Any]], case: str) -> None:
+    failing = _failing(relu_reports[case])
+    for exact in ("integrated_gradients", "deeplift_rescale", "shapley_value"):
+        assert failing[exact] == set(), (exact, failing[exact])
+    assert failing["occlusion_1"] == {"complete_allocation"}
+    assert failing["occlusion_patch"] == {"unrelated_allocation", "complete_allocation"}
+    assert failing["gradient_x_input"], "gradient x input must fail on a nonlinear model with biases"
+
+
+def test_onnx_and_torchscript_give_the_same_verdicts(relu_reports: dict[str, dict[str, Any]]) -> None:
+    onnx = {m["name"]: m["verdict"] for m in relu_reports["mlp-onnx"]["methods"]}
+    script = {m["name"]: m["verdict"] for m in relu_reports["mlp-torchscript"]["methods"]}
+    assert onnx == script
+
+
+def test_polynomial_verdicts() -> None:
+    model = to_onnx(Polynomial(), torch.from_numpy(POLY_X))
+    report = run_audit(prepared(model, POLY_X, methods=METHODS)).report
+    failing = _failing(report)
+    assert failing["integrated_gradients"] == set()
+    assert failing["shapley_value"] == set()
+    assert failing["occlusion_1"] == {"complete_allocation"}
+    assert failing["occlusion_patch"] == {"unrelated_allocation", "complete_allocation"}
+    # Occlusion-1 hands out |S| times each effect: excess over 3 sets of orders 1, 2, 3 is known exactly.
+    occlusion = next(m for m in report["methods"] if m["name"] == "occlusion_1")
+    effects = [(2 * x[0], 3 * x[0] * x[1], -x[1] * x[2] * x[3]) for x in POLY_X]
+    excess = sum(abs(e2) * 1 + abs(e3) * 2 for _, e2, e3 in effects)
+    mass = sum(abs(e1) + abs(e2) + abs(e3) for e1, e2, e3 in effects)
+    assert occlusion["criteria"]["complete_allocation"]["score"] == pytest.approx(excess / mass, rel=1e-5)
+
+
+def _without_timings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k not in ("created", "seconds")}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def test_same_seed_same_report() -> None:
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 6, generator=gen)
+    model = to_onnx(relu_mlp(1), x)
+    background = np.random.default_rng(0).normal(size=(3, 6)).astype(np.float32)
+    methods = ("expected_gradients", "smoothgrad", "occlusion_1")
+
+    def audit(seed: int) -> dict[str, Any]:
+        from workers.prepare import prepare
+        from workers.spec import JobSpec
+
+        spec = JobSpec(players="features", device="cpu", methods=methods, seed=seed)
+        return run_audit(prepare(spec, model, None, {"inputs": x.numpy(), "background": background})).report
+
+    first, second, other = audit(7), audit(7), audit(8)
+    assert _without_timings(first) == _without_timings(second)
+    assert _without_timings(first) != _without_timings(other)  # the seed matters for stochastic methods
+
+
+def test_report_records_what_it_needs(relu_reports: dict[str, dict[str, Any]]) -> None:
+    report = relu_reports["cnn-onnx"]
+    assert report["schema"] == "xaudit.report/v1"
+    assert report["inputs"]["count"] == 2 and report["inputs"]["shape"] == [2, 1, 8, 8]
+    assert sorted(report["summary"]["reliable"]) == [
+        "deeplift_rescale",
+        "integrated_gradients",
+        "shapley_value",
+    ]
+    for method in report["methods"]:
+        assert method["seconds"] > 0
+        assert "not used for the verdict" in method["paper_context"]["label"]
+        for criterion in method["criteria"].values():
+            assert criterion["passed"] == (criterion["score"] <= criterion["tolerance"])
+    occlusion = next(m for m in report["methods"] if m["name"] == "occlusion_1")
+    assert occlusion["evidence"] and "complete_allocation" in occlusion["evidence"][0]["breaks"]
+    assert occlusion["evidence"][0]["ratio"] == pytest.approx(occlusion["evidence"][0]["order"], rel=1e-4)
