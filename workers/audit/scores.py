@@ -15,10 +15,7 @@ __all__ = ["AllocationScores", "moebius_shares", "score_allocation"]
 def moebius_shares(subsets: np.ndarray, per_player: np.ndarray, n: int) -> np.ndarray:
     """A_i(S) = sum_{T subset S} (-1)^{|S|-|T|} a_i(x_T): (B, m, n) from (B, m, n) over the subset axis."""
     moved = np.moveaxis(per_player, 1, -1)  # (B, n, m)
-    if len(subsets) == 2**n:
-        shares = moebius(moved, n)
-    else:
-        shares = moebius_dense_limited(subsets, moved, n)
+    shares = moebius(moved, n) if len(subsets) == 2**n else moebius_dense_limited(subsets, moved, n)
     return np.moveaxis(shares, -1, 1)
 
 
