@@ -42,7 +42,7 @@ from clients.verify import (
     pae,
     public_key_pem,
 )
-from workers.errors import InvalidInput
+from workers.errors import FailedPrecondition, InvalidInput
 
 __all__ = ["KEY_FILE_NAME", "TRUSTED_DIR_NAME", "ReportSigner"]
 
@@ -116,6 +116,7 @@ class ReportSigner:
                 self._extra.append(load_public_key(self._read(item), f"verification key {item}"))
             else:
                 self._extra.append(load_public_key(item, "configured verification key"))
+        self._trusted_keys(strict=True)  # a broken trusted/ file stops the start, not a later call
         logger.info("report signing key %s", self._key_id)
 
     @staticmethod
@@ -128,9 +129,13 @@ class ReportSigner:
     @staticmethod
     def _load_or_create(path: Path) -> Ed25519PrivateKey:
         if not path.exists():
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             key = Ed25519PrivateKey.generate()
-            if _write_private_key(path, key):
+            try:
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                created = _write_private_key(path, key)
+            except OSError as exc:
+                raise FailedPrecondition(f"cannot create the signing key {path} ({exc.strerror})") from None
+            if created:
                 logger.info("generated a report signing key in %s", path)
                 return key
             # Another replica won the race: use its key so both sign alike.
@@ -141,15 +146,21 @@ class ReportSigner:
         """sha256 hex of the raw public key of the signing key (see :func:`clients.verify.key_id`)."""
         return self._key_id
 
-    def _trusted_keys(self) -> list[Ed25519PublicKey]:
+    def _trusted_keys(self, *, strict: bool = False) -> list[Ed25519PublicKey]:
         trusted_dir = self._key_dir / TRUSTED_DIR_NAME
         if not trusted_dir.is_dir():
             return []
-        # Read on every call so a key dropped into trusted/ is published without a restart.
-        return [
-            load_public_key(self._read(path), f"trusted key {path}")
-            for path in sorted(trusted_dir.glob("*.pem"))
-        ]
+        # Read on every call so a key dropped into trusted/ is published without a restart; a file
+        # that went bad since the start is skipped (and logged) rather than failing GetSigningKeys.
+        keys: list[Ed25519PublicKey] = []
+        for path in sorted(trusted_dir.glob("*.pem")):
+            try:
+                keys.append(load_public_key(self._read(path), f"trusted key {path}"))
+            except InvalidInput as exc:
+                if strict:
+                    raise
+                logger.warning("skipping %s", exc)
+        return keys
 
     def public_keys(self) -> list[tuple[str, str]]:
         """(key id, SubjectPublicKeyInfo PEM) of every verification key, the signing key first."""

@@ -81,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
     envelope, server_keys = _audit_on_server(args, model, spec, tensors, fetch_keys=not pinned)
     if args.envelope_out is not None:
         args.envelope_out.write_bytes(envelope)
+    if _looks_unsigned(envelope):
+        raise VerificationError(
+            "the server returned an unsigned report; the gate accepts signed reports only"
+        )
     try:
         verified = verify_envelope(envelope, pinned or server_keys)
         check_model_subject(verified.statement, model)
@@ -110,6 +114,16 @@ def run(args: argparse.Namespace) -> int:
     names = ", ".join(m.method for m in outcome.failed)
     print(f"xaudit: gate failed: {names}", file=sys.stderr)
     return EXIT_VIOLATION
+
+
+def _looks_unsigned(data: bytes) -> bool:
+    import json
+
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and "schema" in doc and "payload" not in doc
 
 
 def _check_config(report: Mapping[str, Any], tolerances: Mapping[str, float]) -> None:

@@ -172,6 +172,7 @@ def test_pinned_key_rotation_list(monkeypatch, capsys, files) -> None:  # type: 
         (("--key", str(ASSETS / "key-3.pub.pem")), "envelope-key-1.json", (), "no signature verifies"),
         ((), "envelope-key-1.json", ("key-3",), "no signature verifies"),
         ((), "envelope-key-1.json", ("lying",), "is really"),
+        ((), "report.json", (), "the server returned an unsigned report"),
     ],
 )
 def test_bad_signature_exits_2_with_one_line(  # type: ignore[no-untyped-def]

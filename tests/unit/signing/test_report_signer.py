@@ -146,3 +146,28 @@ def test_model_name_defaults_and_never_collides_with_the_inputs_subject(tmp_path
 def test_envelope_bytes_are_stable_for_the_same_input(tmp_path: Path) -> None:
     signer = ReportSigner(tmp_path)
     assert signer.sign(REPORT, MODEL, "m", INPUTS) == signer.sign(REPORT, MODEL, "m", INPUTS)
+
+
+def test_broken_trusted_key_stops_the_start_but_not_a_running_service(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    signer = ReportSigner(tmp_path)
+    trusted = tmp_path / TRUSTED_DIR_NAME
+    trusted.mkdir()
+    (trusted / "good.pem").write_text(pem(1))
+    (trusted / "bad.pem").write_text("not a key")
+    # Running: the bad file is skipped and logged, the good one still published.
+    assert [kid for kid, _ in signer.public_keys()] == [signer.key_id, key_id(load_public_key(pem(1)))]
+    assert "bad.pem" in caplog.text
+    # Starting: refused, naming the file.
+    with pytest.raises(InvalidInput, match=r"bad\.pem"):
+        ReportSigner(tmp_path)
+
+
+def test_unwritable_key_dir_is_a_clear_error(tmp_path: Path) -> None:
+    from workers.errors import FailedPrecondition
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(FailedPrecondition, match="cannot create the signing key"):
+        ReportSigner(blocker / "keys")
