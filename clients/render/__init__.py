@@ -46,7 +46,11 @@ def render_html(
     )
 
     doc = normalise_report(report)
-    status = signature or SignatureStatus("unsigned", None, "no signature supplied with this report")
+    status = signature or SignatureStatus(
+        "unsigned",
+        None,
+        "this report came without a signature (local audits are unsigned; the service signs its reports)",
+    )
     methods = [m for m in doc.get("methods") or [] if isinstance(m, dict)]
     config = doc.get("config") or {}
     game = doc.get("game") or {}
