@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=Path,
         help="also write the attribution maps of the inputs (.npz, one array per method)",
     )
+    from clients.cli.render import add_html_option
+
+    add_html_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -44,6 +47,11 @@ def run(args: argparse.Namespace) -> int:
     args.out.write_bytes(result.report_bytes)
     if args.attributions_out is not None:
         np.savez(args.attributions_out, **result.attributions)
+    if args.html is not None:
+        from clients.render import write_html
+
+        maps, labels = result.attributions, prep.players.labels
+        write_html(args.html, result.report, attributions=maps, inputs=prep.inputs, player_labels=labels)
     print(verdict_table(result.report), file=sys.stderr)
     print(f"report: {args.out}", file=sys.stderr)
     return 0

@@ -34,6 +34,7 @@ COMMANDS: tuple[str, ...] = (
     "serve",
     "worker",
     "demo",
+    "render",
 )
 
 

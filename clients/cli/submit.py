@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument(
         "--idempotency-key", default="", help="resubmitting with the same key returns the same job"
     )
+    from clients.cli.render import add_html_option
+
+    add_html_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -41,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out is None and not args.detach:
         raise InvalidInput("--out is required unless --detach is given")
+    if args.html is not None and args.kind != "audit":
+        raise InvalidInput("--html renders an audit report: use it with --kind audit")
     spec, tensors = job_from_args(args, args.kind)
     with client_from_args(args) as client:
         ref = client.upload_model(args.model)
@@ -52,5 +57,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"job {job.id} ({job.state}) on {client.address}", file=sys.stderr)
         job = follow(client, job, args.kind)
         write_result(client, job, args.out)
+        if args.html is not None:
+            from clients.cli.render import html_for_job
+
+            html_for_job(client, job.id, args.out.read_bytes(), tensors, args.html)
     print(f"wrote the {args.kind} result of job {job.id} to {args.out}", file=sys.stderr)
     return 0
