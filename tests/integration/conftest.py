@@ -130,7 +130,8 @@ def embedded_service(tmp_path: Path) -> Iterator[Service]:
     try:
         yield service
     finally:
-        stop_process(service.proc)
+        # SIGKILL: a graceful stop takes ~8 s (billiard's pool shutdown); the restart test covers it.
+        stop_process(service.proc, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -164,5 +165,5 @@ def redis_service(tmp_path: Path, postgres_url: str) -> Iterator[Service]:
         yield service
     finally:
         for worker in service.workers:
-            stop_process(worker, timeout=10)
+            stop_process(worker, signal.SIGKILL)
         stop_process(service.proc)
