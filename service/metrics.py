@@ -167,12 +167,6 @@ class ServiceMetrics:
             ["kind", "outcome"],
             registry=registry,
         )
-        self.jobs_redispatched = Counter(
-            "xaudit_jobs_redispatched",
-            "Jobs queued again because the worker holding them stopped renewing its lease, by kind.",
-            ["kind"],
-            registry=registry,
-        )
         self.job_seconds = Histogram(
             "xaudit_job_duration_seconds",
             "Wall time of finished jobs from submission to the final state, by kind.",
@@ -199,7 +193,6 @@ class ServiceMetrics:
         registry.register(self._job_states)
         for kind in JOB_KINDS:  # series exist at 0 from the start, so rate() and alerts see them
             self.jobs_submitted.labels(kind)
-            self.jobs_redispatched.labels(kind)
             for outcome in JOB_OUTCOMES:
                 self.jobs_finished.labels(kind, outcome)
 
@@ -218,9 +211,6 @@ class ServiceMetrics:
         outcome = outcome if outcome in JOB_OUTCOMES else _UNKNOWN
         self.jobs_finished.labels(_kind(kind), outcome).inc()
         self.job_seconds.labels(_kind(kind)).observe(max(0.0, seconds))
-
-    def job_redispatched(self, kind: str) -> None:
-        self.jobs_redispatched.labels(_kind(kind)).inc()
 
     # --- uploads and signing ----------------------------------------------------------------
     def upload_received(self, nbytes: int) -> None:

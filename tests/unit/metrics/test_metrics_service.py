@@ -38,15 +38,13 @@ def test_unexpected_label_values_are_clamped(service_metrics: ServiceMetrics) ->
     assert m.registry.get_sample_value("xaudit_jobs_submitted_total", {"kind": "model-1234"}) is None
 
 
-def test_queue_wait_redispatch_uploads_signing(service_metrics: ServiceMetrics) -> None:
+def test_queue_wait_uploads_signing(service_metrics: ServiceMetrics) -> None:
     m = service_metrics
     m.job_started("attribution", 4.0)
-    m.job_redispatched("attribution")
     m.upload_received(1 << 20)
     m.upload_received(10)
     m.signing_failed()
     assert value(m, "xaudit_job_queue_wait_seconds_sum", kind="attribution") == 4.0
-    assert value(m, "xaudit_jobs_redispatched_total", kind="attribution") == 1
     assert value(m, "xaudit_upload_bytes_total") == (1 << 20) + 10
     assert value(m, "xaudit_signing_failures_total") == 1
 
