@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -144,11 +145,18 @@ class RevealCancelGraph:
                     env[node] = getattr(args[0], str(node.target))(*args[1:], **kwargs)
         return env
 
+    def elements_per_row(self, sample_shape: tuple[int, ...], device: torch.device) -> int:
+        """Float elements one row's forward pass holds (all node values at one point)."""
+        env = self._evaluate(torch.zeros((1, *sample_shape), dtype=torch.float64, device=device))
+        return sum(v.numel() for v in env.values() if isinstance(v, torch.Tensor) and v.is_floating_point())
+
     def _shape_apply(self, step: _Step, env: dict[fx.Node, Any], value: torch.Tensor) -> torch.Tensor:
         """Run a shape node on ``value`` in place of its activation argument."""
         args = fx.node.map_arg(step.node.args, lambda n: value if n is step.source else env[n])
         kwargs = fx.node.map_arg(step.node.kwargs, lambda n: value if n is step.source else env[n])
-        return step.module(*args, **kwargs)  # type: ignore[misc]
+        assert step.module is not None
+        result: torch.Tensor = step.module(*args, **kwargs)
+        return result
 
     def multipliers(self, x: torch.Tensor, x0: torch.Tensor, seed: SeedFn) -> torch.Tensor:
         """Input multipliers m (attributions are (x - x0) * m) for inputs ``x`` and references ``x0``
@@ -198,7 +206,7 @@ class RevealCancelGraph:
             elif step.kind == "shape":
                 assert src is not None
                 shape = env[src].shape
-                give(src, pair.map(lambda g, shape=shape: g.reshape(shape)))
+                give(src, pair.map(partial(torch.reshape, shape=shape)))
             else:  # maxpool: the gradient at x
                 assert src is not None and step.module is not None
                 u = env[src].detach().requires_grad_(True)

@@ -86,6 +86,8 @@ def affine_maps(module: nn.Module) -> AffineMaps:
     """Float64 maps of a Linear, Conv1d/2d/3d or average-pooling module."""
     if isinstance(module, _AVG):
         return AffineMaps(module, module, None)
+    if not isinstance(module, (nn.Linear, *_CONV)):
+        raise TypeError(f"not an affine module: {type(module).__name__}")
     weight = module.weight.detach().double()
     bias = None if module.bias is None else module.bias.detach().double()
     w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
@@ -93,12 +95,10 @@ def affine_maps(module: nn.Module) -> AffineMaps:
         return AffineMaps(
             lambda x: F.linear(x, weight, bias), lambda x: F.linear(x, w_pos), lambda x: F.linear(x, w_neg)
         )
-    if isinstance(module, _CONV):
-        conv = module._conv_forward  # handles every padding mode; linear in the input for a fixed weight
-        return AffineMaps(
-            lambda x: conv(x, weight, bias), lambda x: conv(x, w_pos, None), lambda x: conv(x, w_neg, None)
-        )
-    raise TypeError(f"not an affine module: {type(module).__name__}")
+    conv = module._conv_forward  # handles every padding mode; linear in the input for a fixed weight
+    return AffineMaps(
+        lambda x: conv(x, weight, bias), lambda x: conv(x, w_pos, None), lambda x: conv(x, w_neg, None)
+    )
 
 
 def sign_split(delta: torch.Tensor) -> Split:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,8 +15,10 @@ from workers.methods._base import AttributionContext, to_numpy, to_tensor
 
 __all__ = ["CHUNK", "affine_modules", "is_affine", "lrp_relevance", "module_composite"]
 
-# Rows per backward pass: bounds the memory of the hooks' stored activations.
+# Rows per backward pass, and input elements per pass: bound the memory of the hooks' stored
+# activations (a heuristic: activations are assumed to be tens of times the input).
 CHUNK = 256
+_ELEMENTS = 2**22
 
 ModuleRule = Callable[[torch.nn.Module], Hook | None]
 
@@ -41,7 +44,7 @@ def affine_modules(graph: torch.nn.Module) -> list[torch.nn.Module]:
 def module_composite(rule: ModuleRule) -> Composite:
     """A composite that asks ``rule`` for a fresh hook per module (``None``: plain gradient)."""
 
-    def mapping(ctx: dict, name: str, module: torch.nn.Module) -> Hook | None:
+    def mapping(ctx: dict[str, Any], name: str, module: torch.nn.Module) -> Hook | None:
         return rule(module)
 
     return Composite(module_map=mapping)
@@ -61,10 +64,11 @@ def lrp_relevance(
     """
     device = ctx.model.device
     model = ctx.target.wrap(ctx.model.torch_hookable(method))
+    chunk = max(1, min(CHUNK, _ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
     out: list[np.ndarray] = []
-    for start in range(0, inputs.shape[0], CHUNK):
-        x = to_tensor(inputs[start : start + CHUNK], device, requires_grad=True)
-        c = torch.as_tensor(classes[start : start + CHUNK], dtype=torch.long, device=device)
+    for start in range(0, inputs.shape[0], chunk):
+        x = to_tensor(inputs[start : start + chunk], device, requires_grad=True)
+        c = torch.as_tensor(classes[start : start + chunk], dtype=torch.long, device=device)
 
         def seed(output: torch.Tensor, c: torch.Tensor = c) -> torch.Tensor:
             onehot = torch.zeros_like(output).scatter_(1, c[:, None], 1.0)

@@ -8,6 +8,7 @@ the rule divides stay exact; attributions are (x - x0) times the input multiplie
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -19,11 +20,17 @@ from workers.targets import Target
 
 __all__ = ["DeepLiftRevealCancel", "target_seed"]
 
-CHUNK = 256  # rows per pass: the interpreter keeps every node's values at x and x0
+CHUNK = 256  # most rows per pass
+# Float64 elements held at once (about 1 GiB): a pass keeps ~6 copies of every node's values
+# (at x and x0, the difference, its two parts, a multiplier).
+_BUDGET = 2**27
+_COPIES = 6
 _QUADRATURE = np.polynomial.legendre.leggauss(64)
 
 
-def target_seed(target: Target, out: torch.Tensor, out0: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+def target_seed(
+    target: Target, out: torch.Tensor, out0: torch.Tensor, *, classes: torch.Tensor
+) -> torch.Tensor:
     """Multipliers of the raw outputs (k, C) for the target score of ``classes``.
 
     For a logit target this is the one-hot vector. Probabilities and log-odds are a softmax of all
@@ -58,13 +65,15 @@ class DeepLiftRevealCancel(Method):
         self.params(ctx)  # refuses unknown parameters (there are none)
         plan = RevealCancelGraph(ctx.model.torch_hookable(self.name), self.name)
         device = ctx.model.device
+        per_row = plan.elements_per_row(tuple(inputs.shape[1:]), device)
+        chunk = max(1, min(CHUNK, _BUDGET // (_COPIES * per_row)))
         out: list[np.ndarray] = []
-        for start in range(0, inputs.shape[0], CHUNK):
-            rows = slice(start, start + CHUNK)
+        for start in range(0, inputs.shape[0], chunk):
+            rows = slice(start, start + chunk)
             x = torch.as_tensor(np.asarray(inputs[rows], dtype=np.float64), device=device)
             x0 = torch.as_tensor(np.asarray(baselines[rows], dtype=np.float64), device=device)
             c = torch.as_tensor(classes[rows], dtype=torch.long, device=device)
             with torch.no_grad():
-                m = plan.multipliers(x, x0, lambda out, out0, c=c: target_seed(ctx.target, out, out0, c))
+                m = plan.multipliers(x, x0, partial(target_seed, ctx.target, classes=c))
             out.append(((x - x0) * m).cpu().numpy())
         return np.concatenate(out).astype(np.float32)

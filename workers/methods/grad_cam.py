@@ -18,10 +18,13 @@ _CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 _MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
 
-def conv_layers(graph: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+ConvLayer = torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d
+
+
+def conv_layers(graph: torch.nn.Module) -> list[tuple[str, ConvLayer]]:
     """(name, module) of every convolution, in execution order for an fx graph."""
     if isinstance(graph, torch.fx.GraphModule):
-        found = []
+        found: list[tuple[str, ConvLayer]] = []
         for node in graph.graph.nodes:
             if node.op == "call_module":
                 module = graph.get_submodule(str(node.target))
@@ -62,11 +65,12 @@ class GradCam(Method):
                 )
             layer = by_name[p["layer"]]
         spatial = inputs.shape[2:]
-        if inputs.ndim - 2 != layer.weight.ndim - 2:
+        spatial_axes = len(layer.kernel_size)
+        if inputs.ndim - 2 != spatial_axes:
             raise NotApplicable(
                 self.name,
                 f"the input of shape {inputs.shape[1:]} has no channel and spatial axes matching the "
-                f"{layer.weight.ndim - 2}-d convolution's map",
+                f"{spatial_axes}-d convolution's map",
             )
         device = ctx.model.device
         explainer = LayerGradCam(ctx.target.wrap(graph), layer)

@@ -178,3 +178,16 @@ def test_capabilities_are_declared() -> None:
     for name in ("lrp_epsilon", "lrp_alpha_beta", "deep_taylor"):
         caps = get_method(name).capabilities
         assert caps.hooks and caps.gradients and caps.baseline == "none" and not caps.stochastic
+
+
+def test_chunked_rows_give_the_same_relevance(monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.methods._zennit as module
+
+    model, x = _case("cnn", seed=5)
+    ctx = context(model, x)
+    classes, refs = np.array([0, 1, 2]), np.zeros_like(x.numpy())
+    whole = get_method("lrp_alpha_beta").attribute(ctx, x.numpy(), refs, classes)
+    monkeypatch.setattr(module, "CHUNK", 2)
+    np.testing.assert_allclose(
+        get_method("lrp_alpha_beta").attribute(ctx, x.numpy(), refs, classes), whole, atol=1e-7
+    )

@@ -203,3 +203,15 @@ def test_flatten_via_shape_arithmetic_is_supported() -> None:
 def test_capabilities_are_declared() -> None:
     caps = get_method("deeplift_revealcancel").capabilities
     assert caps.hooks and caps.gradients and caps.baseline == "single" and not caps.stochastic
+
+
+def test_chunked_rows_give_the_same_attributions(monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.methods.deeplift_revealcancel as module
+
+    model, x = relu_cnn(seed=15), _batch(CNN_SHAPE, 11)
+    x0 = _batch(CNN_SHAPE, 12)
+    classes = np.array([0, 1, 2, 0])
+    ctx = context(model, x)
+    whole = _attribute(ctx, x, x0, classes)
+    monkeypatch.setattr(module, "CHUNK", 3)
+    np.testing.assert_allclose(_attribute(ctx, x, x0, classes), whole, rtol=1e-6, atol=1e-9)
