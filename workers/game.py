@@ -10,7 +10,7 @@ import numpy as np
 from workers.errors import ResourceExhausted
 from workers.interactions import moebius_dense_limited, shapley_from_interactions, subsets_up_to
 from workers.models.base import ModelAdapter
-from workers.players import Players
+from workers.players import Players, subset_bits
 from workers.targets import Target
 
 __all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_inputs", "play", "sub_inputs"]
@@ -25,7 +25,12 @@ ProgressFn = Callable[[int, int], None]
 
 def masked_inputs(x: np.ndarray, baseline: np.ndarray, players: Players, subsets: np.ndarray) -> np.ndarray:
     """x_T for each T: elements of players in T from x, the rest from the baseline (exact copies, no arithmetic)."""
-    return np.where(players.element_masks(subsets), x[None], baseline[None]).astype(np.float32, copy=False)
+    return _select(subset_bits(subsets, players.n), x, baseline, players)
+
+
+def _select(bits: np.ndarray, x: np.ndarray, baseline: np.ndarray, players: Players) -> np.ndarray:
+    """Sub-inputs from player membership ``bits`` (m, n)."""
+    return np.where(bits[:, players.labels], x[None], baseline[None]).astype(np.float32, copy=False)
 
 
 def sub_inputs(
@@ -97,12 +102,13 @@ def play(
     values = np.empty((len(inputs), len(evaluated)))
     done, total = 0, len(inputs) * len(evaluated)
     rows = max(1, model.batch_size)
+    bits = subset_bits(evaluated, n)  # once: (m, n) bool
     for s, (x, b) in enumerate(zip(inputs, baselines, strict=True)):
-        cls = np.full(1, classes[s])
+        cls = np.full(rows, classes[s])
         for start in range(0, len(evaluated), rows):
-            chunk = evaluated[start : start + rows]
-            out = model.predict(masked_inputs(x, b, players, chunk))
-            values[s, start : start + len(chunk)] = target.values(out, np.repeat(cls, len(chunk)))
+            chunk = bits[start : start + rows]
+            out = model.predict(_select(chunk, x, b, players))
+            values[s, start : start + len(chunk)] = target.values(out, cls[: len(chunk)])
             done += len(chunk)
             if progress:
                 progress(done, total)

@@ -1,0 +1,20 @@
+"""Shared helpers for the benchmarks: median of repeats, models built here."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+__all__ = ["median_seconds"]
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
