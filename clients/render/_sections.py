@@ -239,6 +239,17 @@ def method_section(
     return "".join(body)
 
 
+# Known keys in reading order, the rest sorted: the same page whether the report came straight from
+# run_audit or from signed bytes (whose keys are sorted).
+_CONFIG_ORDER = ("players", "baseline", "target", "audit_order", "tolerances", "seed", "noise_z")
+_ENV_ORDER = ("python", "platform", "device", "execution_providers")
+
+
+def _ordered(items: Mapping[str, Any], first: Sequence[str]) -> list[tuple[str, Any]]:
+    head = [(k, items[k]) for k in first if k in items]
+    return head + sorted((k, v) for k, v in items.items() if k not in first)
+
+
 def provenance_section(report: Mapping[str, Any], status: SignatureStatus) -> str:
     model = report.get("model") or {}
     inputs = report.get("inputs") or {}
@@ -279,11 +290,11 @@ def provenance_section(report: Mapping[str, Any], status: SignatureStatus) -> st
             ],
             table_id="inputs-table",
         )
-        + key_value_table("Configuration", list(config.items()), table_id="config-table")
+        + key_value_table("Configuration", _ordered(config, _CONFIG_ORDER), table_id="config-table")
         + key_value_table("Methods and parameters", method_rows)
         + key_value_table(
             "Environment",
-            [*env.items(), *((f"package {k}", v) for k, v in packages.items())],
+            [*_ordered(env, _ENV_ORDER), *((f"package {k}", v) for k, v in sorted(packages.items()))],
             table_id="environment-table",
         )
         + "</section>"

@@ -207,5 +207,5 @@ def _text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(_text(v) for v in value) if value else "–"
     if isinstance(value, dict):
-        return "; ".join(f"{k}={_text(v)}" for k, v in value.items()) if value else "–"
+        return "; ".join(f"{k}={_text(v)}" for k, v in sorted(value.items())) if value else "–"
     return "–" if value is None else str(value)
