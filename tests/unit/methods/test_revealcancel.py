@@ -79,10 +79,27 @@ def _attribute(
     return get_method(name).attribute(ctx, x.numpy(), x0.numpy(), classes)
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def _conv_flatten_relu(seed: int) -> nn.Sequential:
+    """Conv -> Flatten -> ReLU: the ReLU's split comes from the convolution through a reshape."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, stride=2), nn.Flatten(), nn.ReLU(), nn.Linear(18, 3))
+    with torch.no_grad():
+        model[0].bias.uniform_(-0.5, 0.5)
+    return model.eval()
+
+
+REFERENCE_MODELS = {
+    "mlp": (relu_mlp, (MLP_FEATURES,)),
+    "cnn": (relu_cnn, CNN_SHAPE),
+    "conv_flatten_relu": (_conv_flatten_relu, CNN_SHAPE),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REFERENCE_MODELS))
 @pytest.mark.parametrize("reference", ["zeros", "random"])
 def test_matches_per_unit_reference(kind: str, reference: str) -> None:
-    model, shape = (relu_mlp(seed=11), (MLP_FEATURES,)) if kind == "mlp" else (relu_cnn(seed=11), CNN_SHAPE)
+    builder, shape = REFERENCE_MODELS[kind]
+    model = builder(11)
     x = _batch(shape, 1)
     x0 = torch.zeros_like(x) if reference == "zeros" else _batch(shape, 2, 0.5)
     classes = np.array([0, 1, 2, 1])
