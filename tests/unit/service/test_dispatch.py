@@ -1,0 +1,61 @@
+"""The dispatcher: a job is recorded first; a broker that is down only delays it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from service.config import ServerConfig
+from service.dispatch import Dispatcher
+from service.store import JobStore, NewJob
+
+
+def _job(store: JobStore, key: str) -> str:
+    model = store.record_model("default", "a" * 64, "onnx", 1, "m")
+    new = NewJob("default", "audit", model, "b" * 64, "{}", "xaudit.gpu", key, {"inputs": np.ones(2, np.float32)})
+    return store.create_job(new)[0].id
+
+
+def test_broker_down_keeps_job_queued_and_sends_it_when_back(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    sent: list[tuple[str, str]] = []
+    broker_up = False
+
+    def send(job_id: str, queue: str) -> None:
+        if not broker_up:
+            raise ConnectionRefusedError("broker down")
+        sent.append((job_id, queue))
+
+    dispatcher = Dispatcher(store, send, ServerConfig(home=tmp_path, sweep_seconds=0.05))
+    dispatcher.start()
+    try:
+        job_id = _job(store, "k")
+        dispatcher.notify(job_id, "xaudit.gpu")
+        time.sleep(0.3)
+        job = store.get_job("default", job_id)
+        assert job.state == "QUEUED" and job.dispatched_at is None and not dispatcher.broker_ok
+        broker_up = True
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sent[0] == (job_id, "xaudit.gpu")
+        time.sleep(0.2)
+        assert len(sent) == 1  # dispatched once: the sweep does not resend a fresh dispatch
+        assert store.get_job("default", job_id).dispatched_at is not None
+    finally:
+        dispatcher.stop()
+        store.close()
+
+
+def test_sweep_requeues_jobs_of_lost_workers(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    sent: list[str] = []
+    dispatcher = Dispatcher(store, lambda j, q: sent.append(j), ServerConfig(home=tmp_path))
+    job_id = _job(store, "k")
+    store.claim(job_id, "dead-worker", lease_seconds=-1)
+    dispatcher.sweep()
+    assert sent == [job_id]
+    assert store.get_job("default", job_id).state == "QUEUED"
+    store.close()
