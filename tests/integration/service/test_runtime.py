@@ -1,0 +1,65 @@
+"""The worker runtime against a real in-process server, without Celery: claim, heartbeat, complete,
+redelivery, blob cache."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from xaudit.v1 import audit_pb2
+
+from service.config import ServerConfig
+from service.server import Server, create_server
+from tests.integration.service._helpers import inputs, mlp_onnx, request, stub, upload
+from workers.runtime import RuntimeConfig, execute
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", lease_seconds=2.0)
+    srv, _ = create_server(config, sender=lambda job, queue: None)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop(0)
+
+
+def test_redelivered_task_does_nothing_and_one_result_exists(server: Server, tmp_path: Path) -> None:
+    api = stub(server.address)
+    sha = upload(api, mlp_onnx())
+    job = api.SubmitAudit(request(sha, inputs(), {"shapley_value": {}}), timeout=10)
+    config = RuntimeConfig(server=server.address, cache_dir=tmp_path / "cache")
+    assert execute(job.id, config) == "succeeded"
+    assert execute(job.id, config) == "skipped"  # a redelivered task finds the job finished
+    assert server.store.count_results(job.id)[0] == 1
+    done = api.GetJob(audit_pb2.GetJobRequest(job_id=job.id), timeout=5)
+    assert done.state == audit_pb2.JOB_STATE_SUCCEEDED and done.attempts == 1
+    # The blob cache is verified: a corrupt cached model is fetched again.
+    cached = tmp_path / "cache" / sha[:2] / sha
+    cached.write_bytes(b"corrupt")
+    again = api.SubmitAttribution(request(sha, inputs(), {"gradient_x_input": {}}), timeout=10)
+    assert execute(again.id, config) == "succeeded"
+    assert cached.read_bytes() == mlp_onnx()
+
+
+def test_job_errors_fail_the_job_with_their_status(server: Server, tmp_path: Path) -> None:
+    api = stub(server.address)
+    sha = upload(api, mlp_onnx())
+    bad = request(sha, inputs(), {"gradient_x_input": {}}, players="grid:2x2")  # no grid on a vector
+    job = api.SubmitAttribution(bad, timeout=10)
+    assert execute(job.id, RuntimeConfig(server=server.address, cache_dir=tmp_path / "c")) == "failed"
+    failed = api.GetJob(audit_pb2.GetJobRequest(job_id=job.id), timeout=5)
+    assert failed.state == audit_pb2.JOB_STATE_FAILED
+    assert failed.error_code == "INVALID_ARGUMENT" and failed.error_message
+
+
+def test_cancelled_before_start_is_skipped(server: Server, tmp_path: Path) -> None:
+    api = stub(server.address)
+    sha = upload(api, mlp_onnx())
+    job = api.SubmitAttribution(request(sha, inputs(seed=9), {"saliency": {}}), timeout=10)
+    api.CancelJob(audit_pb2.CancelJobRequest(job_id=job.id), timeout=5)
+    assert execute(job.id, RuntimeConfig(server=server.address, cache_dir=tmp_path / "c")) == "skipped"
