@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["PROTO_ROOT", "OUT_ROOT", "generate", "main"]
+__all__ = ["OUT_ROOT", "PROTO_ROOT", "generate", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"

@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from workers.errors import InvalidInput, NotFound, ResourceExhausted
 
-__all__ = ["BlobStore", "BlobWriter", "CHUNK_BYTES", "is_sha256"]
+__all__ = ["CHUNK_BYTES", "BlobStore", "BlobWriter", "is_sha256"]
 
 logger = logging.getLogger(__name__)
 

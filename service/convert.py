@@ -24,7 +24,7 @@ _KINDS = {"audit": audit_pb2.JOB_KIND_AUDIT, "attribution": audit_pb2.JOB_KIND_A
 
 
 def state_to_proto(state: str) -> int:
-    return _STATES.get(state, audit_pb2.JOB_STATE_UNSPECIFIED)
+    return int(_STATES.get(state, audit_pb2.JOB_STATE_UNSPECIFIED))
 
 
 def _stamp(target: Timestamp, seconds: float | None) -> None:

@@ -69,7 +69,9 @@ class Dispatcher:
             self._send(job_id, queue_name)
         except Exception as exc:  # any transport error: the job stays queued and is retried
             if self.broker_ok:
-                logger.warning("broker unreachable (%s: %s): job %s stays queued", type(exc).__name__, exc, job_id)
+                logger.warning(
+                    "broker unreachable (%s: %s): job %s stays queued", type(exc).__name__, exc, job_id
+                )
             self.broker_ok = False
             return False
         if not self.broker_ok:

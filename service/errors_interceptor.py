@@ -14,7 +14,7 @@ import grpc
 
 from workers.errors import XauditError
 
-__all__ = ["ErrorsInterceptor", "INTERNAL_MESSAGE"]
+__all__ = ["INTERNAL_MESSAGE", "ErrorsInterceptor"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +54,11 @@ def _wrap_stream(behaviour: Callable[..., Iterator[Any]], method: str) -> Callab
     return handler
 
 
-class ErrorsInterceptor(grpc.ServerInterceptor):
+class ErrorsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler], details: grpc.HandlerCallDetails
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler],
+        details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = continuation(details)
         if handler is None:
@@ -64,18 +66,26 @@ class ErrorsInterceptor(grpc.ServerInterceptor):
         method = details.method
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, method), handler.request_deserializer, handler.response_serializer
+                _wrap_unary(handler.unary_unary, method),
+                handler.request_deserializer,
+                handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, method), handler.request_deserializer, handler.response_serializer
+                _wrap_stream(handler.unary_stream, method),
+                handler.request_deserializer,
+                handler.response_serializer,
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary, method), handler.request_deserializer, handler.response_serializer
+                _wrap_unary(handler.stream_unary, method),
+                handler.request_deserializer,
+                handler.response_serializer,
             )
         if handler.stream_stream:
             return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream(handler.stream_stream, method), handler.request_deserializer, handler.response_serializer
+                _wrap_stream(handler.stream_stream, method),
+                handler.request_deserializer,
+                handler.response_serializer,
             )
         return handler

@@ -19,7 +19,7 @@ from service.validation import Submission
 from workers.celery_app import queue_for
 from workers.spec import config_digest, tensor_digest
 
-__all__ = ["JobService", "ReportSealer", "UNSIGNED_CONTENT_TYPE", "SIGNED_CONTENT_TYPE"]
+__all__ = ["SIGNED_CONTENT_TYPE", "UNSIGNED_CONTENT_TYPE", "JobService", "ReportSealer"]
 
 logger = logging.getLogger(__name__)
 

@@ -6,12 +6,14 @@ stops its prefork children); it is restarted if it dies while the server runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from types import FrameType
 
@@ -36,11 +38,18 @@ class ServeOptions:
 class LocalWorker:
     def __init__(self, broker_url: str, server: str, options: ServeOptions, home: str) -> None:
         self._argv = [
-            sys.executable, "-m", "clients.cli.main", "worker",
-            "--broker", broker_url,
-            "--server", server,
-            "--queues", ",".join(options.worker_queues),
-            "--concurrency", str(options.worker_concurrency),
+            sys.executable,
+            "-m",
+            "clients.cli.main",
+            "worker",
+            "--broker",
+            broker_url,
+            "--server",
+            server,
+            "--queues",
+            ",".join(options.worker_queues),
+            "--concurrency",
+            str(options.worker_concurrency),
         ]
         self._env = dict(os.environ, XAUDIT_WORKER_CACHE=os.path.join(home, "worker-cache"))
         self._options = options
@@ -75,13 +84,13 @@ class LocalWorker:
             proc.send_signal(signal.SIGTERM)  # Celery warm shutdown: the main process stops its pool
             proc.wait(self._options.worker_stop_seconds)
         except subprocess.TimeoutExpired:
-            logger.warning("local worker did not stop in %.0fs: killing it", self._options.worker_stop_seconds)
+            logger.warning(
+                "local worker did not stop in %.0fs: killing it", self._options.worker_stop_seconds
+            )
         except ProcessLookupError:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
 
 
@@ -104,7 +113,10 @@ def serve(config: ServerConfig, options: ServeOptions | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     done.wait()
+    started = time.monotonic()
     if worker is not None:
         worker.stop()
+        logger.info("local worker stopped in %.1fs", time.monotonic() - started)
     server.stop()
+    logger.info("stopped in %.1fs", time.monotonic() - started)
     return 0

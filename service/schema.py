@@ -19,7 +19,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-__all__ = ["jobs", "job_tensors", "metadata", "models", "reports", "results"]
+__all__ = ["job_tensors", "jobs", "metadata", "models", "reports", "results"]
 
 metadata = MetaData()
 

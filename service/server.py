@@ -51,8 +51,14 @@ class Server:
     """A started-or-not xaudit server; :meth:`stop` drains (health NOT_SERVING first)."""
 
     def __init__(
-        self, config: ServerConfig, grpc_server: grpc.Server, port: int, jobs: JobService,
-        dispatcher: Dispatcher, health_servicer: health.HealthServicer, closers: list[Any],
+        self,
+        config: ServerConfig,
+        grpc_server: grpc.Server,
+        port: int,
+        jobs: JobService,
+        dispatcher: Dispatcher,
+        health_servicer: health.HealthServicer,
+        closers: list[Any],
     ) -> None:
         self.config = config
         self.grpc = grpc_server
@@ -117,7 +123,9 @@ def create_server(
     closers.append(store.close)
     watch_store(store)
     dispatcher = Dispatcher(store, sender, config)
-    jobs = JobService(config, store, dispatcher, counted_signer(signer if signer is not None else default_signer(config)))
+    jobs = JobService(
+        config, store, dispatcher, counted_signer(signer if signer is not None else default_signer(config))
+    )
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(jobs, blobs), server)
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(jobs, blobs), server)
     health_servicer = health.HealthServicer()
@@ -125,5 +133,7 @@ def create_server(
     if config.reflection:
         from grpc_reflection.v1alpha import reflection
 
-        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
     return Server(config, server, port, jobs, dispatcher, health_servicer, closers), port

@@ -31,22 +31,33 @@ def tenant_of(context: grpc.ServicerContext) -> str:
     return DEFAULT_TENANT
 
 
-class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
+class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
     def __init__(self, jobs: JobService, blobs: BlobStore) -> None:
         self._jobs = jobs
         self._store = jobs.store
         self._blobs = blobs
         self._config = jobs.config
 
-    def UploadModel(self, request_iterator: Iterator[audit_pb2.ModelChunk], context: Any) -> audit_pb2.ModelRef:
+    def UploadModel(
+        self, request_iterator: Iterator[audit_pb2.ModelChunk], context: Any
+    ) -> audit_pb2.ModelRef:
         model = receive_model(
-            counted_chunks(request_iterator), self._blobs, self._store, tenant_of(context), self._config.upload_cap_bytes
+            counted_chunks(request_iterator),
+            self._blobs,
+            self._store,
+            tenant_of(context),
+            self._config.upload_cap_bytes,
         )
-        return audit_pb2.ModelRef(sha256=model.sha256, format=format_to_proto(model.format), size=model.size, name=model.name)
+        return audit_pb2.ModelRef(
+            sha256=model.sha256, format=format_to_proto(model.format), size=model.size, name=model.name
+        )
 
     def _submit(self, request: audit_pb2.SubmitRequest, context: Any, kind: str) -> audit_pb2.Job:
         submission = submission_from_request(
-            request, kind, max_elements=self._config.max_tensor_elements, max_dims=self._config.max_tensor_dims
+            request,
+            kind,
+            max_elements=self._config.max_tensor_elements,
+            max_dims=self._config.max_tensor_dims,
         )
         return job_to_proto(self._jobs.submit_job(tenant_of(context), request.model_sha256, submission))
 
@@ -85,7 +96,9 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         data, content_type = self._store.get_report(tenant_of(context), request.job_id)
         return audit_pb2.Report(report=data, content_type=content_type)
 
-    def GetAttributions(self, request: audit_pb2.GetAttributionsRequest, context: Any) -> audit_pb2.Attributions:
+    def GetAttributions(
+        self, request: audit_pb2.GetAttributionsRequest, context: Any
+    ) -> audit_pb2.Attributions:
         job, arrays = self._store.get_results(tenant_of(context), request.job_id)
         reply = audit_pb2.Attributions(not_applicable=job.not_applicable)
         for name, array in arrays.items():
@@ -100,7 +113,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         return audit_pb2.SigningKeys(keys=keys)
 
 
-class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
+class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
     def __init__(self, jobs: JobService, blobs: BlobStore) -> None:
         self._jobs = jobs
         self._store = jobs.store
@@ -135,13 +148,19 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         )
         return worker_pb2.HeartbeatResponse(cancel=stop)
 
-    def CompleteJob(self, request: worker_pb2.CompleteJobRequest, context: Any) -> worker_pb2.CompleteJobResponse:
+    def CompleteJob(
+        self, request: worker_pb2.CompleteJobRequest, context: Any
+    ) -> worker_pb2.CompleteJobResponse:
         tensors = {t.name: decode_tensor(t, finite=False) for t in request.attributions}
         for name in ("target_values", "target_classes"):
             if request.HasField(name):
                 tensors[name] = decode_tensor(getattr(request, name), finite=False)
         accepted = self._jobs.complete(
-            request.job_id, request.report or None, tensors, dict(request.not_applicable), request.compute_seconds
+            request.job_id,
+            request.report or None,
+            tensors,
+            dict(request.not_applicable),
+            request.compute_seconds,
         )
         return worker_pb2.CompleteJobResponse(accepted=accepted)
 

@@ -112,7 +112,13 @@ def _tensor_rows(job_id: str, tensors: Mapping[str, np.ndarray]) -> list[dict[st
     for name, array in tensors.items():
         t = encode_tensor(name, array)
         rows.append(
-            {"job_id": job_id, "name": name, "datatype": t.datatype, "shape": list(t.shape), "data": t.raw_contents}
+            {
+                "job_id": job_id,
+                "name": name,
+                "datatype": t.datatype,
+                "shape": list(t.shape),
+                "data": t.raw_contents,
+            }
         )
     return rows
 
@@ -149,19 +155,15 @@ class JobStore:
 
     # -- models ---------------------------------------------------------------------------------
     def record_model(self, tenant: str, sha256: str, fmt: str, size: int, name: str) -> ModelRecord:
-        with self.engine.begin() as conn:
-            row = conn.execute(
-                sa.select(models).where(models.c.tenant == tenant, models.c.sha256 == sha256)
-            ).first()
-            if row is None:
-                try:
-                    conn.execute(
-                        models.insert().values(
-                            tenant=tenant, sha256=sha256, format=fmt, size=size, name=name, created_at=time.time()
-                        )
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    models.insert().values(
+                        tenant=tenant, sha256=sha256, format=fmt, size=size, name=name, created_at=time.time()
                     )
-                except sa.exc.IntegrityError:  # a concurrent upload of the same bytes won
-                    pass
+                )
+        except sa.exc.IntegrityError:
+            pass  # uploaded before (or concurrently): same bytes, same record
         return self.get_model(tenant, sha256)
 
     def get_model(self, tenant: str, sha256: str) -> ModelRecord:
@@ -323,7 +325,9 @@ class JobStore:
             rows = conn.execute(sa.select(job_tensors).where(job_tensors.c.job_id == job_id))
             return {r.name: _array(r) for r in rows}
 
-    def heartbeat(self, job_id: str, worker_id: str, progress: float, message: str, lease_seconds: float) -> bool:
+    def heartbeat(
+        self, job_id: str, worker_id: str, progress: float, message: str, lease_seconds: float
+    ) -> bool:
         """Renew the lease and record progress; True means stop (cancelled, or the lease was lost)."""
         now = time.time()
         with self.engine.begin() as conn:
@@ -371,7 +375,9 @@ class JobStore:
                 return False
             if report is not None:
                 conn.execute(
-                    reports.insert().values(job_id=job_id, data=report[0], content_type=report[1], created_at=now)
+                    reports.insert().values(
+                        job_id=job_id, data=report[0], content_type=report[1], created_at=now
+                    )
                 )
             rows = _tensor_rows(job_id, tensors)
             if rows:

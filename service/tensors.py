@@ -56,7 +56,9 @@ def decode_tensor(
     label = what or f"tensor '{tensor.name}'"
     dtype = DATATYPES.get(tensor.datatype.upper())
     if dtype is None:
-        raise InvalidInput(f"{label}: unknown datatype '{tensor.datatype}' (use one of {', '.join(DATATYPES)})")
+        raise InvalidInput(
+            f"{label}: unknown datatype '{tensor.datatype}' (use one of {', '.join(DATATYPES)})"
+        )
     shape: Sequence[int] = tuple(int(d) for d in tensor.shape)
     if any(d < 0 for d in shape):
         raise InvalidInput(f"{label}: negative dimension in shape {list(shape)}")

@@ -42,7 +42,9 @@ def receive_model(
                 raise _cap_error(writer.size + len(chunk.data), cap)
             writer.write(chunk.data)
         if meta.declared_size and writer.size != meta.declared_size:
-            raise InvalidInput(f"upload ended after {writer.size} bytes but {meta.declared_size} were declared")
+            raise InvalidInput(
+                f"upload ended after {writer.size} bytes but {meta.declared_size} were declared"
+            )
         name = check_model(writer.read_back(), fmt)
         sha256 = writer.commit()
     logger.info("stored model %s (%s, %d bytes) for tenant %s", sha256, name, writer.size, tenant)

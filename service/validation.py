@@ -41,7 +41,7 @@ def format_from_proto(value: int) -> str | None:
 
 
 def format_to_proto(name: str) -> int:
-    return _FORMAT_ENUMS.get(name, audit_pb2.MODEL_FORMAT_UNSPECIFIED)
+    return int(_FORMAT_ENUMS.get(name, audit_pb2.MODEL_FORMAT_UNSPECIFIED))
 
 
 def _check_torchscript(data: bytes) -> None:
@@ -134,8 +134,11 @@ def submission_from_request(
 
     if len(request.inputs) != 1:
         raise InvalidInput(f"expected exactly one input tensor, got {len(request.inputs)}")
-    caps = {"max_elements": max_elements, "max_dims": max_dims}
-    tensors = {"inputs": decode_tensor(request.inputs[0], what="input tensor", **caps)}
+    tensors = {
+        "inputs": decode_tensor(
+            request.inputs[0], what="input tensor", max_elements=max_elements, max_dims=max_dims
+        )
+    }
     if tensors["inputs"].ndim < 1 or tensors["inputs"].size == 0:
         raise InvalidInput(f"input tensor is empty (shape {list(tensors['inputs'].shape)})")
     for attachment in request.attachments:
@@ -145,7 +148,9 @@ def submission_from_request(
             raise InvalidInput(f"unknown attachment '{name}' (use {allowed})")
         if name in tensors:
             raise InvalidInput(f"attachment '{name}' given twice")
-        tensors[name] = decode_tensor(attachment, what=f"attachment '{name}'", **caps)
+        tensors[name] = decode_tensor(
+            attachment, what=f"attachment '{name}'", max_elements=max_elements, max_dims=max_dims
+        )
     baseline = request.baseline.strip() or "zeros"
     if baseline.split(":", 1)[0].lower() == "tensor" and "baseline" not in tensors:
         raise InvalidInput("baseline 'tensor' needs a 'baseline' attachment")

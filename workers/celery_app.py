@@ -140,7 +140,10 @@ def run_worker(config: WorkerConfig) -> None:
     tasks.register(app)
     # Import the compute core in the parent so each forked child starts warm (CUDA is still
     # initialised in the child, on first use).
-    import workers.jobs  # noqa: F401
+    import workers.audit
+    import workers.explain
+    import workers.jobs
+    import workers.models.onnx_model  # noqa: F401
 
     argv = [
         "worker",

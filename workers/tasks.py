@@ -11,11 +11,11 @@ from workers.celery_app import TASK_NAME
 __all__ = ["register"]
 
 
-def register(app: Celery) -> Task:  # type: ignore[type-arg]
+def register(app: Celery) -> Task:
     """Register the one task on ``app`` (the worker builds its app from the broker URL at start)."""
 
-    @app.task(name=TASK_NAME, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-    def run_job(self: Task, job_id: str, server: str) -> str:  # type: ignore[type-arg]
+    @app.task(name=TASK_NAME, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)  # type: ignore[untyped-decorator]
+    def run_job(self: Task, job_id: str, server: str) -> str:
         from workers.runtime import RuntimeConfig, execute
 
         conf = self.app.conf

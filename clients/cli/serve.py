@@ -18,17 +18,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "all under $XAUDIT_HOME. --broker redis://... uses Redis and starts no local worker unless "
         "--local-worker is given.",
     )
-    parser.add_argument("--listen", default=DEFAULT_LISTEN, help=f"HOST:PORT to listen on (default {DEFAULT_LISTEN})")
-    parser.add_argument("--home", type=Path, help="data directory (default $XAUDIT_HOME or the user data dir)")
-    parser.add_argument("--broker", help="Celery broker URL, e.g. redis://127.0.0.1:6379/0 (default: embedded)")
-    parser.add_argument("--store", help="job store URL, e.g. postgresql+psycopg://user@host/db (default: SQLite)")
-    parser.add_argument("--advertise", help="address workers use to reach this server (default: from --listen)")
+    parser.add_argument(
+        "--listen", default=DEFAULT_LISTEN, help=f"HOST:PORT to listen on (default {DEFAULT_LISTEN})"
+    )
+    parser.add_argument(
+        "--home", type=Path, help="data directory (default $XAUDIT_HOME or the user data dir)"
+    )
+    parser.add_argument(
+        "--broker", help="Celery broker URL, e.g. redis://127.0.0.1:6379/0 (default: embedded)"
+    )
+    parser.add_argument(
+        "--store", help="job store URL, e.g. postgresql+psycopg://user@host/db (default: SQLite)"
+    )
+    parser.add_argument(
+        "--advertise", help="address workers use to reach this server (default: from --listen)"
+    )
     parser.add_argument("--local-worker", action="store_true", help="also run a local worker with --broker")
     parser.add_argument("--concurrency", type=int, default=1, help="local worker processes (default 1)")
     parser.add_argument("--upload-cap-mb", type=int, help="largest model upload in MiB (default 256)")
-    parser.add_argument("--lease-seconds", type=float, help="worker lease; a silent worker's job is re-queued after it")
+    parser.add_argument(
+        "--lease-seconds", type=float, help="worker lease; a silent worker's job is re-queued after it"
+    )
     parser.add_argument("--no-reflection", action="store_true", help="turn gRPC server reflection off")
-    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics")
+    parser.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics"
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,8 +52,13 @@ def run(args: argparse.Namespace) -> int:
     from service.run import ServeOptions, serve
 
     changes: dict[str, object] = {"listen": args.listen, "reflection": not args.no_reflection}
-    for key, value in (("home", args.home), ("broker_url", args.broker), ("store_url", args.store),
-                       ("advertise", args.advertise), ("lease_seconds", args.lease_seconds)):
+    for key, value in (
+        ("home", args.home),
+        ("broker_url", args.broker),
+        ("store_url", args.store),
+        ("advertise", args.advertise),
+        ("lease_seconds", args.lease_seconds),
+    ):
         if value is not None:
             changes[key] = value
     if args.upload_cap_mb is not None:

@@ -14,8 +14,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--server", required=True, help="HOST:PORT of the service (payloads and model blobs)")
     parser.add_argument("--queues", default="xaudit.cpu", help="comma-separated: xaudit.cpu, xaudit.gpu")
     parser.add_argument("--concurrency", type=int, default=1, help="worker processes (one per GPU)")
-    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics")
-    parser.add_argument("--cache-dir", type=Path, help="model blob cache (default $XAUDIT_WORKER_CACHE or user cache)")
+    parser.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics"
+    )
+    parser.add_argument(
+        "--cache-dir", type=Path, help="model blob cache (default $XAUDIT_WORKER_CACHE or user cache)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -25,6 +29,14 @@ def run(args: argparse.Namespace) -> int:
 
     queues = tuple(q.strip() for q in args.queues.split(",") if q.strip())
     serve_worker_metrics(args.metrics_port)
-    run_worker(WorkerConfig(args.broker, args.server, queues, args.concurrency, args.cache_dir,
-                            loglevel="INFO" if args.verbose else "WARNING"))
+    run_worker(
+        WorkerConfig(
+            args.broker,
+            args.server,
+            queues,
+            args.concurrency,
+            args.cache_dir,
+            loglevel="INFO" if args.verbose else "WARNING",
+        )
+    )
     return 0

@@ -12,6 +12,7 @@ Every process runs in its own process group with a log file, and is killed at te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -70,10 +71,8 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeo
             proc.wait(timeout)
         except (subprocess.TimeoutExpired, ProcessLookupError):
             pass
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # stragglers (prefork children, a local worker)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()
 
 
@@ -100,12 +99,24 @@ def start_serve(home: Path, *extra: str, log_name: str = "serve.log") -> Service
     return Service(address, home, proc, log)
 
 
-def start_worker(broker: str, server: str, home: Path, *, name: str = "worker", concurrency: int = 1) -> subprocess.Popen[bytes]:
+def start_worker(
+    broker: str, server: str, home: Path, *, name: str = "worker", concurrency: int = 1
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ, XAUDIT_WORKER_CACHE=str(home / f"{name}-cache"))
     log = home / f"{name}.log"
     return _spawn(
-        ["-v", "worker", "--broker", broker, "--server", server, "--queues", "xaudit.cpu,xaudit.gpu",
-         "--concurrency", str(concurrency)],
+        [
+            "-v",
+            "worker",
+            "--broker",
+            broker,
+            "--server",
+            server,
+            "--queues",
+            "xaudit.cpu,xaudit.gpu",
+            "--concurrency",
+            str(concurrency),
+        ],
         log,
         env,
     )

@@ -24,7 +24,9 @@ def inputs(seed: int = 0, batch: int = 2) -> np.ndarray:
     return np.random.default_rng(seed).normal(size=(batch, MLP_FEATURES)).astype(np.float32)
 
 
-def chunks(data: bytes, fmt: int = audit_pb2.MODEL_FORMAT_ONNX, size: int = 64 * 1024) -> Iterator[audit_pb2.ModelChunk]:
+def chunks(
+    data: bytes, fmt: int = audit_pb2.MODEL_FORMAT_ONNX, size: int = 64 * 1024
+) -> Iterator[audit_pb2.ModelChunk]:
     meta = audit_pb2.ModelMetadata(format=fmt, declared_size=len(data), name="test-model")
     yield audit_pb2.ModelChunk(metadata=meta)
     for start in range(0, len(data), size):
@@ -33,7 +35,8 @@ def chunks(data: bytes, fmt: int = audit_pb2.MODEL_FORMAT_ONNX, size: int = 64 *
 
 def stub(address: str) -> audit_pb2_grpc.AuditServiceStub:
     channel = grpc.insecure_channel(
-        address, options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+        address,
+        options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)],
     )
     return audit_pb2_grpc.AuditServiceStub(channel)
 
@@ -43,14 +46,20 @@ def upload(api: audit_pb2_grpc.AuditServiceStub, data: bytes) -> str:
     return ref.sha256
 
 
-def request(model_sha: str, x: np.ndarray, methods: dict[str, dict[str, str]], **fields: object) -> audit_pb2.SubmitRequest:
+def request(
+    model_sha: str, x: np.ndarray, methods: dict[str, dict[str, str]], **fields: object
+) -> audit_pb2.SubmitRequest:
     specs = [audit_pb2.MethodSpec(name=name, params=params) for name, params in methods.items()]
     base: dict[str, object] = {"players": "features", "device": "cpu"}
     base.update(fields)
-    return audit_pb2.SubmitRequest(model_sha256=model_sha, inputs=[encode_tensor("inputs", x)], methods=specs, **base)
+    return audit_pb2.SubmitRequest(
+        model_sha256=model_sha, inputs=[encode_tensor("inputs", x)], methods=specs, **base
+    )
 
 
-def wait_state(api: audit_pb2_grpc.AuditServiceStub, job_id: str, predicate, timeout: float = 120.0) -> audit_pb2.Job:  # type: ignore[no-untyped-def]
+def wait_state(
+    api: audit_pb2_grpc.AuditServiceStub, job_id: str, predicate, timeout: float = 120.0
+) -> audit_pb2.Job:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:
         job = api.GetJob(audit_pb2.GetJobRequest(job_id=job_id), timeout=10)

@@ -34,8 +34,13 @@ def test_attribution_end_to_end_matches_local_run(embedded_service: Service) -> 
     assert seen[-1].compute_seconds > 0 and seen[-1].report_available
     result = api.GetAttributions(audit_pb2.GetAttributionsRequest(job_id=job.id), timeout=30)
     got = {t.name: decode_tensor(t) for t in result.attributions}
-    spec = JobSpec(kind="attribution", players="features", methods=tuple(methods),
-                   method_params={"integrated_gradients": {"steps": 32}}, device="cpu")
+    spec = JobSpec(
+        kind="attribution",
+        players="features",
+        methods=tuple(methods),
+        method_params={"integrated_gradients": {"steps": 32}},
+        device="cpu",
+    )
     local = run_job(spec, model, "onnx", {"inputs": x})
     assert sorted(got) == sorted(local.attributions)
     for name, expected in local.attributions.items():
@@ -79,7 +84,9 @@ def test_restart_with_queued_jobs_completes_them_and_keeps_results(tmp_path) -> 
         first = api.SubmitAttribution(request(sha, inputs(0), {"gradient_x_input": {}}), timeout=30)
         assert wait_done(api, first.id).state == audit_pb2.JOB_STATE_SUCCEEDED
         queued = [
-            api.SubmitAttribution(request(sha, inputs(seed), {"integrated_gradients": {"steps": "64"}}), timeout=30).id
+            api.SubmitAttribution(
+                request(sha, inputs(seed), {"integrated_gradients": {"steps": "64"}}), timeout=30
+            ).id
             for seed in range(1, 5)
         ]
     finally:

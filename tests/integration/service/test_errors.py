@@ -51,7 +51,11 @@ def test_garbage_model_bytes_is_invalid_argument(server) -> None:  # type: ignor
     err = _status(lambda: api.UploadModel(chunks(b"\x00garbage" * 100), timeout=10))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "not a readable ONNX model" in err.details()
-    err = _status(lambda: api.UploadModel(chunks(b"PK\x03\x04garbage", fmt=audit_pb2.MODEL_FORMAT_TORCHSCRIPT), timeout=10))
+    err = _status(
+        lambda: api.UploadModel(
+            chunks(b"PK\x03\x04garbage", fmt=audit_pb2.MODEL_FORMAT_TORCHSCRIPT), timeout=10
+        )
+    )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "TorchScript" in err.details()
     _still_serving(api)
     assert not list((server[0].config.blob_dir).rglob("*")), "a refused upload left a file behind"
@@ -131,7 +135,9 @@ def test_submit_records_before_dispatch_and_is_idempotent(server) -> None:  # ty
     deadline = time.monotonic() + 5
     while len(sent) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sorted(j for j, _ in sent) == sorted({first.id, other.id, api.ListJobs(audit_pb2.ListJobsRequest()).jobs[0].id})
+    assert sorted(j for j, _ in sent) == sorted(
+        {first.id, other.id, api.ListJobs(audit_pb2.ListJobsRequest()).jobs[0].id}
+    )
     # Not ready yet: a clear FAILED_PRECONDITION, not a crash.
     err = _status(lambda: api.GetAttributions(audit_pb2.GetAttributionsRequest(job_id=first.id), timeout=5))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "QUEUED" in err.details()
@@ -142,7 +148,9 @@ def test_submit_records_before_dispatch_and_is_idempotent(server) -> None:  # ty
 def test_list_jobs_pages(server) -> None:  # type: ignore[no-untyped-def]
     api = stub(server[0].address)
     sha = upload(api, mlp_onnx())
-    ids = {api.SubmitAttribution(request(sha, inputs(seed=s), {"saliency": {}}), timeout=10).id for s in range(5)}
+    ids = {
+        api.SubmitAttribution(request(sha, inputs(seed=s), {"saliency": {}}), timeout=10).id for s in range(5)
+    }
     seen: list[str] = []
     token = ""
     while True:
@@ -167,7 +175,9 @@ def test_health_and_reflection(server) -> None:  # type: ignore[no-untyped-def]
         from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
         refl = reflection_pb2_grpc.ServerReflectionStub(channel)
-        answers = refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+        answers = refl.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+        )
         names = {s.name for a in answers for s in a.list_services_response.service}
         assert {"xaudit.v1.AuditService", "xaudit.v1.WorkerService"} <= names
 

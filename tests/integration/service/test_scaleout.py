@@ -43,8 +43,9 @@ def test_worker_sigkilled_mid_job_still_completes_once(redis_service: Service) -
     assert running.attempts == 1
     first = redis_service.workers[0]
     stop_process(first, signal.SIGKILL)  # the whole worker: main process and prefork child
-    redis_service.workers.append(start_worker(redis_service.broker or "", redis_service.address,
-                                              redis_service.home, name="worker-2"))
+    redis_service.workers.append(
+        start_worker(redis_service.broker or "", redis_service.address, redis_service.home, name="worker-2")
+    )
     done = wait_done(api, job.id, timeout=240)
     assert done.state == audit_pb2.JOB_STATE_SUCCEEDED, (done.error_code, done.error_message)
     assert done.attempts >= 2

@@ -21,7 +21,9 @@ def store(tmp_path: Path) -> JobStore:
 
 def _new(store: JobStore, key: str = "k1", tenant: str = "default", kind: str = "audit") -> NewJob:
     model = store.record_model(tenant, "a" * 64, "onnx", 10, "m")
-    return NewJob(tenant, kind, model, "b" * 64, "{}", "xaudit.cpu", key, {"inputs": np.ones((2, 3), np.float32)})
+    return NewJob(
+        tenant, kind, model, "b" * 64, "{}", "xaudit.cpu", key, {"inputs": np.ones((2, 3), np.float32)}
+    )
 
 
 def test_idempotency_key_returns_the_same_job_per_tenant(store: JobStore) -> None:
@@ -77,7 +79,11 @@ def test_expired_lease_of_an_old_worker_can_be_claimed_directly(store: JobStore)
     assert store.get_job("default", job.id).state == "RUNNING"
     assert store.fail(job.id, "w2", "INVALID_ARGUMENT", "bad players")
     failed = store.get_job("default", job.id)
-    assert (failed.state, failed.error_code, failed.error_message) == ("FAILED", "INVALID_ARGUMENT", "bad players")
+    assert (failed.state, failed.error_code, failed.error_message) == (
+        "FAILED",
+        "INVALID_ARGUMENT",
+        "bad players",
+    )
     with pytest.raises(FailedPrecondition, match="bad players"):
         store.get_report("default", job.id)
 
@@ -107,7 +113,10 @@ def test_list_jobs_is_newest_first_with_keyset_pages(store: JobStore) -> None:
 
 def test_tensors_round_trip(store: JobStore) -> None:
     model = store.record_model("default", "c" * 64, "onnx", 10, "m")
-    arrays = {"inputs": np.arange(6, dtype=np.float64).reshape(2, 3), "player_groups": np.array([0, 1, 1], np.int64)}
+    arrays = {
+        "inputs": np.arange(6, dtype=np.float64).reshape(2, 3),
+        "player_groups": np.array([0, 1, 1], np.int64),
+    }
     job, _ = store.create_job(NewJob("default", "audit", model, "d" * 64, "{}", "xaudit.cpu", "t", arrays))
     back = store.job_tensors(job.id)
     for name, array in arrays.items():
