@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,34 +38,32 @@ def free_port() -> int:
 @contextmanager
 def embedded_service(home: Path | None = None, startup_timeout: float = 120.0) -> Iterator[str]:
     """Start ``xaudit serve`` (server + local worker + serverless broker + SQLite) with ``home`` as
-    its data directory (a temporary one when None); yield its address; stop it on exit."""
-    with tempfile.TemporaryDirectory(prefix="xaudit-demo-") as tmp:
-        data_dir = Path(home) if home is not None else Path(tmp)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        log_path = data_dir / "serve.log"
-        log_path.write_bytes(b"")
-        env = dict(os.environ, XAUDIT_HOME=str(data_dir))
-        # Port 0: the server binds a free port itself and prints it, so no other process can take it first.
-        cmd = [
-            sys.executable,
-            "-m",
-            "clients.cli.main",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--home",
-            str(data_dir),
-        ]
-        with log_path.open("ab") as log:
-            # Own session: a Ctrl-C reaches only the demo, which then stops serve in order (serve stops its
-            # worker); the fallback SIGKILL goes to the whole group.
-            child = subprocess.Popen(
-                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        try:
-            yield _wait_ready(child, startup_timeout, log_path)
-        finally:
-            _stop(child)
+    its data directory (a temporary one when None); yield its address; stop it on exit.
+
+    A temporary directory is removed afterwards unless something failed: then it is kept, and named
+    on stderr, because its serve.log (server and worker) is what explains the failure."""
+    data_dir = Path(home) if home is not None else Path(tempfile.mkdtemp(prefix="xaudit-demo-"))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / "serve.log"
+    log_path.write_bytes(b"")
+    env = dict(os.environ, XAUDIT_HOME=str(data_dir))
+    # Port 0: the server binds a free port itself and prints it, so no other process can take it first.
+    cmd = [sys.executable, "-m", "clients.cli.main", "serve"]
+    cmd += ["--listen", "127.0.0.1:0", "--home", str(data_dir)]
+    with log_path.open("ab") as log:
+        # Own session: a Ctrl-C reaches only the demo, which then stops serve in order (serve stops its
+        # worker); the fallback SIGKILL goes to the whole group.
+        child = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    failed = True
+    try:
+        yield _wait_ready(child, startup_timeout, log_path)
+        failed = False
+    finally:
+        _stop(child)
+        if failed:
+            print(f"xaudit: the service's log is in {log_path}", file=sys.stderr)
+        elif home is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _wait_ready(child: subprocess.Popen[bytes], timeout: float, log_path: Path) -> str:

@@ -57,7 +57,9 @@ def test_demo_audits_the_shipped_model_and_the_report_verifies(tmp_path: Path) -
     assert report["config"]["players"] == "grid:2x4"
 
     # The printed verify command works as printed (offline: keys saved beside the report).
-    command = next(line.strip() for line in run.stdout.splitlines() if line.strip().startswith("xaudit verify"))
+    command = next(
+        line.strip() for line in run.stdout.splitlines() if line.strip().startswith("xaudit verify")
+    )
     verify = subprocess.run([str(XAUDIT), *command.split()[1:]], capture_output=True, text=True, cwd=tmp_path)
     assert verify.returncode == 0, verify.stderr
     assert verify.stdout.startswith("valid: signed by key") and "about the given model" in verify.stdout
