@@ -53,19 +53,18 @@ def _rms(x: np.ndarray) -> np.ndarray:
 def estimate_floor(
     subsets: np.ndarray,
     values: np.ndarray,
-    per_player: np.ndarray,
-    coarse: np.ndarray | None = None,
+    coarse_shift: np.ndarray | None = None,
     repeats: np.ndarray | None = None,
     z: float = DEFAULT_Z,
 ) -> NoiseFloor:
-    """Floors (B, m) for attributions ``per_player`` (B, m, n) against the game ``values`` (B, m).
+    """Floors (B, m) for a method's allocation against the game ``values`` (B, m).
 
-    ``coarse``: the same attributions at half resolution (B, m, n); ``repeats``: under other seeds (R, B, m, n).
+    ``coarse_shift`` (B, k): how much sum_i a_i(x_T) moves at half resolution, on k sampled sub-inputs;
+    ``repeats`` (R, B, m, n): the attributions under other seeds.
     """
-    handed = per_player.sum(axis=2)
     scale = np.abs(values).max(axis=1) + np.abs(values - values[:, :1]).max(axis=1)
     rounding = FLOAT_FLOOR * scale
-    discretisation = _rms(coarse.sum(axis=2) - handed) if coarse is not None else np.zeros(len(values))
+    discretisation = _rms(coarse_shift) if coarse_shift is not None else np.zeros(len(values))
     if repeats is not None and len(repeats) > 1:
         monte_carlo = np.sqrt(np.mean(repeats.sum(axis=3).var(axis=0, ddof=1), axis=1))
     else:
