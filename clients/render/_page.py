@@ -25,7 +25,7 @@ caption { caption-side: top; text-align: left; font-weight: 600; padding: .2rem 
 .verdict.ok { color: #17631a; }
 .verdict.bad { color: #a30000; }
 .verdict.na, .na { color: #4a4a4a; }
-.num, .mono { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: .82rem; }
+.num, .mono { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: .95em; }
 .mono { word-break: break-all; }
 figure { margin: .5rem 0 1.1rem; }
 figure img { max-width: 100%; height: auto; display: block; border: 1px solid #ddd; }
@@ -46,7 +46,8 @@ section.method { border-top: 1px solid #bbb; margin-top: 1.6rem; }
   a { color: inherit; text-decoration: none; }
   h2 { break-after: avoid; }
   h3, h4 { break-after: avoid; }
-  section.method { break-before: page; border-top: none; }
+  section.method, section#interactions, section#provenance { break-before: page; border-top: none; }
+  h2 + section.method { break-before: auto; }  /* the first method shares a page with its heading */
   figure, .banner, tr { break-inside: avoid; }
   thead { display: table-header-group; }
   table { font-size: 8pt; }

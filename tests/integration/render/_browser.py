@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PageResult", "browser_skip_reason", "chromium", "open_page"]
+__all__ = ["PageResult", "browser_skip_reason", "chromium", "open_page", "save_full_page"]
 
 CHROMIUM = ("/usr/bin/chromium", "/usr/lib/chromium/chromium")
 DRIVER = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver")
@@ -79,6 +79,19 @@ class PageResult:
     text: str
 
 
+def save_full_page(driver: Any, path: Path) -> None:
+    """The whole page, not just the window (whose height Chromium caps), through the DevTools protocol."""
+    import base64
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 30000), "scale": 1}
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
 def open_page(driver: Any, page: Path, screenshot: Path | None = None) -> PageResult:
     driver.get(page.resolve().as_uri())
     # Wait until every image has decoded (data URIs, but decoding is still asynchronous).
@@ -97,11 +110,7 @@ def open_page(driver: Any, page: Path, screenshot: Path | None = None) -> PageRe
     )
     text = driver.execute_script("return document.body.innerText;")
     if screenshot is not None:
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        height = driver.execute_script("return document.documentElement.scrollHeight;")
-        width = driver.execute_script("return document.documentElement.scrollWidth;")
-        driver.set_window_size(max(width, 1200), min(height, 30000))
-        driver.save_screenshot(str(screenshot))
+        save_full_page(driver, screenshot)
     errors = [
         f"{entry.get('level')}: {entry.get('message')}"
         for entry in driver.get_log("browser")

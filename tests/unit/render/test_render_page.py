@@ -171,7 +171,7 @@ def test_print_css_hides_navigation_and_breaks_pages_per_method():
     css = re.search(r"@media print \{(.*)\}\s*</style>", html, re.S)
     assert css is not None
     assert re.search(r"nav\.toc \{ display: none; \}", css.group(1))
-    assert "section.method { break-before: page;" in css.group(1)
+    assert "section.method, section#interactions, section#provenance { break-before: page;" in css.group(1)
     assert "break-inside: avoid" in css.group(1)
 
 

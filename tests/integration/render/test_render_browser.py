@@ -1,0 +1,150 @@
+"""Rendered pages in headless Chromium: no console errors (the page's CSP also turns any network load
+into one), every method's heatmap decoded and visible, tables captioned; screenshots of the screen and
+print layouts and a printed PDF go to tests/_artifacts/render/ for a person to look at.
+
+Needs Debian's chromium and chromium-driver plus PyPI selenium; skips with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clients.render import SignatureStatus, render_html
+from tests.integration.render._browser import (
+    PageResult,
+    browser_skip_reason,
+    chromium,
+    open_page,
+    save_full_page,
+)
+from tests.unit.render._reports import GROUP_NAMES, GROUPS, image_audit, tabular_audit
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[3]
+ARTIFACTS = ROOT / "tests" / "_artifacts" / "render"
+SIGNING = ROOT / "tests" / "assets" / "signing"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    reason = browser_skip_reason()
+    if reason is not None:
+        pytest.skip(f"headless Chromium unavailable: {reason}")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with chromium() as driver:
+        yield driver
+
+
+def _check_page(result: PageResult, report: dict[str, Any]) -> None:  # type: ignore[misc]
+    assert result.console_errors == []
+    images = {i["id"]: i for i in result.images}
+    for method in report["methods"]:
+        name = method["name"]
+        if method["verdict"] == "not_applicable":
+            assert f"heatmap-{name}" not in images
+            continue
+        for kind in ("heatmap", "allocation"):
+            image = images[f"{kind}-{name}"]
+            assert image["w"] > 100 and image["h"] > 100, image  # decoded, not a broken-image icon
+            assert image["alt"]
+    assert all(i["alt"] for i in result.images)
+    for table in result.tables:
+        assert table["caption"] and table["col"] > 0 and table["rows"] > 0, table
+    assert "✔" in result.text or "✘" in result.text
+
+
+def _print_views(driver: Any, name: str) -> None:
+    """The print layout as Chromium lays it out for a PDF, and the PDF itself."""
+    pdf = driver.execute_cdp_cmd("Page.printToPDF", {"printBackground": False, "preferCSSPageSize": True})
+    data = base64.b64decode(pdf["data"])
+    assert data.startswith(b"%PDF")
+    (ARTIFACTS / f"{name}.pdf").write_bytes(data)
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    try:
+        assert (
+            driver.execute_script("return getComputedStyle(document.querySelector('nav.toc')).display")
+            == "none"
+        )
+        save_full_page(driver, ARTIFACTS / f"{name}-print.png")
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+
+
+def test_image_model_page_in_chromium(browser: Any) -> None:
+    a = image_audit()
+    page = ARTIFACTS / "image.html"
+    page.write_text(render_html(a.report, attributions=a.attributions, inputs=a.inputs), encoding="utf-8")
+    result = open_page(browser, page, ARTIFACTS / "image.png")
+    _check_page(result, a.report)
+    assert "overlaid on the input image" in next(
+        i["alt"] for i in result.images if i["id"].startswith("heatmap-")
+    )
+    _print_views(browser, "image")
+
+
+def test_tabular_model_page_in_chromium(browser: Any) -> None:
+    a = tabular_audit(True)
+    page = ARTIFACTS / "tabular.html"
+    html = render_html(a.report, attributions=a.attributions, inputs=a.inputs, player_labels=GROUPS)
+    page.write_text(html, encoding="utf-8")
+    result = open_page(browser, page, ARTIFACTS / "tabular.png")
+    _check_page(result, a.report)
+    assert "grad_cam" in [m["name"] for m in a.report["methods"] if m["verdict"] == "not_applicable"]
+    for name in GROUP_NAMES:
+        assert name in result.text
+
+
+def test_verified_envelope_page_in_chromium(browser: Any, tmp_path: Path) -> None:
+    from clients.cli.main import main
+
+    page = ARTIFACTS / "envelope.html"
+    argv = ["render", str(SIGNING / "envelope-key-1.json"), "--key", str(SIGNING / "key-1.pub.pem")]
+    assert main([*argv, "--html", str(page)]) == 0
+    result = open_page(browser, page, ARTIFACTS / "envelope.png")
+    assert result.console_errors == []
+    assert "✔ signature verified" in result.text
+
+
+def test_a_page_that_loads_from_the_network_is_caught(browser: Any, tmp_path: Path) -> None:
+    """The no-console-errors check has teeth: an external image breaks it (CSP refuses the load)."""
+    a = tabular_audit(False)
+    html = render_html(a.report, signature=SignatureStatus("unsigned")).replace(
+        "</body>", '<img alt="x" src="https://example.invalid/x.png"></body>'
+    )
+    page = tmp_path / "bad.html"
+    page.write_text(html, encoding="utf-8")
+    assert open_page(browser, page).console_errors
+
+
+def test_submit_html_against_a_real_server(browser: Any, embedded_service: Any, tmp_path: Path) -> None:
+    assets = ROOT / "workers" / "assets"
+    out, page = tmp_path / "report.json", ARTIFACTS / "submit.html"
+    env = {k: v for k, v in os.environ.items() if k != "XAUDIT_SERVER"}
+    argv = [str(Path(sys.executable).with_name("xaudit")), "submit", "--server", embedded_service.address]
+    argv += ["--model", str(assets / "digits_cnn.onnx"), "--input", str(assets / "digits_inputs.npy")]
+    argv += [
+        "--players",
+        "grid:2x4",
+        "--methods",
+        "occlusion_1,shapley_value",
+        "--out",
+        str(out),
+        "--html",
+        str(page),
+    ]
+    run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    result = open_page(browser, page, ARTIFACTS / "submit.png")
+    assert result.console_errors == []
+    ids = {i["id"] for i in result.images}
+    assert {"heatmap-occlusion_1", "heatmap-shapley_value"} <= ids
+    assert "✔ signature verified" in result.text  # against the key the server publishes
