@@ -10,6 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clients.client import XauditClient
 
 __all__ = ["register", "run"]
 
@@ -46,14 +50,11 @@ def run(args: argparse.Namespace) -> int:
             return _audit(client, args)
 
 
-def _audit(client: object, args: argparse.Namespace) -> int:
+def _audit(client: XauditClient, args: argparse.Namespace) -> int:
     import numpy as np
 
     from clients._report import report_document, verdict_table
     from clients._results import follow
-    from clients.client import XauditClient
-
-    assert isinstance(client, XauditClient)
     model_path = _asset("digits_cnn.onnx")
     inputs = np.load(_asset("digits_inputs.npy"))
     background = np.load(_asset("digits_background.npy"))
@@ -86,7 +87,7 @@ def _asset(name: str) -> Path:
     return Path(str(files("workers").joinpath("assets", name)))
 
 
-def _signature_note(client: object, data: bytes, out: Path, model_path: Path) -> str:
+def _signature_note(client: XauditClient, data: bytes, out: Path, model_path: Path) -> str:
     """Verify an enveloped report with the service's keys and say how to check it again offline."""
     import json
 

@@ -29,6 +29,8 @@ class ScriptedService(audit_pb2_grpc.AuditServiceServicer):
         self.recorded = Recorded()
         self.jobs = [audit_pb2.Job(id=f"job-{i}", state=audit_pb2.JOB_STATE_SUCCEEDED) for i in range(7)]
         self.watch_script: list[audit_pb2.Job] = []
+        # (jobs sent, then "END" for a clean end of stream or a status name to abort with)
+        self.interrupted_watches: list[tuple[list[audit_pb2.Job], str]] = []
         self.report = b'{"payloadType":"application/vnd.in-toto+json"}\n'
 
     def _meta(self, context: grpc.ServicerContext) -> None:
@@ -87,6 +89,13 @@ class ScriptedService(audit_pb2_grpc.AuditServiceServicer):
         return audit_pb2.ListJobsResponse(jobs=self.jobs[start:end], next_page_token=token)
 
     def WatchJob(self, request, context):  # type: ignore[no-untyped-def]
+        # Each call plays the next interrupted script (a server going away mid-stream), then the full one.
+        if self.interrupted_watches:
+            script, ending = self.interrupted_watches.pop(0)
+            yield from script
+            if ending != "END":
+                context.abort(getattr(grpc.StatusCode, ending), "server shutting down")
+            return
         yield from self.watch_script
 
     def CancelJob(self, request, context):  # type: ignore[no-untyped-def]

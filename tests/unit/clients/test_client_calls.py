@@ -130,6 +130,27 @@ def test_watch_yields_changes_until_terminal(scripted: Scripted) -> None:
     assert final.report_available
 
 
+def test_watch_resumes_after_the_stream_breaks(scripted: Scripted) -> None:
+    service, address = scripted
+    queued = audit_pb2.Job(id="j", state=audit_pb2.JOB_STATE_QUEUED)
+    running = audit_pb2.Job(id="j", state=audit_pb2.JOB_STATE_RUNNING, progress=0.25)
+    done = audit_pb2.Job(id="j", state=audit_pb2.JOB_STATE_SUCCEEDED, progress=1.0)
+    service.interrupted_watches = [([queued], "UNAVAILABLE"), ([queued, running], "END")]
+    service.watch_script = [running, done]
+    with XauditClient(address) as client:
+        seen = [j.state for j in client.watch("j")]
+    # Each state once, in order, although the server sent some again after each reconnection.
+    assert seen == ["queued", "running", "succeeded"]
+    assert not service.interrupted_watches
+
+
+def test_watch_gives_up_on_other_errors_at_once(scripted: Scripted) -> None:
+    service, address = scripted
+    service.interrupted_watches = [([], "NOT_FOUND")]
+    with XauditClient(address) as client, pytest.raises(errors.NotFound):
+        list(client.watch("nope"))
+
+
 def test_report_cancel_and_keys(scripted: Scripted) -> None:
     service, address = scripted
     with XauditClient(address) as client:
