@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
-    "AFFINE_TYPES",
     "AffineMaps",
     "Pair",
     "Split",
@@ -37,15 +36,6 @@ Split = tuple[torch.Tensor, torch.Tensor]
 LinearMap = Callable[[torch.Tensor], torch.Tensor]
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-_AVG = (
-    nn.AvgPool1d,
-    nn.AvgPool2d,
-    nn.AvgPool3d,
-    nn.AdaptiveAvgPool1d,
-    nn.AdaptiveAvgPool2d,
-    nn.AdaptiveAvgPool3d,
-)
-AFFINE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, *_CONV, *_AVG)
 
 
 @dataclass(frozen=True)
@@ -83,11 +73,10 @@ class AffineMaps:
 
 
 def affine_maps(module: nn.Module) -> AffineMaps:
-    """Float64 maps of a Linear, Conv1d/2d/3d or average-pooling module."""
-    if isinstance(module, _AVG):
-        return AffineMaps(module, module, None)
+    """Float64 maps of a Linear or Conv1d/2d/3d module; any other module is taken to be an average
+    pooling (linear, W >= 0, dtype-agnostic) and used as it is."""
     if not isinstance(module, (nn.Linear, *_CONV)):
-        raise TypeError(f"not an affine module: {type(module).__name__}")
+        return AffineMaps(module, module, None)
     weight = module.weight.detach().double()
     bias = None if module.bias is None else module.bias.detach().double()
     w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)

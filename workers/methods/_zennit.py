@@ -9,43 +9,33 @@ import numpy as np
 import torch
 from zennit.attribution import Gradient
 from zennit.core import Composite, Hook
-from zennit.types import Convolution, Linear
+from zennit.rules import Norm
 
 from workers.methods._base import AttributionContext, to_numpy, to_tensor
+from workers.methods._fx_plan import Plan, plan_graph
 
-__all__ = ["CHUNK", "affine_modules", "is_affine", "lrp_relevance", "module_composite"]
+__all__ = ["CHUNK", "AffineRule", "lrp_relevance"]
 
 # Rows per backward pass, and input elements per pass: bound the memory of the hooks' stored
 # activations (a heuristic: activations are assumed to be tens of times the input).
 CHUNK = 256
 _ELEMENTS = 2**22
 
-ModuleRule = Callable[[torch.nn.Module], Hook | None]
+# The hook for the i-th Linear/Conv layer in execution order.
+AffineRule = Callable[[int, torch.nn.Module], Hook]
 
 
-def is_affine(module: torch.nn.Module) -> bool:
-    """Layers LRP rules apply to: linear and (transposed) convolution modules."""
-    return isinstance(module, Linear | Convolution)
-
-
-def affine_modules(graph: torch.nn.Module) -> list[torch.nn.Module]:
-    """Affine modules in execution order (fx node order when the graph is an fx GraphModule)."""
-    if isinstance(graph, torch.fx.GraphModule):
-        found: list[torch.nn.Module] = []
-        for node in graph.graph.nodes:
-            if node.op == "call_module":
-                module = graph.get_submodule(str(node.target))
-                if is_affine(module) and module not in found:
-                    found.append(module)
-        return found
-    return [m for m in graph.modules() if is_affine(m)]
-
-
-def module_composite(rule: ModuleRule) -> Composite:
-    """A composite that asks ``rule`` for a fresh hook per module (``None``: plain gradient)."""
+def _composite(plan: Plan, rule: AffineRule) -> Composite:
+    """Linear/Conv layers get ``rule``; average pooling LRP-0 (Zennit's Norm, as in its own
+    composites); ReLU, reshapes and max-pooling the gradient, which passes relevance through."""
+    affine = [s.module for s in plan.steps if s.kind == "affine"]
+    pools = [s.module for s in plan.steps if s.kind == "avgpool"]
 
     def mapping(ctx: dict[str, Any], name: str, module: torch.nn.Module) -> Hook | None:
-        return rule(module)
+        for i, layer in enumerate(affine):
+            if module is layer:
+                return rule(i, module)
+        return Norm() if any(module is pool for pool in pools) else None
 
     return Composite(module_map=mapping)
 
@@ -53,7 +43,7 @@ def module_composite(rule: ModuleRule) -> Composite:
 def lrp_relevance(
     ctx: AttributionContext,
     method: str,
-    rule: ModuleRule,
+    rule: AffineRule,
     inputs: np.ndarray,
     classes: np.ndarray,
 ) -> np.ndarray:
@@ -63,7 +53,9 @@ def lrp_relevance(
     is in the target's units and a conservative rule makes it sum to the target value.
     """
     device = ctx.model.device
-    model = ctx.target.wrap(ctx.model.torch_hookable(method))
+    graph = ctx.model.torch_hookable(method)
+    plan = plan_graph(graph, method, "LRP")  # Zennit would silently use the gradient elsewhere
+    model = ctx.target.wrap(graph)
     chunk = max(1, min(CHUNK, _ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
     out: list[np.ndarray] = []
     for start in range(0, inputs.shape[0], chunk):
@@ -74,7 +66,7 @@ def lrp_relevance(
             onehot = torch.zeros_like(output).scatter_(1, c[:, None], 1.0)
             return onehot * output.detach()
 
-        with torch.enable_grad(), Gradient(model=model, composite=module_composite(rule)) as attributor:
+        with torch.enable_grad(), Gradient(model=model, composite=_composite(plan, rule)) as attributor:
             _, relevance = attributor(x, seed)
         out.append(to_numpy(relevance))
     return np.concatenate(out).astype(np.float32)

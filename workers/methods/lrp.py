@@ -1,8 +1,9 @@
 """Layer-wise Relevance Propagation (Bach et al. 2015) and Deep Taylor decomposition (Montavon et al.
 2017) through Zennit, on the hookable graph.
 
-Rules are declared per module kind; ReLU, flatten, reshape and pooling keep Zennit's default (the
-gradient), which passes relevance through unchanged. Relevance starts as the target score of the
+Rules are declared for Linear/Conv layers; average pooling gets LRP-0 (Zennit's Norm); ReLU,
+flatten, reshape and max-pooling keep Zennit's default (the gradient), which passes relevance
+through. Graphs with any other operator on the input's path are refused (NotApplicable). Relevance starts as the target score of the
 explained class, so it is in the target's units.
 """
 
@@ -15,9 +16,9 @@ import torch
 from zennit.core import Hook
 from zennit.rules import AlphaBeta, Epsilon, ZBox, ZPlus
 
-from workers.errors import InvalidInput, NotApplicable
+from workers.errors import InvalidInput
 from workers.methods._base import AttributionContext, Capabilities, Method
-from workers.methods._zennit import affine_modules, is_affine, lrp_relevance
+from workers.methods._zennit import lrp_relevance
 
 __all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon"]
 
@@ -44,8 +45,8 @@ class LrpEpsilon(Method):
         if epsilon < 0:
             raise InvalidInput(f"{self.name}: epsilon must be >= 0, got {epsilon}")
 
-        def rule(module: torch.nn.Module) -> Hook | None:
-            return Epsilon(epsilon=epsilon) if is_affine(module) else None
+        def rule(index: int, module: torch.nn.Module) -> Hook:
+            return Epsilon(epsilon=epsilon)
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
@@ -71,8 +72,8 @@ class LrpAlphaBeta(Method):
                 f"{self.name}: needs alpha, beta >= 0 and alpha - beta = 1, got {alpha}, {beta}"
             )
 
-        def rule(module: torch.nn.Module) -> Hook | None:
-            return AlphaBeta(alpha=alpha, beta=beta) if is_affine(module) else None
+        def rule(index: int, module: torch.nn.Module) -> Hook:
+            return AlphaBeta(alpha=alpha, beta=beta)
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
@@ -101,14 +102,8 @@ class DeepTaylor(Method):
         high = float(max(inputs.max(), baselines.max())) if p["high"] is None else float(p["high"])
         if low > high:
             raise InvalidInput(f"{self.name}: low ({low}) must not exceed high ({high})")
-        affine = affine_modules(ctx.model.torch_hookable(self.name))
-        if not affine:
-            raise NotApplicable(self.name, "the model has no linear or convolution layer")
-        first = affine[0]
 
-        def rule(module: torch.nn.Module) -> Hook | None:
-            if module is first:
-                return ZBox(low=low, high=high)
-            return ZPlus(zero_params=["bias"]) if is_affine(module) else None
+        def rule(index: int, module: torch.nn.Module) -> Hook:
+            return ZBox(low=low, high=high) if index == 0 else ZPlus(zero_params=["bias"])
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)

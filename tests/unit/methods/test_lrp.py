@@ -14,7 +14,7 @@ import torch
 
 from tests.models import CNN_SHAPE, MLP_FEATURES, relu_cnn, relu_mlp
 from tests.unit.methods._context import Dense, context, dense_layers
-from workers.errors import InvalidInput
+from workers.errors import InvalidInput, NotApplicable
 from workers.methods import get_method
 
 STAB = 1e-6
@@ -191,3 +191,52 @@ def test_chunked_rows_give_the_same_relevance(monkeypatch: pytest.MonkeyPatch) -
     np.testing.assert_allclose(
         get_method("lrp_alpha_beta").attribute(ctx, x.numpy(), refs, classes), whole, atol=1e-7
     )
+
+
+def test_average_pooling_gets_lrp_0() -> None:
+    # Zennit's Norm rule on the pool: LRP-0, i.e. the epsilon reference with its 1e-6 stabiliser.
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 2, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AvgPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32, 3),
+    ).eval()
+    x = torch.randn(3, *CNN_SHAPE, generator=torch.Generator().manual_seed(7))
+    classes = np.array([0, 1, 2])
+    got = get_method("lrp_epsilon").attribute(context(model, x), x.numpy(), np.zeros_like(x.numpy()), classes)
+    layers = dense_layers(model, CNN_SHAPE)
+    flat = x.numpy().reshape(3, -1).astype(np.float64)
+    want = np.stack([lrp_epsilon_ref(layers, flat[k], int(classes[k]), STAB) for k in range(3)])
+    np.testing.assert_allclose(got.reshape(3, -1), want, rtol=1e-5, atol=1e-5)
+
+
+class _Sigmoid(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.sigmoid(self.a(x)))
+
+
+class _Residual(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(self.a(x))
+
+
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
+@pytest.mark.parametrize(("model", "operator"), [(_Sigmoid(), "Sigmoid"), (_Residual(), "add")])
+def test_operators_without_a_rule_are_refused(name: str, model: torch.nn.Module, operator: str) -> None:
+    # Zennit alone would pass the gradient through them and return a number that is not LRP.
+    x = torch.randn(2, 4)
+    with pytest.raises(NotApplicable, match=f"operator .*{operator}.* has no LRP rule") as info:
+        get_method(name).attribute(
+            context(model.eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(2, np.int64)
+        )
+    assert info.value.method == name

@@ -1,0 +1,152 @@
+"""Which nodes of an onnx2torch fx graph a rule-based method can handle, and a plain evaluator.
+
+Rule-based methods (LRP, Deep Taylor, DeepLIFT RevealCancel) have rules for a few layer kinds
+only. Libraries such as Zennit silently fall back to the gradient for any other operator, which
+would give a wrong answer without a word; :func:`plan_graph` refuses such graphs instead, naming
+the operator. Node kinds on the input's path ("activations"):
+
+- ``affine``: Linear, Conv1d/2d/3d;  ``avgpool``: average pooling (a linear map with W >= 0);
+- ``relu``;  ``shape``: Flatten, Reshape, Identity, eval-mode Dropout;  ``maxpool``;
+- ``input``: the one placeholder.
+
+Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import fx, nn
+
+from workers.errors import NotApplicable
+
+__all__ = ["AFFINE_TYPES", "AVGPOOL_TYPES", "SUPPORTED", "Plan", "Step", "evaluate", "plan_graph"]
+
+Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "static"]
+
+AFFINE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+AVGPOOL_TYPES: tuple[type[nn.Module], ...] = (
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+)
+_AVG_NAMES = {"OnnxGlobalAveragePool", "OnnxGlobalAveragePoolWithKnownInputShape"}
+_SHAPE_NAMES = {"Flatten", "OnnxFlatten", "OnnxReshape", "Identity", "OnnxCopyIdentity", "Dropout"}
+_SHAPE_READERS = {"OnnxShape"}  # activation in, shape out: static
+_MAXPOOL = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
+SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, MaxPool, AvgPool"
+
+
+@dataclass(frozen=True)
+class Step:
+    node: fx.Node
+    kind: Kind
+    module: nn.Module | None
+    source: fx.Node | None  # the one activation argument (None for input and static nodes)
+
+
+@dataclass(frozen=True)
+class Plan:
+    graph: fx.GraphModule
+    steps: tuple[Step, ...]
+    output: fx.Node  # the (first) model output
+
+
+def _leaves(arg: Any) -> list[fx.Node]:
+    found: list[fx.Node] = []
+    fx.node.map_arg(arg, found.append)
+    return found
+
+
+def _operator_name(node: fx.Node, module: nn.Module | None) -> str:
+    if module is None:
+        return str(getattr(node.target, "__name__", node.target))
+    op = getattr(module, "math_op_function", None)  # onnx2torch's Add/Sub/Mul/Div share one class
+    return f"{type(module).__name__}[{op.__name__}]" if op is not None else type(module).__name__
+
+
+def _kind(module: nn.Module | None, name: str) -> Kind | None:
+    if isinstance(module, AFFINE_TYPES):
+        return "affine"
+    if isinstance(module, AVGPOOL_TYPES) or name in _AVG_NAMES:
+        return "avgpool"
+    if isinstance(module, nn.ReLU):
+        return "relu"
+    if name in _SHAPE_NAMES:
+        return "shape"
+    if isinstance(module, _MAXPOOL):
+        return "maxpool"
+    return None
+
+
+def plan_graph(graph: nn.Module, method: str, family: str) -> Plan:
+    """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
+    input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel")."""
+    if not isinstance(graph, fx.GraphModule):
+        raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
+    steps: list[Step] = []
+    active: set[fx.Node] = set()
+    output: fx.Node | None = None
+    for node in graph.graph.nodes:
+        if node.op == "output":
+            leaves = _leaves(node.args[0])
+            output = leaves[0] if leaves else None
+            continue
+        if node.op == "placeholder":
+            if active:
+                raise NotApplicable(method, "the model has more than one input")
+            steps.append(Step(node, "input", None, None))
+            active.add(node)
+            continue
+        inputs = [a for a in _leaves((node.args, node.kwargs)) if a in active]
+        module = graph.get_submodule(str(node.target)) if node.op == "call_module" else None
+        name = _operator_name(node, module)
+        # x.shape / x.size() / Shape read an activation but give the same value at every input.
+        if not inputs or name in _SHAPE_READERS or node.target == "size" or node.target is getattr:
+            steps.append(Step(node, "static", module, None))
+            continue
+        kind = _kind(module, name) if len(inputs) == 1 else None
+        if kind is None:
+            raise NotApplicable(
+                method,
+                f"operator {name} (node '{node.name}') has no {family} rule here; supported: {SUPPORTED}",
+            )
+        steps.append(Step(node, kind, module, inputs[0]))
+        active.add(node)
+    if output is None or output not in active:
+        raise NotApplicable(method, "the model's output does not depend on its input")
+    return Plan(graph, tuple(steps), output)
+
+
+def evaluate(plan: Plan, x: torch.Tensor, affine: dict[fx.Node, Any] | None = None) -> dict[fx.Node, Any]:
+    """Every node's value for input ``x``; ``affine`` may replace a node's module by a callable of its
+    activation argument (e.g. a float64 copy of the layer)."""
+    env: dict[fx.Node, Any] = {}
+    for step in plan.steps:
+        node = step.node
+        if step.kind == "input":
+            env[node] = x
+        elif affine is not None and node in affine:
+            assert step.source is not None
+            env[node] = affine[node](env[step.source])
+        elif node.op == "get_attr":
+            value: Any = plan.graph
+            for part in str(node.target).split("."):
+                value = getattr(value, part)
+            env[node] = value
+        else:
+            args = fx.node.map_arg(node.args, lambda n: env[n])
+            kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+            if node.op == "call_module":
+                assert step.module is not None
+                env[node] = step.module(*args, **kwargs)
+            elif node.op == "call_function":
+                env[node] = node.target(*args, **kwargs)  # type: ignore[operator]
+            else:  # call_method
+                env[node] = getattr(args[0], str(node.target))(*args[1:], **kwargs)
+    return env
