@@ -109,6 +109,18 @@ def test_same_seed_same_report() -> None:
     assert _without_timings(first) != _without_timings(other)  # the seed matters for stochastic methods
 
 
+@pytest.mark.parametrize("case", ["mlp-onnx", "cnn-onnx"])
+def test_reports_follow_the_json_schema(relu_reports: dict[str, dict[str, Any]], case: str) -> None:
+    import jsonschema
+
+    from workers.audit.schema import validate_report
+
+    validate_report(relu_reports[case])
+    broken = dict(relu_reports[case], methods=[dict(relu_reports[case]["methods"][0], verdict="maybe")])
+    with pytest.raises(jsonschema.ValidationError):
+        validate_report(broken)
+
+
 def test_report_records_what_it_needs(relu_reports: dict[str, dict[str, Any]]) -> None:
     report = relu_reports["cnn-onnx"]
     assert report["schema"] == "xaudit.report/v1"
