@@ -122,6 +122,13 @@ def start_worker(
     )
 
 
+def service_missing(message: str) -> None:
+    """Skip on a developer machine without the service; fail in CI, where it must be there."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI must provide it: see .ci/run)")
+    pytest.skip(message)
+
+
 def _redis_available() -> bool:
     try:
         import redis
@@ -152,7 +159,7 @@ def postgres_url() -> Iterator[str]:
     try:
         admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
     except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN}: {exc}")
+        service_missing(f"PostgreSQL not reachable at {PG_ADMIN}: {exc}")
     with admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     host = PG_ADMIN.split("://", 1)[1].rsplit("/", 1)[0]
@@ -167,7 +174,7 @@ def postgres_url() -> Iterator[str]:
 def redis_service(tmp_path: Path, postgres_url: str) -> Iterator[Service]:
     """Redis broker, PostgreSQL job store, a short lease, and one separate worker process."""
     if not _redis_available():
-        pytest.skip(f"Redis not reachable at {REDIS_URL}")
+        service_missing(f"Redis not reachable at {REDIS_URL}")
     home = tmp_path / "home"
     service = start_serve(home, "--broker", REDIS_URL, "--store", postgres_url, "--lease-seconds", "3")
     service.broker, service.store = REDIS_URL, postgres_url
