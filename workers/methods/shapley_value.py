@@ -16,7 +16,7 @@ __all__ = ["ShapleyValue"]
 class ShapleyValue(Method):
     name = "shapley_value"
     capabilities = Capabilities(gradients=False, hooks=False, baseline="single", stochastic=False)
-    paper_context: ClassVar[str] = "equal split, 1/|S| of each effect to each member; expected to pass"
+    paper_context: ClassVar[str] = "equal split: each member gets the same share of each effect; expected to pass"
 
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
