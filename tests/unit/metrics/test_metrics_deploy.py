@@ -373,3 +373,23 @@ def test_k8s_workers_server_and_gpu() -> None:
         assert services[service_name]["spec"]["clusterIP"] == "None"
         assert services[service_name]["metadata"]["namespace"] == namespace
         assert services[service_name]["spec"]["ports"][0]["port"] == sd["port"]
+
+
+# --- Dockerfiles (not built here: no Docker daemon) -----------------------------------------------
+@pytest.mark.parametrize(("name", "extra"), [("Dockerfile.cpu", "cpu"), ("Dockerfile.gpu", "gpu")])
+def test_dockerfiles_copy_what_exists_and_install_real_extras(name: str, extra: str) -> None:
+    import tomllib
+
+    root = DEPLOY.parent
+    text = (DEPLOY / "docker" / name).read_text()
+    for line in text.splitlines():
+        if line.startswith("COPY ") and "--from=" not in line:
+            for source in line.split()[1:-1]:
+                assert (root / source).exists(), f"{name} copies {source}, which the repository lacks"
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    installed = re.search(r'"\.\[([a-z,]+)\]"', text)
+    assert installed is not None, f"{name} does not install the project with extras"
+    assert set(installed.group(1).split(",")) == {extra, "postgres"} and {extra, "postgres"} <= set(extras)
+    assert "onnxruntime" in extras[extra][0]  # the CPU or the CUDA build, never both
+    ignore = (DEPLOY / "docker" / f"{name}.dockerignore").read_text().splitlines()
+    assert ignore[1:2] == ["*"] and "!workers/" in ignore, "the build context must be allow-listed"
