@@ -3,7 +3,9 @@
 
 Rules are declared for Linear/Conv layers; average pooling gets LRP-0 (Zennit's Norm); ReLU,
 flatten, reshape and max-pooling keep Zennit's default (the gradient), which passes relevance
-through. Graphs with any other operator on the input's path are refused (NotApplicable). Relevance starts as the target score of the
+through. Graphs with any other operator on the input's path are refused (NotApplicable).
+For probability or log-odds targets the softmax sits above the graph and relevance crosses it by
+its gradient (no LRP rule covers it), so relevance is then no longer conservative. Relevance starts as the target score of the
 explained class, so it is in the target's units.
 """
 

@@ -115,3 +115,19 @@ def test_mlp_is_not_applicable(fmt: str) -> None:
         get_method("grad_cam").attribute(ctx, x.numpy(), np.zeros_like(x.numpy()), np.zeros(3, np.int64))
     assert info.value.method == "grad_cam"
     assert info.value.reason == "the model has no convolution layer"
+
+
+def test_flat_input_reshaped_inside_the_model_is_not_applicable() -> None:
+    class Flat(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(1, 2, 3), nn.Linear(72, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.relu(self.conv(x.reshape(-1, 1, 8, 8))).flatten(1))
+
+    x = torch.randn(3, 64)
+    with pytest.raises(NotApplicable, match="no channel and spatial axes"):
+        get_method("grad_cam").attribute(
+            context(Flat().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(3, np.int64)
+        )
