@@ -115,21 +115,24 @@ def _measure(
                 for r in range(1, STOCHASTIC_REPEATS)
             ]
             repeats.append(np.stack([main.per_player, *others]))
-    count = len(parts)
     main = SubInputAttributions(
-        sum(m.per_player for m in mains) / count,
-        sum(m.absent_mass for m in mains) / count,
-        sum(m.total_mass for m in mains) / count,
+        _mean([m.per_player for m in mains]),
+        _mean([m.absent_mass for m in mains]),
+        _mean([m.total_mass for m in mains]),
     )
-    remainders = [g.remainder for _, g in parts]
     return _Measured(
-        values=sum(g.values for _, g in parts) / count,
-        interactions=sum(g.interactions for _, g in parts) / count,
-        remainder=None if game.exact else sum(remainders) / count,
+        values=_mean([g.values for _, g in parts]),
+        interactions=_mean([g.interactions for _, g in parts]),
+        remainder=None if game.exact else _mean([g.remainder for _, g in parts]),
         main=main,
-        coarse_shift=sum(coarses) / count if coarses else None,
-        repeats=sum(repeats) / count if repeats else None,
+        coarse_shift=_mean(coarses) if coarses else None,
+        repeats=_mean(repeats) if repeats else None,
     )
+
+
+def _mean(arrays: list[np.ndarray]) -> np.ndarray:
+    """Average over a method's constituents (one per background reference)."""
+    return np.mean(np.stack(arrays), axis=0)
 
 
 def _criteria(

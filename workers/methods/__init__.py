@@ -7,6 +7,7 @@ imported on first use so that asking for one method does not load every library.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from collections.abc import Iterable
 from functools import cache
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from workers.errors import InvalidInput, NotApplicable, UnknownMethod
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
+from workers.methods._embedding import run_method
 from workers.spec import EXTRA_METHODS, FOURTEEN_METHODS
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "Capabilities",
     "Method",
     "attribute",
+    "derived_seed",
     "get_method",
     "resolve_method_names",
 ]
@@ -87,8 +90,18 @@ def attribute(
     background: np.ndarray | None = None,
 ) -> np.ndarray:
     """Run ``method``; distribution-baseline methods average their constituents over ``background``."""
+    if ctx.model.per_sample:  # held-fixed inputs differ per sample: one sample per call
+        return np.concatenate(
+            [
+                attribute(
+                    method, replace(ctx, model=ctx.model.for_sample(s)),
+                    inputs[s : s + 1], baselines[s : s + 1], classes[s : s + 1], background,
+                )  # fmt: skip
+                for s in range(len(inputs))
+            ]
+        )
     if method.capabilities.baseline != "distribution":
-        return method.attribute(ctx, inputs, baselines, classes)
+        return run_method(method, ctx, inputs, baselines, classes)
     if background is None:
         raise NotApplicable(method.name, "it needs a background set of samples (--background)")
     total = np.zeros(inputs.shape, dtype=np.float64)
@@ -97,5 +110,5 @@ def attribute(
             ctx.model, ctx.players, ctx.target, ctx.params, derived_seed(ctx.seed, "bg", m)
         )
         refs = np.broadcast_to(reference[None], inputs.shape)
-        total += method.attribute(sub, inputs, refs, classes)
+        total += run_method(method, sub, inputs, refs, classes)
     return (total / len(background)).astype(np.float32)

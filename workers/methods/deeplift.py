@@ -15,7 +15,7 @@ __all__ = ["DeepLiftRescale", "DeepShap"]
 
 def _deeplift(
     ctx: AttributionContext, method: str, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-):
+) -> np.ndarray:
     device = ctx.model.device
     model = ctx.target.wrap(ctx.model.torch_hookable(method))
     explainer = DeepLift(model, multiply_by_inputs=True)

@@ -25,7 +25,7 @@ class TorchScriptModel(ModelAdapter):
                 "not a TorchScript archive (a TorchScript file is a zip written by torch.jit.save)"
             )
         try:
-            self._module = torch.jit.load(io.BytesIO(data), map_location=device).eval()
+            self._module = torch.jit.load(io.BytesIO(data), map_location=device).eval()  # type: ignore[no-untyped-call]
         except Exception as exc:
             raise InvalidModel(
                 f"TorchScript model cannot be loaded: {str(exc).splitlines()[0][:200]}"
@@ -87,7 +87,7 @@ class TorchScriptModel(ModelAdapter):
                 torch.onnx.export(
                     self._module.cpu(),
                     (example,),
-                    buffer,
+                    buffer,  # type: ignore[arg-type]
                     dynamo=False,
                     opset_version=17,
                     input_names=["input"],
