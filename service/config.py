@@ -67,6 +67,14 @@ class ServerConfig:
     signing_key_file: Path | None = None
     # Seconds to drain in-flight RPCs at shutdown.
     grace_seconds: float = 5.0
+    # Authentication (service/auth.py): a tokens file (service/tokens.py) and/or mTLS client certificates.
+    tokens_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    tls_client_scopes: str = "submit,read"
+    # Serve without authentication on a non-loopback address (refused otherwise).
+    allow_unauthenticated: bool = False
 
     @property
     def resolved_broker_url(self) -> str:

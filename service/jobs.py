@@ -14,6 +14,7 @@ import numpy as np
 
 from service.config import ServerConfig
 from service.metrics import record_finished, record_submitted
+from service.quotas import Quotas
 from service.store import JobRecord, JobStore, NewJob
 from service.validation import Submission
 from workers.celery_app import queue_for
@@ -41,8 +42,14 @@ class Notifier(Protocol):
 
 class JobService:
     def __init__(
-        self, config: ServerConfig, store: JobStore, dispatcher: Notifier, signer: ReportSealer | None = None
+        self,
+        config: ServerConfig,
+        store: JobStore,
+        dispatcher: Notifier,
+        signer: ReportSealer | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
+        self.quotas = quotas
         self.config = config
         self.store = store
         self.dispatcher = dispatcher
@@ -50,6 +57,8 @@ class JobService:
 
     def submit_job(self, tenant: str, model_sha256: str, submission: Submission) -> JobRecord:
         model = self.store.get_model(tenant, model_sha256)
+        if self.quotas is not None:
+            self.quotas.check_submit(tenant, sum(a.nbytes for a in submission.tensors.values()))
         spec = submission.spec
         key = submission.idempotency_key or config_digest(model.sha256, spec, submission.tensors)
         new = NewJob(

@@ -36,7 +36,9 @@ class ServeOptions:
 
 
 class LocalWorker:
-    def __init__(self, broker_url: str, server: str, options: ServeOptions, home: str) -> None:
+    def __init__(
+        self, broker_url: str, server: str, options: ServeOptions, home: str, token: str | None = None
+    ) -> None:
         self._argv = [
             sys.executable,
             "-m",
@@ -52,6 +54,8 @@ class LocalWorker:
             str(options.worker_concurrency),
         ]
         self._env = dict(os.environ, XAUDIT_WORKER_CACHE=os.path.join(home, "worker-cache"))
+        if token:  # authentication on: the server's in-memory worker token (service/auth.py)
+            self._env["XAUDIT_WORKER_TOKEN"] = token
         self._options = options
         self._proc: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
@@ -101,7 +105,9 @@ def serve(config: ServerConfig, options: ServeOptions | None = None) -> int:
     server.start()
     worker = None
     if options.local_worker:
-        worker = LocalWorker(config.resolved_broker_url, server.address, options, str(config.home))
+        worker = LocalWorker(
+            config.resolved_broker_url, server.address, options, str(config.home), server.worker_token
+        )
         worker.start()
     print(f"xaudit: serving on {server.address} (data in {config.home})", file=sys.stderr, flush=True)
     done = threading.Event()

@@ -10,6 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
+from service.auth import Authenticator, AuthInterceptor, bind_port, check_exposure
 from service.blobs import BlobStore
 from service.config import ServerConfig
 from service.dispatch import Dispatcher, Sender, celery_sender
@@ -17,6 +18,7 @@ from service.errors_interceptor import ErrorsInterceptor
 from service.jobs import JobService, ReportSealer
 from service.metrics import counted_signer, watch_store
 from service.metrics_interceptor import metrics_interceptors
+from service.quotas import Quotas
 from service.servicer import AuditServicer, WorkerServicer
 from service.store import JobStore
 from workers.errors import Unavailable
@@ -68,6 +70,8 @@ class Server:
         self.dispatcher = dispatcher
         self._health = health_servicer
         self._closers = closers
+        # Set by create_server when authentication is on: what the embedded local worker presents.
+        self.worker_token: str | None = None
 
     @property
     def store(self) -> JobStore:
@@ -99,6 +103,8 @@ def create_server(
     config: ServerConfig, *, sender: Sender | None = None, signer: ReportSealer | None = None
 ) -> tuple[Server, int]:
     """Build the server bound to ``config.listen`` (port 0: any free port); returns it and its port."""
+    authenticator = Authenticator(config)
+    check_exposure(config, authenticator)
     config.home.mkdir(parents=True, exist_ok=True)
     store = JobStore(config.resolved_store_url)
     blobs = BlobStore(config.blob_dir)
@@ -108,10 +114,11 @@ def create_server(
     ]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_threads, thread_name_prefix="xaudit-rpc"),
-        interceptors=[*metrics_interceptors(), ErrorsInterceptor()],
+        # Errors outside auth: its Unauthenticated / PermissionDenied become statuses.
+        interceptors=[*metrics_interceptors(), ErrorsInterceptor(), AuthInterceptor(authenticator)],
         options=options,
     )
-    port = server.add_insecure_port(config.listen)
+    port = bind_port(server, config, authenticator)
     if port == 0:
         store.close()
         raise Unavailable(f"cannot listen on {config.listen} (address in use or not valid)")
@@ -124,7 +131,11 @@ def create_server(
     watch_store(store)
     dispatcher = Dispatcher(store, sender, config)
     jobs = JobService(
-        config, store, dispatcher, counted_signer(signer if signer is not None else default_signer(config))
+        config,
+        store,
+        dispatcher,
+        counted_signer(signer if signer is not None else default_signer(config)),
+        Quotas(store, authenticator.policy),
     )
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(jobs, blobs), server)
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(jobs, blobs), server)
@@ -136,4 +147,6 @@ def create_server(
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-    return Server(config, server, port, jobs, dispatcher, health_servicer, closers), port
+    built = Server(config, server, port, jobs, dispatcher, health_servicer, closers)
+    built.worker_token = authenticator.internal_worker_token  # for the embedded local worker only
+    return built, port

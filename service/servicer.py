@@ -10,8 +10,8 @@ from typing import Any
 import grpc
 from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
+from service.auth import tenant_of as authenticated_tenant
 from service.blobs import BlobStore
-from service.config import DEFAULT_TENANT
 from service.convert import decode_page_token, encode_page_token, job_to_proto, state_to_proto
 from service.jobs import JobService
 from service.metrics import counted_chunks, record_failed, record_started
@@ -27,8 +27,8 @@ MAX_PAGE = 500
 
 
 def tenant_of(context: grpc.ServicerContext) -> str:
-    """The caller's tenant. Single-tenant until authentication lands: its one replacement point."""
-    return DEFAULT_TENANT
+    """The caller's tenant, as service.auth's interceptor established it for this call."""
+    return authenticated_tenant(context)
 
 
 class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
@@ -47,6 +47,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
             self._store,
             tenant_of(context),
             self._config.upload_cap_bytes,
+            self._jobs.quotas,
         )
         return audit_pb2.ModelRef(
             sha256=model.sha256, format=format_to_proto(model.format), size=model.size, name=model.name

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from xaudit.v1 import audit_pb2
 
 from service.blobs import BlobStore
+from service.quotas import Quotas
 from service.store import JobStore, ModelRecord
 from service.validation import check_model, format_from_proto
 from workers.errors import InvalidInput, ResourceExhausted
@@ -22,7 +23,12 @@ def _cap_error(size: int, cap: int) -> ResourceExhausted:
 
 
 def receive_model(
-    chunks: Iterable[audit_pb2.ModelChunk], blobs: BlobStore, store: JobStore, tenant: str, cap: int
+    chunks: Iterable[audit_pb2.ModelChunk],
+    blobs: BlobStore,
+    store: JobStore,
+    tenant: str,
+    cap: int,
+    quotas: Quotas | None = None,
 ) -> ModelRecord:
     it = iter(chunks)
     first = next(it, None)
@@ -34,6 +40,8 @@ def receive_model(
         raise InvalidInput(f"declared_size {meta.declared_size} is negative")
     if meta.declared_size > cap:
         raise _cap_error(meta.declared_size, cap)
+    if quotas is not None and fmt is not None:  # refuse early, before receiving the bytes
+        quotas.check_model(tenant, fmt, meta.declared_size)
     with blobs.writer() as writer:
         for chunk in it:
             if chunk.WhichOneof("kind") != "data":
@@ -46,6 +54,8 @@ def receive_model(
                 f"upload ended after {writer.size} bytes but {meta.declared_size} were declared"
             )
         name = check_model(writer.read_back(), fmt)
+        if quotas is not None:
+            quotas.check_model(tenant, name, writer.size)
         sha256 = writer.commit()
     logger.info("stored model %s (%s, %d bytes) for tenant %s", sha256, name, writer.size, tenant)
     return store.record_model(tenant, sha256, name, writer.size, meta.name[:256])

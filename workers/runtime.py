@@ -177,7 +177,9 @@ def execute(job_id: str, config: RuntimeConfig) -> str:
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
     wid = worker_id()
-    with grpc.insecure_channel(config.server, options=options) as channel:
+    from service.worker_channel import open_worker_channel  # its token and TLS, from the environment
+
+    with open_worker_channel(config.server, options) as channel:
         stub = worker_pb2_grpc.WorkerServiceStub(channel)
         payload = _retrying(
             lambda: stub.FetchJob(

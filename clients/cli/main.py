@@ -34,6 +34,7 @@ COMMANDS: tuple[str, ...] = (
     "report",
     "serve",
     "worker",
+    "token",
     "demo",
     "render",
 )

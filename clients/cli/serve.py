@@ -41,6 +41,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     parser.add_argument("--no-reflection", action="store_true", help="turn gRPC server reflection off")
     parser.add_argument(
+        "--tokens", type=Path, help="tokens file (xaudit token create): turns bearer-token authentication on"
+    )
+    parser.add_argument("--tls-cert", type=Path, help="server certificate (PEM): serve TLS")
+    parser.add_argument("--tls-key", type=Path, help="server private key (PEM)")
+    parser.add_argument(
+        "--tls-client-ca", type=Path, help="CA of client certificates: mTLS, the certificate's CN is the tenant"
+    )
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve without authentication on a non-loopback address (refused otherwise)",
+    )
+    parser.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics"
     )
     parser.set_defaults(func=run)
@@ -58,11 +71,16 @@ def run(args: argparse.Namespace) -> int:
         ("store_url", args.store),
         ("advertise", args.advertise),
         ("lease_seconds", args.lease_seconds),
+        ("tokens_file", args.tokens),
+        ("tls_cert_file", args.tls_cert),
+        ("tls_key_file", args.tls_key),
+        ("tls_client_ca_file", args.tls_client_ca),
     ):
         if value is not None:
             changes[key] = value
     if args.upload_cap_mb is not None:
         changes["upload_cap_bytes"] = args.upload_cap_mb * MiB
+    changes["allow_unauthenticated"] = args.allow_unauthenticated
     config = ServerConfig(**changes)  # type: ignore[arg-type]
     local = args.broker is None or args.local_worker
     start_service_metrics(args.metrics_port)

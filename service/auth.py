@@ -1,0 +1,278 @@
+"""Authentication and authorisation: the one server interceptor that decides who calls and what it may do.
+
+Identity comes from a bearer token (``authorization: Bearer xat_...`` looked up by its sha256 in the
+tokens file, service/tokens.py), else from a verified mTLS client certificate (its common name is
+the tenant). Every method needs one scope (table below); the health service needs none; reflection
+needs any valid identity; the internal WorkerService needs the ``worker`` scope. Missing or unknown
+credentials: UNAUTHENTICATED; a missing scope: PERMISSION_DENIED (raised here, mapped to a status
+by the errors interceptor, which runs outside this one).
+
+The servicers read the caller's tenant with :func:`tenant_of` (a context variable set by the
+interceptor around each call). With authentication off every caller is the default tenant with
+every scope; that is allowed on loopback (logged at start) and refused elsewhere unless
+``allow_unauthenticated`` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hmac
+import ipaddress
+import logging
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from xaudit.v1 import audit_pb2, worker_pb2
+
+from service.config import DEFAULT_TENANT, ServerConfig
+from service.tokens import SCOPES, Identity, TenantPolicy, TokenFile, parse_scopes
+from workers.errors import InvalidInput, PermissionDenied, Unauthenticated
+
+__all__ = [
+    "ANONYMOUS",
+    "METHOD_SCOPES",
+    "AuthInterceptor",
+    "Authenticator",
+    "bind_port",
+    "check_exposure",
+    "current_identity",
+    "tenant_of",
+]
+
+logger = logging.getLogger(__name__)
+
+ANONYMOUS = Identity(DEFAULT_TENANT, frozenset(SCOPES), "anonymous")
+_INTERNAL_WORKER = Identity("(internal)", frozenset({"worker"}), "internal")
+
+_AUDIT = audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name
+_WORKER = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
+_READ = ("GetJob", "ListJobs", "WatchJob", "GetReport", "GetAttributions", "GetSigningKeys")
+_SUBMIT = ("UploadModel", "SubmitAudit", "SubmitAttribution", "CancelJob")
+
+# Full method name -> the scope it needs. "" = any authenticated identity; None = no credentials.
+METHOD_SCOPES: dict[str, str | None] = {
+    **{f"/{_AUDIT}/{m}": "read" for m in _READ},
+    **{f"/{_AUDIT}/{m}": "submit" for m in _SUBMIT},
+    **{
+        f"/{_WORKER}/{m.name}": "worker"
+        for m in worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].methods
+    },
+    "/grpc.health.v1.Health/Check": None,
+    "/grpc.health.v1.Health/Watch": None,
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": "",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": "",
+}
+# Anything not in the table (a service added later) needs admin until someone decides otherwise.
+_DEFAULT_SCOPE = "admin"
+
+_current: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("xaudit_identity", default=None)
+
+
+def current_identity() -> Identity | None:
+    return _current.get()
+
+
+def tenant_of(context: grpc.ServicerContext | None = None) -> str:
+    """The calling tenant, as established by :class:`AuthInterceptor` for this call."""
+    identity = _current.get()
+    if identity is None:  # fail closed: a handler reached without the interceptor
+        raise Unauthenticated("no authenticated identity for this call")
+    return identity.tenant
+
+
+@dataclass(frozen=True)
+class _Tls:
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None
+
+
+def _read_tls(config: ServerConfig) -> _Tls | None:
+    if not config.tls_cert_file and not config.tls_key_file:
+        if config.tls_client_ca_file:
+            raise InvalidInput("a client CA (mTLS) needs the server's own certificate and key too")
+        return None
+    if not (config.tls_cert_file and config.tls_key_file):
+        raise InvalidInput("TLS needs both a certificate and a key file")
+
+    def read(path: Path, what: str) -> bytes:
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read the TLS {what} {path}: {exc.strerror}") from None
+
+    ca = read(config.tls_client_ca_file, "client CA") if config.tls_client_ca_file else None
+    return _Tls(read(config.tls_cert_file, "certificate"), read(config.tls_key_file, "key"), ca)
+
+
+class Authenticator:
+    """Turns a call's metadata and peer certificate into an :class:`Identity`."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.tokens = TokenFile(config.tokens_file) if config.tokens_file else None
+        self.tls = _read_tls(config)
+        self.mtls_scopes = parse_scopes(config.tls_client_scopes)
+        self.enabled = self.tokens is not None or (self.tls is not None and self.tls.client_ca is not None)
+        # A token for the embedded local worker only: never written anywhere, gone with the process.
+        self.internal_worker_token = "xaw_" + secrets.token_urlsafe(32) if self.enabled else None
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        return self.tokens.policy(tenant) if self.tokens is not None else TenantPolicy()
+
+    def authenticate(self, context: grpc.ServicerContext) -> Identity:
+        if not self.enabled:
+            return ANONYMOUS
+        token = _bearer(context.invocation_metadata() or ())
+        if token is not None:
+            internal = self.internal_worker_token
+            if internal is not None and hmac.compare_digest(token.encode(), internal.encode()):
+                return _INTERNAL_WORKER
+            identity = self.tokens.lookup(token) if self.tokens is not None else None
+            if identity is None:
+                raise Unauthenticated("invalid or revoked token")
+            return identity
+        subject = _peer_common_name(context)
+        if subject is not None:
+            return Identity(subject, self.mtls_scopes, f"mtls:{subject}")
+        raise Unauthenticated(
+            "missing credentials: send 'authorization: Bearer <token>' (the CLI reads $XAUDIT_TOKEN)"
+        )
+
+
+def _bearer(metadata: Any) -> str | None:
+    for key, value in metadata:
+        if key.lower() != "authorization":
+            continue
+        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        scheme, _, token = text.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("malformed authorization header (expected 'Bearer <token>')")
+        return token.strip()
+    return None
+
+
+def _peer_common_name(context: grpc.ServicerContext) -> str | None:
+    try:
+        names = context.auth_context().get("x509_common_name") or []
+    except Exception:  # no transport security on this call
+        return None
+    if not names:
+        return None
+    name = names[0]
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+
+
+def _authorise(authenticator: Authenticator, scope: str, method: str, context: Any) -> Identity:
+    identity = authenticator.authenticate(context)
+    if scope and not identity.allows(scope):
+        logger.info("%s refused to %s: needs scope %s", identity.source, method, scope)
+        raise PermissionDenied(
+            f"this credential lacks the '{scope}' scope needed for {method.rsplit('/', 1)[-1]}"
+        )
+    return identity
+
+
+def _unary(behaviour: Callable[..., Any], check: Callable[[Any], Identity]) -> Callable[..., Any]:
+    def handler(request: Any, context: grpc.ServicerContext) -> Any:
+        token = _current.set(check(context))
+        try:
+            return behaviour(request, context)
+        finally:
+            _current.reset(token)
+
+    return handler
+
+
+def _stream(behaviour: Callable[..., Iterator[Any]], check: Callable[[Any], Identity]) -> Callable[..., Any]:
+    def handler(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        token = _current.set(check(context))
+        try:
+            yield from behaviour(request, context)
+        finally:
+            with contextlib.suppress(ValueError):  # resumed from another context: nothing to undo
+                _current.reset(token)
+
+    return handler
+
+
+class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Place it after the errors interceptor, so its errors become statuses."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._auth = authenticator
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = continuation(details)
+        method = details.method
+        scope = METHOD_SCOPES.get(method, _DEFAULT_SCOPE)
+        if handler is None or scope is None:
+            return handler
+
+        def check(context: Any) -> Identity:
+            return _authorise(self._auth, scope, method, context)
+
+        for kind, make, wrap in (
+            ("unary_unary", grpc.unary_unary_rpc_method_handler, _unary),
+            ("stream_unary", grpc.stream_unary_rpc_method_handler, _unary),
+            ("unary_stream", grpc.unary_stream_rpc_method_handler, _stream),
+            ("stream_stream", grpc.stream_stream_rpc_method_handler, _stream),
+        ):
+            behaviour = getattr(handler, kind)
+            if behaviour:
+                return make(wrap(behaviour, check), handler.request_deserializer, handler.response_serializer)
+        return handler
+
+
+def _is_loopback(listen: str) -> bool:
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name or an empty host (all interfaces)
+
+
+def check_exposure(config: ServerConfig, authenticator: Authenticator) -> None:
+    """Refuse to serve unauthenticated beyond loopback unless allowed; say so whenever auth is off."""
+    if authenticator.enabled:
+        how = ", ".join(
+            part
+            for part, on in (
+                (f"tokens from {config.tokens_file}", authenticator.tokens is not None),
+                ("mTLS client certificates", authenticator.tls is not None and authenticator.tls.client_ca),
+            )
+            if on
+        )
+        logger.info("authentication on (%s)", how)
+        return
+    if not _is_loopback(config.listen) and not config.allow_unauthenticated:
+        raise InvalidInput(
+            f"refusing to listen on {config.listen} without authentication: give --tokens FILE "
+            "(xaudit token create) or --tls-client-ca, or --allow-unauthenticated to accept the risk"
+        )
+    logger.warning(
+        "authentication is OFF: every caller on %s is tenant '%s' with every scope",
+        config.listen,
+        DEFAULT_TENANT,
+    )
+
+
+def bind_port(server: grpc.Server, config: ServerConfig, authenticator: Authenticator) -> int:
+    """Add the listening port: TLS (and mTLS with a client CA) when configured, else plaintext."""
+    tls = authenticator.tls
+    if tls is None:
+        return int(server.add_insecure_port(config.listen))
+    credentials = grpc.ssl_server_credentials(
+        [(tls.key, tls.cert)], root_certificates=tls.client_ca, require_client_auth=tls.client_ca is not None
+    )
+    return int(server.add_secure_port(config.listen, credentials))

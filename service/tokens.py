@@ -1,0 +1,225 @@
+"""Bearer tokens and tenant policies, kept in one YAML (or JSON) file that stores token *hashes* only.
+
+    tokens:
+      - id: 3f9a0c12                  # first hex digits of the hash: names a token in logs, never the secret
+        sha256: <hex sha256 of the token>
+        tenant: team-a
+        scopes: [submit, read]
+        created_at: 1760000000.0
+    tenants:                          # optional per-tenant policy (service/quotas.py)
+      team-a: {max_active_jobs: 20, max_stored_bytes: 1073741824, torchscript: false}
+    defaults: {max_active_jobs: 100}  # optional policy for tenants not listed
+
+Tokens are 256 random bits (``xat_`` + urlsafe base64), so an unsalted sha256 cannot be reversed
+by guessing; the file is re-read when it changes, so ``xaudit token create`` needs no restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workers.errors import InvalidInput
+
+__all__ = [
+    "SCOPES",
+    "TOKEN_PREFIX",
+    "Identity",
+    "TenantPolicy",
+    "TokenFile",
+    "create_token",
+    "hash_token",
+    "parse_scopes",
+]
+
+logger = logging.getLogger(__name__)
+
+# submit: upload models, submit and cancel jobs; read: get/list/watch jobs, reports, keys;
+# admin: both (and reflection); worker: the internal WorkerService only.
+SCOPES = ("submit", "read", "admin", "worker")
+TOKEN_PREFIX = "xat_"
+_TENANT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-@")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is calling: a tenant and what it may do. ``source`` says how it was established."""
+
+    tenant: str
+    scopes: frozenset[str]
+    source: str  # "token:<id>", "mtls:<subject>", "anonymous", "internal"
+
+    def allows(self, scope: str) -> bool:
+        if scope in self.scopes:
+            return True
+        return scope in ("submit", "read") and "admin" in self.scopes
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    """Quotas and model rules for one tenant; None means unlimited."""
+
+    max_active_jobs: int | None = None
+    max_stored_bytes: int | None = None
+    torchscript: bool = True
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], base: TenantPolicy | None = None) -> TenantPolicy:
+        base = base or cls()
+        unknown = set(data) - {"max_active_jobs", "max_stored_bytes", "torchscript"}
+        if unknown:
+            raise InvalidInput(f"unknown tenant policy field(s): {', '.join(sorted(unknown))}")
+
+        def limit(name: str, current: int | None) -> int | None:
+            value = data.get(name, current)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInput(f"tenant policy {name}={value!r}: must be an integer >= 0")
+            return value
+
+        torchscript = data.get("torchscript", base.torchscript)
+        if not isinstance(torchscript, bool):
+            raise InvalidInput(f"tenant policy torchscript={torchscript!r}: must be true or false")
+        return cls(
+            limit("max_active_jobs", base.max_active_jobs),
+            limit("max_stored_bytes", base.max_stored_bytes),
+            torchscript,
+        )
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def parse_scopes(text: str | Iterable[str]) -> frozenset[str]:
+    items = text.split(",") if isinstance(text, str) else list(text)
+    scopes = frozenset(s.strip() for s in items if s.strip())
+    unknown = scopes - set(SCOPES)
+    if unknown or not scopes:
+        raise InvalidInput(
+            f"bad scopes {', '.join(sorted(unknown)) or '(none)'} (use a comma-separated list of {', '.join(SCOPES)})"
+        )
+    return scopes
+
+
+def check_tenant(tenant: str) -> str:
+    if not tenant or len(tenant) > 128 or not set(tenant) <= _TENANT_CHARS:
+        raise InvalidInput(f"bad tenant name {tenant!r}: 1-128 characters from letters, digits and . _ - @")
+    return tenant
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"tokens file {path} is not valid YAML/JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"tokens file {path}: expected a mapping with a 'tokens' list")
+    return data
+
+
+class TokenFile:
+    """The parsed tokens file, re-read whenever its modification time or size changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._by_hash: dict[str, Identity] = {}
+        self._tenants: dict[str, TenantPolicy] = {}
+        self._default = TenantPolicy()
+        self._refresh(strict=True)
+
+    def _refresh(self, strict: bool = False) -> None:
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = (0, -1)
+        if stamp == self._stamp:
+            return
+        with self._lock:
+            if stamp == self._stamp:
+                return
+            try:
+                self._load(_read(self.path))
+            except InvalidInput:
+                if strict:
+                    raise
+                # A half-written or broken edit: keep serving with the last good file.
+                logger.exception("tokens file %s is invalid; keeping the previous one", self.path)
+            self._stamp = stamp
+
+    def _load(self, data: Mapping[str, Any]) -> None:
+        by_hash: dict[str, Identity] = {}
+        for entry in data.get("tokens") or []:
+            if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+                raise InvalidInput(f"tokens file {self.path}: each token needs a sha256 field")
+            digest = entry["sha256"].strip().lower()
+            if len(digest) != 64:
+                raise InvalidInput(f"tokens file {self.path}: sha256 {digest!r} is not a sha256 hex digest")
+            tenant = check_tenant(str(entry.get("tenant", "")))
+            scopes = parse_scopes(entry.get("scopes") or [])
+            by_hash[digest] = Identity(tenant, scopes, f"token:{entry.get('id') or digest[:8]}")
+        default = TenantPolicy.from_mapping(data.get("defaults") or {})
+        tenants = {
+            check_tenant(str(name)): TenantPolicy.from_mapping(policy or {}, default)
+            for name, policy in (data.get("tenants") or {}).items()
+        }
+        self._by_hash, self._tenants, self._default = by_hash, tenants, default
+        logger.info("tokens file %s: %d token(s), %d tenant policies", self.path, len(by_hash), len(tenants))
+
+    def lookup(self, token: str) -> Identity | None:
+        self._refresh()
+        return self._by_hash.get(hash_token(token))
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        self._refresh()
+        return self._tenants.get(tenant, self._default)
+
+
+def create_token(path: Path, tenant: str, scopes: str | Iterable[str]) -> str:
+    """Append a new token's hash to ``path`` (created 0600 if missing); returns the token, once."""
+    check_tenant(tenant)
+    scope_set = parse_scopes(scopes)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    digest = hash_token(token)
+    data = _read(path)
+    entries = list(data.get("tokens") or [])
+    entries.append(
+        {
+            "id": digest[:8],
+            "sha256": digest,
+            "tenant": tenant,
+            "scopes": sorted(scope_set),
+            "created_at": round(time.time(), 3),
+        }
+    )
+    data["tokens"] = entries
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tokens-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            yaml.safe_dump(data, handle, sort_keys=False)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return token
