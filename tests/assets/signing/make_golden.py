@@ -48,59 +48,90 @@ def inputs_digest() -> str:
 
 
 def _criteria(scores: dict[str, float]) -> dict[str, dict[str, object]]:
-    return {
-        name: {
-            "score": scores[name],
-            "tolerance": DEFAULT_TOLERANCES[name],
-            "passed": scores[name] <= DEFAULT_TOLERANCES[name],
+    out: dict[str, dict[str, object]] = {}
+    for name, score in scores.items():
+        tolerance = DEFAULT_TOLERANCES[name]
+        out[name] = {
+            "score": score,
+            "tolerance": tolerance,
+            "passed": score <= tolerance,
+            "mean": score,
+            "worst": score,
+            "fraction_failing": 0.0 if score <= tolerance else 1.0,
+            "spread": 0.0,
         }
-        for name in scores
+    return out
+
+
+def _method(name: str) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "name": name,
+        "paper_context": {"label": "synthetic", "text": "golden test data, not a measurement"},
+        "capabilities": {"gradients": True, "hooks": False, "baseline": "single", "stochastic": False},
+        "seconds": 0.25,
+        "among_fourteen": True,
+    }
+    if name == "grad_cam":
+        return {**entry, "verdict": "not_applicable", "reason": "the model has no conv layer"}
+    if name == "occlusion_1":
+        scores = {"coverage": 0.0, "unrelated_allocation": 0.0, "complete_allocation": 0.5}
+    elif name == "gradient_x_input":
+        scores = {"coverage": 0.0, "unrelated_allocation": 0.125, "complete_allocation": 0.25}
+    else:
+        scores = {"coverage": 0.0, "unrelated_allocation": 1e-7, "complete_allocation": 2e-7}
+    criteria = _criteria(scores)
+    failing = [c for c, v in criteria.items() if not v["passed"]]
+    return {
+        **entry,
+        "verdict": "unreliable" if failing else "reliable",
+        "reason": "fails " + ", ".join(failing) if failing else "passes all three criteria",
+        "failing_criteria": failing,
+        "criteria": criteria,
+        "completeness_residual": 0.0,
+        "noise_floor": {
+            "z": 4.0,
+            "sigma": 1e-7,
+            "by_order": [1e-7, 1e-7, 1e-7],
+            "excluded_mass_share": 0.0,
+            "repeats": 1,
+        },
+        "evidence": [],
+        "by_order": [],
     }
 
 
 def sample_report() -> bytes:
-    """A report in the shape workers.audit writes; scores chosen to exercise every verdict."""
-    methods = []
-    for name in FOURTEEN_METHODS:
-        if name == "grad_cam":
-            methods.append(
-                {
-                    "name": name,
-                    "verdict": "not_applicable",
-                    "reason": "the model has no conv layer",
-                    "criteria": {},
-                }
-            )
-            continue
-        if name == "occlusion_1":
-            scores = {"coverage": 0.0, "unrelated_allocation": 0.0, "complete_allocation": 0.5}
-        elif name == "gradient_x_input":
-            scores = {"coverage": 0.0, "unrelated_allocation": 0.125, "complete_allocation": 0.25}
-        else:
-            scores = {"coverage": 0.0, "unrelated_allocation": 1e-7, "complete_allocation": 2e-7}
-        criteria = _criteria(scores)
-        reliable = all(c["passed"] for c in criteria.values())
-        failing = [c for c, v in criteria.items() if not v["passed"]]
-        methods.append(
-            {
-                "name": name,
-                "verdict": "reliable" if reliable else "unreliable",
-                "reason": "" if reliable else "fails " + ", ".join(failing),
-                "criteria": criteria,
-            }
-        )
+    """A synthetic report that follows workers/audit/report-v1.schema.json (the tests check it), with
+    scores chosen to exercise every verdict: occlusion_1 and gradient_x_input unreliable, grad_cam n/a."""
+    methods = [_method(name) for name in FOURTEEN_METHODS]
     report = {
         "schema": "xaudit.report/v1",
+        "created": "2026-01-01T00:00:00Z",
+        "seconds": 3.5,
         "model": {"sha256": hashlib.sha256(MODEL_BYTES).hexdigest(), "format": "onnx"},
         "inputs": {"sha256": inputs_digest(), "shape": [4, 1, 8, 8], "count": 4},
         "config": {
             "players": "grid:3x3",
             "baseline": "zeros",
             "target": "predicted",
-            "methods": list(FOURTEEN_METHODS),
+            "methods": [{"name": name, "params": {}} for name in FOURTEEN_METHODS],
             "audit_order": 3,
             "tolerances": dict(DEFAULT_TOLERANCES),
             "seed": 0,
+        },
+        "environment": {
+            "packages": {"xaudit": "0.1.0"},
+            "python": "3.11",
+            "device": "cpu",
+            "execution_providers": ["CPUExecutionProvider"],
+        },
+        "game": {
+            "players": [{"index": i, "name": f"r{i // 3}c{i % 3}", "size": 1} for i in range(9)],
+            "n": 9,
+            "exact": True,
+            "efficiency_error": 0.0,
+            "top_interactions": [],
+            "mass_by_order": [{"order": 1, "mass": 0.75}, {"order": 2, "mass": 0.25}],
         },
         "methods": methods,
         "summary": {

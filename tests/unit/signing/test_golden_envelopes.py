@@ -192,3 +192,12 @@ def test_payload_type_is_authenticated() -> None:
     assert json.loads(asset("envelope-key-1.json"))["payloadType"] == PAYLOAD_TYPE
     with pytest.raises(VerificationError):
         verify_envelope(asset("tampered-payload-type.json"), [pem(1)])
+
+
+def test_golden_report_follows_the_report_schema() -> None:
+    # The golden report is synthetic; this keeps it the shape workers.audit really writes.
+    import jsonschema
+
+    schema_path = ASSETS.parents[2] / "workers" / "audit" / "report-v1.schema.json"
+    schema = json.loads(schema_path.read_text())
+    jsonschema.Draft202012Validator(schema).validate(json.loads(asset("report.json")))
