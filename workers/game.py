@@ -105,9 +105,10 @@ def play(
     bits = subset_bits(evaluated, n)  # once: (m, n) bool
     for s, (x, b) in enumerate(zip(inputs, baselines, strict=True)):
         cls = np.full(rows, classes[s])
+        sample_model = model.for_sample(s)  # held-fixed inputs of this sample (workers.inputs)
         for start in range(0, len(evaluated), rows):
             chunk = bits[start : start + rows]
-            out = model.predict(_select(chunk, x, b, players))
+            out = sample_model.predict(_select(chunk, x, b, players))
             values[s, start : start + len(chunk)] = target.values(out, cls[: len(chunk)])
             done += len(chunk)
             if progress:

@@ -100,7 +100,8 @@ def parse_players(
     player_groups: np.ndarray | None = None,
     group_names: Sequence[str] = (),
 ) -> Players:
-    """Build players from a spec: ``auto``, ``grid:RxC``, ``features``, ``groups:FILE.json``, ``mask:FILE.npy``.
+    """Build players from a spec: ``auto``, ``grid:RxC``, ``features``, ``groups:FILE.json``, ``mask:FILE.npy``,
+    ``windows:K`` (K windows over the last axis), ``tokens`` (one per position of a token-id input).
 
     File contents arrive already loaded (``player_mask``, ``player_groups``), never as paths.
     """
@@ -118,6 +119,10 @@ def parse_players(
             )
     elif kind == "grid":
         players = _grid(spec, sample_shape)
+    elif kind in ("windows", "tokens"):
+        from workers.tokens import token_players, window_players
+
+        players = (window_players if kind == "windows" else token_players)(spec, sample_shape)
     elif kind == "features":
         players = _from_flat(spec, np.arange(size), sample_shape, [f"x{i}" for i in range(size)])
     elif kind == "groups":
@@ -142,7 +147,8 @@ def parse_players(
         players = _from_labels(spec, mask, None)
     else:
         raise InvalidInput(
-            f"unknown player spec '{spec}' (use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy)"
+            f"unknown player spec '{spec}' (use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy, "
+            "windows:K, tokens)"
         )
     if players.n > MAX_PLAYERS:
         raise ResourceExhausted(f"{players.n} players; at most {MAX_PLAYERS} are supported")

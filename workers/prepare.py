@@ -9,11 +9,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from workers.errors import InvalidInput, ResourceExhausted
-from workers.models import ModelAdapter, load_model
+from workers.inputs import load_named, needs_named_model, predict_samples
+from workers.models import ModelAdapter, load_model, resolve_device
 from workers.players import Players, parse_players
 from workers.references import check_background, make_baselines
 from workers.spec import JobSpec
 from workers.targets import Target, parse_target
+from workers.tokens import check_token_baselines
 
 __all__ = ["MAX_INPUT_ELEMENTS", "Prepared", "check_tensor", "prepare"]
 
@@ -54,11 +56,9 @@ def check_tensor(name: str, array: np.ndarray) -> np.ndarray:
     return arr
 
 
-def prepare(
+def _load_plain(
     spec: JobSpec, model_bytes: bytes, model_format: str | None, tensors: Mapping[str, np.ndarray]
-) -> Prepared:
-    if "inputs" not in tensors:
-        raise InvalidInput("no input tensor given")
+) -> tuple[ModelAdapter, np.ndarray]:
     model = load_model(model_bytes, model_format, spec.device)
     inputs = check_tensor("input", tensors["inputs"])
     declared = model.info.sample_shape
@@ -71,6 +71,36 @@ def prepare(
     if inputs.ndim < 2:
         raise InvalidInput(f"input shape {inputs.shape}: expected (samples, ...) with a batch axis first")
     model.check_sample(inputs)
+    return model, inputs
+
+
+def _load_named(
+    spec: JobSpec, model_bytes: bytes, tensors: Mapping[str, np.ndarray], target: Target
+) -> tuple[ModelAdapter, np.ndarray]:
+    import hashlib
+
+    from workers.methods._embedding import attach_embedding
+
+    device = resolve_device(spec.device)
+    sha256 = hashlib.sha256(model_bytes).hexdigest()
+    model, inputs = load_named(spec.explain, target.output, model_bytes, sha256, device, tensors)
+    if inputs.ndim < 2:
+        raise InvalidInput(f"input shape {inputs.shape}: expected (samples, ...) with a batch axis first")
+    if model.explained.integer:
+        attach_embedding(model, spec.embedding_tensor, inputs)
+    return model, inputs
+
+
+def prepare(
+    spec: JobSpec, model_bytes: bytes, model_format: str | None, tensors: Mapping[str, np.ndarray]
+) -> Prepared:
+    if "inputs" not in tensors:
+        raise InvalidInput("no input tensor given")
+    target = parse_target(spec.target)
+    if needs_named_model(spec.explain, target.output, tensors, model_bytes):
+        model, inputs = _load_named(spec, model_bytes, tensors, target)
+    else:
+        model, inputs = _load_plain(spec, model_bytes, model_format, tensors)
     sample_shape = tuple(inputs.shape[1:])
     players = parse_players(
         spec.players,
@@ -83,8 +113,9 @@ def prepare(
     background = tensors.get("background")
     if background is not None:
         background = check_background(background, sample_shape)
-    target = parse_target(spec.target)
-    outputs = model.predict(inputs)
+    if getattr(model, "embedding", None) is not None:
+        check_token_baselines(spec.baseline, baselines)
+    outputs = predict_samples(model, inputs)
     if not np.isfinite(outputs).all():
         raise InvalidInput("the model's output on the given input contains NaN or Inf")
     classes = target.resolve_classes(outputs)

@@ -12,7 +12,7 @@ __all__ = ["check_background", "make_baselines"]
 
 def make_baselines(spec: str, inputs: np.ndarray, tensor: np.ndarray | None = None) -> np.ndarray:
     """Per-sample references (B, *sample_shape) float32 for ``zeros``, ``mean``, ``blur[:SIGMA]``,
-    ``constant:V`` or ``tensor`` (the attached ``baseline`` array, one sample or one per input)."""
+    ``constant:V``, ``token:ID`` or ``tensor`` (the attached ``baseline`` array, one sample or one per input)."""
     kind, _, arg = spec.partition(":")
     kind = kind.strip().lower()
     sample_shape = inputs.shape[1:]
@@ -26,6 +26,15 @@ def make_baselines(spec: str, inputs: np.ndarray, tensor: np.ndarray | None = No
         if not np.isfinite(value):
             raise InvalidInput(f"baseline '{spec}' is not finite")
         out = np.full_like(inputs, value)
+    elif kind == "token":
+        # Token ids: "absent" is a reference id (pad, mask, unk) in every position.
+        try:
+            token = int(arg)
+        except ValueError:
+            raise InvalidInput(f"baseline '{spec}': expected token:ID with an integer ID") from None
+        if token < 0:
+            raise InvalidInput(f"baseline '{spec}': token ids are >= 0")
+        out = np.full_like(inputs, token)
     elif kind == "mean":
         if inputs.ndim >= 3:
             # Per sample and channel (axis 1), over the remaining axes.
@@ -60,7 +69,7 @@ def make_baselines(spec: str, inputs: np.ndarray, tensor: np.ndarray | None = No
             )
     else:
         raise InvalidInput(
-            f"unknown baseline '{spec}' (use zeros, mean, blur[:SIGMA], constant:V or a .npy file)"
+            f"unknown baseline '{spec}' (use zeros, mean, blur[:SIGMA], constant:V, token:ID or a .npy file)"
         )
     out = np.asarray(out, dtype=np.float32)
     if not np.isfinite(out).all():

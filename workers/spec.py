@@ -76,6 +76,12 @@ class JobSpec:
     seed: int = 0
     device: str = "cpu"
     group_names: tuple[str, ...] = ()
+    # Models with several inputs: the one whose units are the players (the others, attached as
+    # ``input:NAME``, are held at their values; see workers.inputs). Empty: the model's one input.
+    explain: str = ""
+    # Token inputs: the embedding output where gradient and rule methods attribute (empty: found
+    # in the graph).
+    embedding_tensor: str = ""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))

@@ -22,6 +22,8 @@ class Target:
     kind: TargetKind = "logit"
     fixed_class: int | None = None
     spec: str = "predicted"
+    # A named model output to read instead of the first one (``output:NAME[INDEX]``).
+    output: str | None = None
 
     def resolve_classes(self, outputs: np.ndarray) -> np.ndarray:
         """Class per sample from the full inputs' outputs (k, C)."""
@@ -74,9 +76,31 @@ class _TargetModule(torch.nn.Module):
         return out if self.target.kind == "logit" else self.target.transform(out)
 
 
+def _parse_output(spec: str) -> Target:
+    """``output:NAME`` (its first element, e.g. a scalar probability) or ``output:NAME[INDEX]``
+    (element INDEX of the flattened output), read as is."""
+    body = spec.strip()[len("output:") :].strip()
+    index = 0
+    if body.endswith("]") and "[" in body:
+        body, _, raw = body[:-1].partition("[")
+        try:
+            index = int(raw)
+        except ValueError:
+            raise InvalidInput(
+                f"target '{spec}': expected output:NAME[INDEX] with an integer INDEX"
+            ) from None
+        if index < 0:
+            raise InvalidInput(f"target '{spec}': INDEX must be >= 0")
+    if not body:
+        raise InvalidInput(f"target '{spec}': expected output:NAME or output:NAME[INDEX]")
+    return Target("logit", index, spec, body)
+
+
 def parse_target(spec: str) -> Target:
     """``predicted`` (default: logit of the predicted class), ``class:K``, ``logit[:K]``, ``prob[:K]``,
-    ``logodds[:K]``."""
+    ``logodds[:K]``, ``output:NAME[INDEX]``."""
+    if spec.strip().lower().startswith("output:"):
+        return _parse_output(spec)
     kind, _, arg = spec.strip().lower().partition(":")
     if kind in ("", "predicted"):
         if arg:
@@ -88,7 +112,7 @@ def parse_target(spec: str) -> Target:
             raise InvalidInput(f"target '{spec}': expected class:K")
     if kind not in ("logit", "prob", "logodds"):
         raise InvalidInput(
-            f"unknown target '{spec}' (use predicted, class:K, logit[:K], prob[:K], logodds[:K])"
+            f"unknown target '{spec}' (use predicted, class:K, logit[:K], prob[:K], logodds[:K], output:NAME[INDEX])"
         )
     fixed: int | None = None
     if arg:

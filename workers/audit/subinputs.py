@@ -8,6 +8,7 @@ import numpy as np
 
 from workers.game import masked_inputs
 from workers.methods import AttributionContext, Method, derived_seed
+from workers.methods._embedding import run_method
 from workers.models.base import ModelAdapter
 from workers.players import Players, subset_bits
 from workers.targets import Target
@@ -47,6 +48,8 @@ def attribute_sub_inputs(
     n_samples, m, n = len(inputs), len(subsets), players.n
     sample_elements = int(np.prod(inputs.shape[1:]))
     samples_per_call = max(1, _MAX_ELEMENTS_PER_CALL // max(1, m * sample_elements))
+    if model.per_sample:  # held-fixed inputs differ per sample (workers.inputs)
+        samples_per_call = 1
     player_present = subset_bits(subsets, n)  # (m, n)
     out = np.empty((n_samples, m, n))
     for start in range(0, n_samples, samples_per_call):
@@ -57,8 +60,10 @@ def attribute_sub_inputs(
         refs = np.repeat(baselines[start:stop], m, axis=0)
         cls = np.repeat(classes[start:stop], m)
         # Seed per call: reproducible for the same inputs and memory bound.
-        ctx = AttributionContext(model, players, target, params, derived_seed(seed, "sub-inputs", start))
-        elements = method.attribute(ctx, batch, refs, cls)
+        ctx = AttributionContext(
+            model.for_sample(start), players, target, params, derived_seed(seed, "sub-inputs", start)
+        )
+        elements = run_method(method, ctx, batch, refs, cls)
         out[start:stop] = players.sum_per_player(elements).reshape(stop - start, m, n)
     absent = np.abs(out) * (~player_present)[None]
     return SubInputAttributions(out, absent.sum(axis=(1, 2)), np.abs(out).sum(axis=(1, 2)))

@@ -7,8 +7,8 @@ imported on first use so that asking for one method does not load every library.
 from __future__ import annotations
 
 import importlib
-from dataclasses import replace
 from collections.abc import Iterable
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
@@ -91,13 +91,18 @@ def attribute(
 ) -> np.ndarray:
     """Run ``method``; distribution-baseline methods average their constituents over ``background``."""
     if ctx.model.per_sample:  # held-fixed inputs differ per sample: one sample per call
+        rows = [slice(s, s + 1) for s in range(len(inputs))]
         return np.concatenate(
             [
                 attribute(
-                    method, replace(ctx, model=ctx.model.for_sample(s)),
-                    inputs[s : s + 1], baselines[s : s + 1], classes[s : s + 1], background,
-                )  # fmt: skip
-                for s in range(len(inputs))
+                    method,
+                    replace(ctx, model=ctx.model.for_sample(r.start)),
+                    inputs[r],
+                    baselines[r],
+                    classes[r],
+                    background,
+                )
+                for r in rows
             ]
         )
     if method.capabilities.baseline != "distribution":

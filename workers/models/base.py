@@ -54,6 +54,14 @@ class ModelAdapter(ABC):
         """What really runs the forward passes (ORT providers, or the torch device)."""
         return [str(self.device)]
 
+    # True when the model holds other inputs fixed per sample (workers.models.named): rows of one
+    # call must then come from one sample, bound with :meth:`for_sample`.
+    per_sample: bool = False
+
+    def for_sample(self, index: int) -> ModelAdapter:
+        """This model with the held-fixed inputs of sample ``index``; itself for one-input models."""
+        return self
+
     def check_sample(self, x: np.ndarray) -> None:
         """Raise InvalidInput when a batch does not fit the model's declared input shape."""
         from workers.errors import InvalidInput

@@ -1,0 +1,163 @@
+"""Named model inputs: one explained (its units are the players), the others held at their values.
+
+Tensors travel as ``inputs`` (the explained input, as for one-input models) and ``input:NAME``
+for every other named input, so everything that reads ``inputs`` (digests, signatures, renders)
+keeps working. Names, shapes and dtypes are read from the model and checked here, with one-line
+errors naming what is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from workers.errors import InvalidInput, ResourceExhausted
+from workers.models.base import ModelAdapter
+from workers.models.named import InputSpec, NamedOnnxModel, OnnxGraph
+
+__all__ = [
+    "INPUT_PREFIX",
+    "held_inputs",
+    "input_key",
+    "load_named",
+    "needs_named_model",
+    "predict_samples",
+]
+
+INPUT_PREFIX = "input:"
+_MAX_ELEMENTS = 64 * 1024 * 1024
+
+
+def input_key(name: str) -> str:
+    """The tensor name under which a held-fixed input ``name`` travels."""
+    return INPUT_PREFIX + name
+
+
+def held_inputs(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The ``input:NAME`` tensors, by NAME."""
+    return {k[len(INPUT_PREFIX) :]: v for k, v in tensors.items() if k.startswith(INPUT_PREFIX)}
+
+
+def needs_named_model(
+    explain: str, target_output: str | None, tensors: Mapping[str, np.ndarray], data: bytes
+) -> bool:
+    """Whether a job needs :class:`NamedOnnxModel`: named inputs, a named output, or an ONNX model
+    whose one input is not a float tensor or that has several inputs."""
+    if explain or target_output or held_inputs(tensors):
+        return True
+    from workers.models import detect_format
+
+    if detect_format(data) != "onnx":
+        return False
+    import onnx
+
+    try:
+        proto = onnx.load_model_from_string(data)
+    except Exception:
+        return False  # the plain loader says what is wrong with it
+    initializers = {i.name for i in proto.graph.initializer}
+    graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
+    if len(graph_inputs) != 1:
+        return True
+    elem = graph_inputs[0].type.tensor_type.elem_type
+    return elem != onnx.TensorProto.FLOAT
+
+
+def _with_batch(name: str, array: np.ndarray, spec: InputSpec) -> np.ndarray:
+    declared = spec.sample_shape
+    if (
+        declared is not None
+        and array.ndim == len(declared)
+        and all(d is None or d == g for d, g in zip(declared, array.shape, strict=True))
+    ):
+        array = array[None]  # one sample without its batch axis
+    if array.ndim < 1:
+        raise InvalidInput(f"input '{name}' is a scalar: expected (samples, ...) with a batch axis first")
+    if declared is not None and (
+        array.ndim - 1 != len(declared)
+        or any(d is not None and d != g for d, g in zip(declared, array.shape[1:], strict=True))
+    ):
+        want = "x".join("?" if d is None else str(d) for d in declared)
+        have = "x".join(str(g) for g in array.shape[1:])
+        raise InvalidInput(f"input '{name}': shape {have} (per sample) does not match the model's {want}")
+    return array
+
+
+def _checked(name: str, value: np.ndarray, spec: InputSpec) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "fiub":
+        raise InvalidInput(f"input '{name}': dtype {arr.dtype} is not numeric")
+    if arr.size > _MAX_ELEMENTS:
+        raise ResourceExhausted(f"input '{name}': {arr.size} elements exceed the cap of {_MAX_ELEMENTS}")
+    if arr.size == 0:
+        raise InvalidInput(f"input '{name}' is empty")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise InvalidInput(f"input '{name}' contains NaN or Inf")
+    if spec.integer and arr.dtype.kind == "f" and not (arr == np.round(arr)).all():
+        raise InvalidInput(f"input '{name}' holds integers ({spec.dtype}) but was given fractional values")
+    return _with_batch(name, arr, spec)
+
+
+def _given(
+    explain: str, graph: OnnxGraph, tensors: Mapping[str, np.ndarray]
+) -> tuple[str, dict[str, np.ndarray]]:
+    """(explained name, name -> array) from the job's tensors, names checked against the model."""
+    names = graph.input_names
+    held = held_inputs(tensors)
+    if not explain:
+        if len(names) == 1 and not held:
+            return names[0], {names[0]: tensors["inputs"]}
+        raise InvalidInput(
+            f"the model has {len(names)} inputs ({', '.join(names)}): give each as --input NAME=FILE.npy "
+            "and pick the one to explain with --explain NAME"
+        )
+    if explain in held:
+        raise InvalidInput(f"input '{explain}' is given twice")
+    given = {explain: tensors["inputs"], **held}
+    unknown = [n for n in given if n not in names]
+    if unknown:
+        raise InvalidInput(
+            f"the model has no input named {', '.join(repr(n) for n in unknown)} (its inputs: {', '.join(names)})"
+        )
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise InvalidInput(
+            f"missing required input {', '.join(repr(n) for n in missing)} (the model's inputs: {', '.join(names)})"
+        )
+    return explain, given
+
+
+def load_named(
+    explain: str,
+    output: str | None,
+    data: bytes,
+    sha256: str,
+    device: object,
+    tensors: Mapping[str, np.ndarray],
+) -> tuple[NamedOnnxModel, np.ndarray]:
+    """The model bound to the held inputs, and the explained input (B, ...) float32."""
+    import torch
+
+    from workers.models import detect_format
+
+    if detect_format(data) != "onnx":
+        raise InvalidInput("several named inputs, integer inputs and named outputs need an ONNX model")
+    assert isinstance(device, torch.device)
+    graph = OnnxGraph(data, sha256, device)
+    explained, given = _given(explain, graph, tensors)
+    arrays = {name: _checked(name, value, graph.input(name)) for name, value in given.items()}
+    batch = {name: a.shape[0] for name, a in arrays.items()}
+    if len(set(batch.values())) > 1:
+        sizes = ", ".join(f"{n}: {b}" for n, b in batch.items())
+        raise InvalidInput(f"the inputs disagree on the number of samples ({sizes})")
+    fixed = {n: a.astype(graph.input(n).dtype) for n, a in arrays.items() if n != explained}
+    model = NamedOnnxModel(graph, explained, fixed, output)
+    return model, arrays[explained].astype(np.float32)
+
+
+def predict_samples(model: ModelAdapter, inputs: np.ndarray) -> np.ndarray:
+    """Model outputs (B, C) for B samples, each with its own held inputs."""
+    if not model.per_sample:
+        return model.predict(inputs)
+    return np.concatenate([model.for_sample(s).predict(inputs[s : s + 1]) for s in range(len(inputs))])

@@ -1,0 +1,151 @@
+"""Gradient and rule-based methods on token inputs: attribute at the embedding output.
+
+Token ids have no gradient. The ONNX graph is cut at the embedding output E (the tensor a Gather
+produces from the ids, found in the graph or named by the job): ``embed`` maps ids to E, ``head``
+maps E (plus the held inputs) to the output. A method runs on ``head`` with E(x) as the input and
+E(reference ids) as the reference, its players spread over the embedding axis, and its
+attributions are summed over that axis back onto the token positions. Because E is positionwise,
+E of a masked sub-input is E(x) at present tokens and E(reference) at absent ones: the game's
+masking and the methods' reference mean the same "absent".
+
+The head still receives the original ids where it reads them beyond the embedding (e.g. their
+shape for positional encodings); a model that derives other values from the ids themselves would
+see the unmasked ids there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx.shape_inference
+import onnx.utils
+
+from workers.errors import InvalidInput, NotApplicable
+from workers.methods._base import AttributionContext, Method
+from workers.models.named import NamedOnnxModel, OnnxGraph
+from workers.players import Players
+
+__all__ = ["EmbeddingView", "attach_embedding", "find_embedding", "run_method"]
+
+# Operators that pass ids through unchanged on their way to the embedding lookup.
+_ID_PASSTHROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Flatten"}
+
+
+def find_embedding(proto: onnx.ModelProto, ids: str) -> str:
+    """The output of the first Gather that looks up a constant table with (a cast of) ``ids``."""
+    constants = {i.name for i in proto.graph.initializer}
+    constants |= {n.output[0] for n in proto.graph.node if n.op_type == "Constant"}
+    derived = {ids}
+    for node in proto.graph.node:  # nodes are topologically sorted
+        if (
+            node.op_type == "Gather"
+            and len(node.input) > 1
+            and node.input[1] in derived
+            and node.input[0] in constants
+        ):
+            return str(node.output[0])
+        if node.op_type in _ID_PASSTHROUGH and node.input and node.input[0] in derived:
+            derived.update(node.output)
+    raise InvalidInput(
+        f"no embedding lookup (a Gather of a constant table by '{ids}') found in the model; "
+        "name the embedding output with --embedding-tensor"
+    )
+
+
+def _inputs_needed(proto: onnx.ModelProto, output: str, stop: str) -> list[str]:
+    """Graph inputs that ``output`` depends on, not looking past ``stop``."""
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    graph_inputs = [i.name for i in proto.graph.input]
+    seen, stack, found = set(), [output], set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name == stop:
+            continue
+        seen.add(name)
+        if name in graph_inputs:
+            found.add(name)
+        node = producer.get(name)
+        if node is not None:
+            stack.extend(i for i in node.input if i)
+    return [n for n in graph_inputs if n in found]
+
+
+def _extract(proto: onnx.ModelProto, inputs: list[str], output: str) -> bytes:
+    extractor = onnx.utils.Extractor(proto)
+    sub = extractor.extract_model(inputs, [output])
+    return sub.SerializeToString()
+
+
+@dataclass(frozen=True)
+class EmbeddingView:
+    """``embed``: ids -> E (rows of one sample); ``head``: E -> output; ``tensor``: E's name."""
+
+    tensor: str
+    embed: NamedOnnxModel
+    head: NamedOnnxModel
+
+    def for_sample(self, index: int) -> EmbeddingView:
+        return EmbeddingView(self.tensor, self.embed.for_sample(index), self.head.for_sample(index))
+
+    def embeddings(self, ids: np.ndarray) -> np.ndarray:
+        """E(ids) (k, positions, dim) float32 for float-carried ids (k, positions)."""
+        flat = self.embed.predict(ids)
+        return flat.reshape(len(ids), *ids.shape[1:], -1)
+
+
+def attach_embedding(model: NamedOnnxModel, tensor: str, ids_values: np.ndarray) -> None:
+    """Cut ``model``'s graph at the embedding output and attach the two halves to it."""
+    proto = onnx.shape_inference.infer_shapes(model.graph.proto)
+    ids = model.explained.name
+    produced = {o for n in proto.graph.node for o in n.output}
+    name = tensor or find_embedding(proto, ids)
+    if name not in produced:
+        raise InvalidInput(f"--embedding-tensor '{name}' is not a tensor the model computes")
+    known = {v.name for v in proto.graph.value_info}
+    if name not in known:  # shape inference could not type it: float of unknown shape
+        proto.graph.value_info.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    embed_inputs = _inputs_needed(proto, name, stop="")
+    head_inputs = _inputs_needed(proto, model.output, stop=name)
+    if ids not in embed_inputs:
+        raise InvalidInput(f"embedding tensor '{name}' does not depend on the token input '{ids}'")
+    device = model.device
+    try:
+        embed_graph = OnnxGraph(_extract(proto, embed_inputs, name), model.graph.sha256, device)
+        head_graph = OnnxGraph(
+            _extract(proto, [name, *head_inputs], model.output), model.graph.sha256, device
+        )
+    except Exception as exc:
+        raise InvalidInput(
+            f"cannot cut the model at embedding tensor '{name}': {str(exc).splitlines()[0][:160]}"
+        ) from None
+    held = dict(model.fixed)
+    held[ids] = ids_values.astype(model.explained.dtype)
+    embed = NamedOnnxModel(embed_graph, ids, {n: held[n] for n in embed_inputs if n != ids})
+    head = NamedOnnxModel(head_graph, name, {n: held[n] for n in head_inputs})
+    model.embedding = EmbeddingView(name, embed, head)
+    # The halves hold the ids of each sample: bind per sample even without other inputs.
+    model.per_sample = model.sample is None and (model.per_sample or embed.per_sample or head.per_sample)
+
+
+def _spread_players(players: Players, dim: int) -> Players:
+    labels = np.repeat(players.labels[..., None], dim, axis=-1)
+    return Players(labels, players.names, players.spec, players.layout)
+
+
+def run_method(
+    method: Method, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
+) -> np.ndarray:
+    """``method.attribute``, at the embedding output for gradient methods on token inputs."""
+    view = getattr(ctx.model, "embedding", None)
+    if view is None or not method.capabilities.gradients:
+        return method.attribute(ctx, inputs, baselines, classes)
+    if not isinstance(view, EmbeddingView):  # pragma: no cover - only attach_embedding sets it
+        raise NotApplicable(method.name, "the token input has no embedding to attribute at")
+    emb_x, emb_b = view.embeddings(inputs), view.embeddings(baselines)
+    sub = AttributionContext(
+        view.head, _spread_players(ctx.players, emb_x.shape[-1]), ctx.target, ctx.params, ctx.seed
+    )
+    attributions = method.attribute(sub, emb_x, emb_b, classes)
+    return attributions.reshape(emb_x.shape).sum(axis=-1).astype(np.float32)

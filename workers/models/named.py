@@ -1,0 +1,226 @@
+"""ONNX models with several named inputs, a chosen output, or integer (token id) inputs.
+
+One input is *explained*: its elements are the players' units and every method sees only it, as
+float32 rows. The other inputs (state tensors, masks, metadata) are held at their given values,
+which differ per sample: rows of one call must come from one sample, bound with
+:meth:`NamedOnnxModel.for_sample`. Integer inputs travel through the core as float32 (ids below
+2^24 are exact) and are cast back when fed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from workers.errors import InvalidInput, InvalidModel, NotApplicable
+from workers.metrics import count_forward
+from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from workers.models.onnx_model import _session, parse_onnx
+from workers.models.onnx_to_torch import onnx_to_torch
+
+__all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph", "load_graph"]
+
+logger = logging.getLogger(__name__)
+
+_ORT_DTYPES: dict[str, np.dtype] = {
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(double)": np.dtype(np.float64),
+    "tensor(float16)": np.dtype(np.float16),
+    "tensor(int64)": np.dtype(np.int64),
+    "tensor(int32)": np.dtype(np.int32),
+    "tensor(int16)": np.dtype(np.int16),
+    "tensor(int8)": np.dtype(np.int8),
+    "tensor(uint8)": np.dtype(np.uint8),
+    "tensor(bool)": np.dtype(np.bool_),
+}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A model input as the model declares it; None for a dynamic or unknown dimension."""
+
+    name: str
+    dtype: np.dtype
+    sample_shape: tuple[int | None, ...] | None
+    fixed_batch: int | None
+
+    @property
+    def integer(self) -> bool:
+        return self.dtype.kind in "iub"
+
+
+class OnnxGraph:
+    """One parsed ONNX model, its ORT session and (lazily) its torch graph, shared by every binding."""
+
+    def __init__(self, data: bytes, sha256: str, device: torch.device, proto: onnx.ModelProto | None = None):
+        self.proto = proto if proto is not None else parse_onnx(data)
+        self.sha256 = sha256
+        self.device = device
+        self.session: ort.InferenceSession = _session(data, device)
+        self.inputs: tuple[InputSpec, ...] = tuple(_spec(i) for i in self.session.get_inputs())
+        self.outputs: tuple[str, ...] = tuple(o.name for o in self.session.get_outputs())
+        self._torch: torch.nn.Module | None = None
+
+    def input(self, name: str) -> InputSpec:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise InvalidInput(f"the model has no input '{name}' (inputs: {', '.join(self.input_names)})")
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs)
+
+    def torch_graph(self) -> torch.nn.Module:
+        if self._torch is None:
+            graph = onnx_to_torch(self.proto).to(self.device)
+            for p in graph.parameters():
+                p.requires_grad_(False)
+            self._torch = graph
+        return self._torch
+
+
+def _spec(arg: ort.NodeArg) -> InputSpec:
+    dtype = _ORT_DTYPES.get(arg.type)
+    if dtype is None:
+        raise InvalidModel(f"model input '{arg.name}' has type {arg.type}, which is not supported")
+    shape = arg.shape
+    sample = tuple(d if isinstance(d, int) else None for d in shape[1:]) if shape else None
+    fixed = shape[0] if shape and isinstance(shape[0], int) else None
+    return InputSpec(arg.name, dtype, sample, fixed)
+
+
+def load_graph(data: bytes, sha256: str, device: torch.device) -> OnnxGraph:
+    return OnnxGraph(data, sha256, device)
+
+
+class _Feed(torch.nn.Module):
+    """The graph as a function of the explained input alone, the other inputs bound to one sample."""
+
+    def __init__(
+        self,
+        graph: torch.nn.Module,
+        order: Sequence[str],
+        explained: str,
+        fixed: Mapping[str, torch.Tensor],
+        output: int,
+    ) -> None:
+        super().__init__()
+        self.graph = graph
+        self.order = tuple(order)
+        self.explained = explained
+        self.fixed = dict(fixed)
+        self.output = output
+
+    def _held(self, name: str, k: int) -> torch.Tensor:
+        value = self.fixed[name]
+        value = value.expand(k, *value.shape[1:])
+        if value.is_floating_point() and torch.is_grad_enabled():
+            # Hook-based methods (Captum's DeepLift) hook every nonlinearity's input and need it to
+            # require gradients, also on branches fed only by held inputs; those gradients are unused.
+            value = value.clone().requires_grad_(True)
+        return value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k = x.shape[0]
+        args = [x if n == self.explained else self._held(n, k) for n in self.order]
+        out = self.graph(*args)
+        if isinstance(out, (tuple, list)):
+            out = out[self.output]
+        return out.reshape(k, -1)
+
+
+class NamedOnnxModel(ModelAdapter):
+    """``explained`` fed from the rows, every other input from ``fixed[name][sample]``.
+
+    ``fixed`` holds (B, ...) arrays in the model's dtypes; unbound (``sample`` None) a model with
+    fixed inputs refuses to run, so a caller that mixes samples fails loudly instead of silently
+    using the wrong state.
+    """
+
+    def __init__(
+        self,
+        graph: OnnxGraph,
+        explained: str,
+        fixed: Mapping[str, np.ndarray],
+        output: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        sample: int | None = None,
+    ) -> None:
+        self.graph = graph
+        self.explained = graph.input(explained)
+        self.fixed = dict(fixed)
+        if output is not None and output not in graph.outputs:
+            raise InvalidInput(f"the model has no output '{output}' (outputs: {', '.join(graph.outputs)})")
+        self.output = output or graph.outputs[0]
+        self.device = graph.device
+        self.batch_size = batch_size
+        self.sample = sample
+        self.per_sample = bool(self.fixed) and sample is None
+        self.info = ModelInfo("onnx", graph.sha256, explained, self.explained.sample_shape, self.output)
+        # Filled by workers.methods._embedding for token inputs: where gradients are taken instead.
+        self.embedding: object | None = None
+
+    @property
+    def execution_providers(self) -> list[str]:
+        return list(self.graph.session.get_providers())
+
+    def for_sample(self, index: int) -> NamedOnnxModel:
+        if not self.per_sample:
+            return self
+        bound = NamedOnnxModel(
+            self.graph, self.explained.name, self.fixed, self.output, self.batch_size, index
+        )
+        embedding = self.embedding
+        bound.embedding = embedding.for_sample(index) if embedding is not None else None  # type: ignore[attr-defined]
+        return bound
+
+    def _fixed_row(self, name: str) -> np.ndarray:
+        if self.sample is None:
+            raise RuntimeError("a model with held-fixed inputs must be bound to a sample (for_sample)")
+        return self.fixed[name][self.sample : self.sample + 1]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        step = self.explained.fixed_batch or self.batch_size
+        outs = []
+        for start in range(0, x.shape[0], step):
+            chunk = x[start : start + step]
+            rows = chunk.shape[0]
+            if self.explained.fixed_batch and rows < step:
+                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], step - rows, axis=0)])
+            feed = {self.explained.name: np.ascontiguousarray(chunk).astype(self.explained.dtype)}
+            for name in self.fixed:
+                row = self._fixed_row(name)
+                feed[name] = np.ascontiguousarray(np.broadcast_to(row, (len(chunk), *row.shape[1:])))
+            out = self.graph.session.run([self.output], feed)[0]
+            outs.append(np.asarray(out).reshape(len(chunk), -1)[:rows])
+        count_forward(x.shape[0], len(outs))
+        return np.concatenate(outs).astype(np.float32)
+
+    def _feed_module(self, method: str) -> torch.nn.Module:
+        if self.explained.integer:
+            raise NotApplicable(
+                method, f"input '{self.explained.name}' holds integer ids, which have no gradient"
+            )
+        fixed = {
+            name: torch.as_tensor(np.ascontiguousarray(self._fixed_row(name)), device=self.device)
+            for name in self.fixed
+        }
+        return _Feed(
+            self.graph.torch_graph(), self.graph.input_names, self.explained.name, fixed,
+            self.graph.outputs.index(self.output),
+        )  # fmt: skip
+
+    def torch_differentiable(self) -> torch.nn.Module:
+        return self._feed_module("gradient methods")
+
+    def torch_hookable(self, method: str) -> torch.nn.Module:
+        if not self.fixed and len(self.graph.inputs) == 1 and self.output == self.graph.outputs[0]:
+            return self.graph.torch_graph()  # the plain fx graph: rule-based methods can plan it
+        return self._feed_module(method)
