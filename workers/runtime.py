@@ -198,7 +198,7 @@ def execute(job_id: str, config: RuntimeConfig) -> str:
 
 def _run_claimed(stub: Any, payload: Any, wid: str, config: RuntimeConfig) -> str:
     from service.tensors import encode_tensor
-    from workers.jobs import run_job
+    from workers.sandbox import run_sandboxed  # TorchScript: a child process with resource limits
     from workers.spec import JobSpec
 
     job_id = payload.job_id
@@ -210,7 +210,7 @@ def _run_claimed(stub: Any, payload: Any, wid: str, config: RuntimeConfig) -> st
             model = BlobCache(config.cache_dir).get(payload.model_sha256, stub, config)
             spec = JobSpec.from_json(payload.spec_json)
             started = time.perf_counter()
-            result = run_job(
+            result = run_sandboxed(
                 spec,
                 model,
                 _FORMATS.get(payload.model_format),
