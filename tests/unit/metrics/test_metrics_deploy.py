@@ -192,6 +192,9 @@ def test_compose_services_and_wiring() -> None:
         assert "--metrics-port=9109" in services[name]["command"]
         assert services[name]["environment"]["PROMETHEUS_MULTIPROC_DIR"], name
     assert "PROMETHEUS_MULTIPROC_DIR" not in services["server"]["environment"]
+    # The server listens beyond loopback, so it must authenticate; workers present a worker token.
+    assert "--tokens=/var/lib/xaudit/tokens.yaml" in services["server"]["command"]
+    assert all("XAUDIT_WORKER_TOKEN" in services[w]["environment"] for w in ("worker-cpu", "worker-gpu"))
     gpu = services["worker-gpu"]
     assert gpu["profiles"] == ["gpu"]
     [device] = gpu["deploy"]["resources"]["reservations"]["devices"]
@@ -356,12 +359,17 @@ def test_k8s_workers_server_and_gpu() -> None:
         container = _pod_spec(deployments[name])["containers"][0]
         assert "--metrics-port=9109" in container["args"]
         assert {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/run/xaudit-metrics"} in container["env"]
+        token = next(e for e in container["env"] if e["name"] == "XAUDIT_WORKER_TOKEN")
+        assert token["valueFrom"]["secretKeyRef"]["name"] == "xaudit-worker-token"
     server = _pod_spec(deployments["xaudit-server"])["containers"][0]
     assert "--metrics-port=9108" in server["args"]
     assert all(e["name"] != "PROMETHEUS_MULTIPROC_DIR" for e in server.get("env", []))
     assert "PROMETHEUS_MULTIPROC_DIR" not in by_kind("ConfigMap")["xaudit-config"]["data"]
     key_mount = next(m for m in server["volumeMounts"] if m["name"] == "signing-key")
     assert key_mount["mountPath"] == "/var/lib/xaudit/keys/signing_key.pem" and key_mount["readOnly"]
+    tokens_mount = next(m for m in server["volumeMounts"] if m["name"] == "tokens")
+    assert "subPath" not in tokens_mount  # a directory mount, so Secret updates reach the server
+    assert f"--tokens={tokens_mount['mountPath']}/tokens.yaml" in server["args"]
     assert by_kind("StatefulSet")["xaudit-postgres"]["spec"]["serviceName"] == "xaudit-postgres"
     # prometheus-k8s.yml scrapes the headless metrics Services on the ports the pods serve.
     scrape = yaml.safe_load((PROM / "prometheus-k8s.yml").read_text())["scrape_configs"]
