@@ -78,17 +78,18 @@ def test_generator_reproduces_the_committed_goldens(tmp_path) -> None:  # type: 
             assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
 
 
-@pytest.mark.parametrize("mask", [0x01, 0x80])
-def test_every_flipped_payload_byte_fails(mask: int) -> None:
+def test_every_flipped_payload_byte_fails() -> None:
     envelope = asset("envelope-key-1.json")
     payload, _ = _decoded(envelope)
-    keys = [load_public_key(pem(1)), load_public_key(pem(2))]
+    encoded = json.loads(envelope)["payload"]
+    head, tail = envelope.split(encoded.encode())
+    keys = [load_public_key(pem(1))]  # the signer's own key: the one that could be fooled
     accepted = []
     for i in range(len(payload)):
         tampered = bytearray(payload)
-        tampered[i] ^= mask
+        tampered[i] ^= 1 << (i % 8)  # one bit per byte, every bit position in turn
         try:
-            verify_envelope(_with(envelope, payload=bytes(tampered)), keys)
+            verify_envelope(head + base64.b64encode(bytes(tampered)) + tail, keys)
             accepted.append(i)
         except VerificationError:
             pass
