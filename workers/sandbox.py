@@ -327,7 +327,9 @@ def _child_main() -> None:
     import workers.audit
     import workers.explain  # noqa: F401  (imported before the limits: imports need address space)
     from workers.jobs import run_job
+    from workers.metrics import activate_from_environment
 
+    activate_from_environment()  # a metrics-serving worker's counters, in its multiprocess directory
     _apply_limits(job["limits"])
 
     def send_progress(fraction: float, message: str) -> None:

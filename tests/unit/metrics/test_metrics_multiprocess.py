@@ -46,3 +46,40 @@ def test_children_values_are_merged_by_the_parent(tmp_path: Path) -> None:
     assert 'xaudit_method_compute_seconds_count{method="saliency"} 2.0' in lines
     assert 'xaudit_audit_verdicts_total{method="saliency",outcome="unreliable"} 2.0' in lines
     assert 'xaudit_worker_device_info{device="cpu",name="cpu"} 1.0' in lines
+
+
+SANDBOX_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np, torch
+    from workers import metrics as wm
+    from workers.sandbox import run_sandboxed
+    from workers.spec import JobSpec
+    from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
+
+    wm.use_multiprocess_dir(sys.argv[1])
+    model = to_torchscript(relu_mlp(), torch.zeros(2, MLP_FEATURES))
+    x = np.random.default_rng(0).standard_normal((2, MLP_FEATURES)).astype(np.float32)
+    spec = JobSpec(kind="attribution", methods=("occlusion_1",), players="features", device="cpu")
+    result = run_sandboxed(spec, model, "torchscript", {"inputs": x})
+    assert set(result.attributions) == {"occlusion_1"}
+    for family in wm.multiprocess_registry().collect():
+        for s in family.samples:
+            print(s.name, s.labels, s.value)
+    """
+)
+
+
+def test_sandboxed_torchscript_jobs_are_counted(tmp_path: Path) -> None:
+    # The TorchScript sandbox is a fresh interpreter: it records into the worker's multiprocess directory.
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", SANDBOX_SCRIPT, str(tmp_path / "prom")],
+        capture_output=True, text=True, timeout=300, cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "xaudit_method_compute_seconds_count {'method': 'occlusion_1'} 1.0" in done.stdout
+    forward = [
+        line for line in done.stdout.splitlines() if line.startswith("xaudit_model_forward_samples_total")
+    ]
+    assert forward and float(forward[0].split()[-1]) >= 2 * 7
