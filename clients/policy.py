@@ -131,10 +131,8 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
         # bool is an int in Python; `true` is not a tolerance.
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise InvalidInput(f"{source}: 'tolerances.{name}' must be a number")
-        if not 0.0 <= float(value) <= 1.0:
-            raise InvalidInput(
-                f"{source}: 'tolerances.{name}' must be between 0 and 1 (a share of effect mass)"
-            )
+        if value < 0:
+            raise InvalidInput(f"{source}: 'tolerances.{name}' must be >= 0")
         tolerances[name] = float(value)
     na = raw.get("not_applicable", "ignore")
     if na not in ("ignore", "fail"):

@@ -170,6 +170,8 @@ def main(out: Path) -> None:
             (out / f"TEST-ONLY-key-{n}.pem").write_bytes(
                 key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
             )
+            # Private keys are 0600 even when test-only: the signer warns otherwise.
+            (out / f"TEST-ONLY-key-{n}.pem").chmod(0o600)
         (out / f"key-{n}.pub.pem").write_text(public_key_pem(key.public_key()))
     envelopes = {}
     for n in (1, 2):

@@ -73,9 +73,10 @@ def test_pae_matches_the_dsse_definition() -> None:
 
 def test_generator_reproduces_the_committed_goldens(tmp_path) -> None:  # type: ignore[no-untyped-def]
     generator().main(tmp_path)
-    for path in sorted(ASSETS.iterdir()):
-        if path.suffix in (".json", ".pem", ".bin"):
-            assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
+    generated = sorted(tmp_path.iterdir())
+    assert len(generated) == 12
+    for path in generated:
+        assert path.read_bytes() == (ASSETS / path.name).read_bytes(), path.name
 
 
 def test_every_flipped_payload_byte_fails() -> None:

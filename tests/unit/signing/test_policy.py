@@ -55,7 +55,7 @@ def test_full_policy() -> None:
         ("tolerances: {coverage: high}\n", "'tolerances.coverage' must be a number"),
         ("tolerances: {coverage: true}\n", "'tolerances.coverage' must be a number"),
         ("tolerances: {coverage: .nan}\n", "'tolerances.coverage' must be a number"),
-        ("tolerances: {coverage: 1.5}\n", "'tolerances.coverage' must be between 0 and 1"),
+        ("tolerances: {coverage: -0.1}\n", "'tolerances.coverage' must be >= 0"),
         ("not_applicable: skip\n", "'not_applicable' must be 'ignore' or 'fail'"),
         ("audit: all\naudit: [occlusion_1]\n", "duplicate key 'audit'"),
     ],
