@@ -13,6 +13,7 @@ from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 from service.auth import Authenticator, AuthInterceptor, bind_port, check_exposure
 from service.blobs import BlobStore
 from service.config import ServerConfig
+from service.decode_guard import DecodeGuardInterceptor
 from service.dispatch import Dispatcher, Sender, celery_sender
 from service.errors_interceptor import ErrorsInterceptor
 from service.jobs import JobService, ReportSealer
@@ -115,7 +116,12 @@ def create_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_threads, thread_name_prefix="xaudit-rpc"),
         # Errors outside auth: its Unauthenticated / PermissionDenied become statuses.
-        interceptors=[*metrics_interceptors(), ErrorsInterceptor(), AuthInterceptor(authenticator)],
+        interceptors=[
+            *metrics_interceptors(),
+            ErrorsInterceptor(),
+            AuthInterceptor(authenticator),
+            DecodeGuardInterceptor(),  # undecodable bytes: INVALID_ARGUMENT, not grpc's INTERNAL
+        ],
         options=options,
     )
     port = bind_port(server, config, authenticator)

@@ -74,7 +74,10 @@ def decode_tensor(
             f"{label}: raw_contents has {got} bytes but shape {list(shape)} of {tensor.datatype.upper()} "
             f"needs {expected}"
         )
-    array = np.frombuffer(tensor.raw_contents, dtype=dtype).reshape(shape)
+    try:
+        array = np.frombuffer(tensor.raw_contents, dtype=dtype).reshape(shape)
+    except ValueError:  # e.g. an empty shape with a dimension numpy cannot index (found by tests/fuzz)
+        raise InvalidInput(f"{label}: shape {list(shape)} is not a valid array shape") from None
     if finite and dtype.kind == "f" and not np.isfinite(array).all():
         raise InvalidInput(f"{label} contains NaN or Inf")
     # Native byte order and writable: the compute core may modify in place.
