@@ -42,7 +42,7 @@ def _figure(picture: Picture, element_id: str, caption: str) -> str:
 
 def signature_banner(status: SignatureStatus) -> str:
     key = (
-        f' Key id: <span class="mono">{escape(status.key_id)}</span>'
+        f'<br>Key id: <span class="mono">{escape(status.key_id)}</span>'
         + (" (claimed by the envelope, not checked)" if status.state == "not_checked" else "")
         if status.key_id
         else ""
@@ -94,6 +94,11 @@ def verdicts_section(methods: Sequence[Mapping[str, Any]], config: Mapping[str, 
 
 
 def interactions_section(game: Mapping[str, Any]) -> str:
+    if not game:
+        return (
+            '<section id="interactions"><h2>The model\'s interactions</h2>'
+            '<p class="note">This report carries no interaction (game) section.</p></section>'
+        )
     players = game.get("players") or []
     names = ", ".join(str(p.get("name")) for p in players)
     targets = ", ".join(fmt(v) for v in as_floats(game.get("target_values")))

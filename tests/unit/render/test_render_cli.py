@@ -75,6 +75,7 @@ def test_render_refuses_a_tampered_envelope(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow  # the real audit of the digits CNN
 def test_render_with_npz_and_inputs_draws_every_heatmap(tmp_path):
     a = image_audit()
     (tmp_path / "r.json").write_bytes(a.report_bytes)
@@ -89,6 +90,7 @@ def test_render_with_npz_and_inputs_draws_every_heatmap(tmp_path):
     assert "⚠ unsigned report" in page.text
 
 
+@pytest.mark.slow  # the real audit of the digits CNN
 def test_render_refuses_inputs_that_were_not_audited(tmp_path, capsys):
     a = image_audit()
     (tmp_path / "r.json").write_bytes(a.report_bytes)

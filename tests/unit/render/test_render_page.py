@@ -45,6 +45,7 @@ def _png(uri: str) -> Image.Image:
     return Image.open(io.BytesIO(base64.b64decode(uri[len(prefix) :])))
 
 
+@pytest.mark.slow  # the real audit of the digits CNN, or 11 methods' figures
 def test_image_page_has_an_overlaid_heatmap_and_allocation_picture_per_method(image_page):
     page, report = image_page
     names = _applicable(report)
@@ -57,6 +58,7 @@ def test_image_page_has_an_overlaid_heatmap_and_allocation_picture_per_method(im
     assert "interactions-figure" in page.images
 
 
+@pytest.mark.slow  # the real audit of the digits CNN, or 11 methods' figures
 def test_heatmap_alt_text_states_the_attribution_totals():
     a = image_audit()
     page = parse(render_html(a.report, attributions=a.attributions, inputs=a.inputs))
@@ -66,6 +68,7 @@ def test_heatmap_alt_text_states_the_attribution_totals():
             assert f"input {b}: {float(maps[b].sum()):.3g}" in alt
 
 
+@pytest.mark.slow  # the real audit of the digits CNN, or 11 methods' figures
 def test_verdict_table_reads_without_colour(image_page):
     page, report = image_page
     table = page.table("verdict-table")
@@ -82,6 +85,7 @@ def test_verdict_table_reads_without_colour(image_page):
             assert f"{c['tolerance']:.3f}" in cell
 
 
+@pytest.mark.slow  # the real audit of the digits CNN, or 11 methods' figures
 def test_every_table_has_a_caption_and_scoped_headers(image_page, tabular_page):
     for page, _ in (image_page, tabular_page):
         assert len(page.tables) > 10
@@ -92,6 +96,7 @@ def test_every_table_has_a_caption_and_scoped_headers(image_page, tabular_page):
             assert all(len(r) == len(table.col_headers) for r in table.rows), table.caption
 
 
+@pytest.mark.slow  # the real audit of the digits CNN, or 11 methods' figures
 def test_every_image_has_alt_text_and_nothing_loads_from_outside(image_page, tabular_page):
     for page, _ in (image_page, tabular_page):
         assert page.anonymous_images == 0
@@ -134,6 +139,7 @@ def test_report_bytes_and_report_dict_give_the_same_tables():
     assert from_dict.images.keys() == from_json.images.keys()
 
 
+@pytest.mark.slow  # the real audit of the digits CNN, or 11 methods' figures
 def test_a_report_with_stringified_arrays_and_no_attributions_still_renders():
     report = json.loads((ASSETS / "digits_report_stringified.json").read_text())
     page = parse(render_html(report))
@@ -178,3 +184,16 @@ def test_print_css_hides_navigation_and_breaks_pages_per_method():
 def test_importing_the_renderer_does_not_import_matplotlib():
     code = "import sys, clients.render; assert 'matplotlib' not in sys.modules and 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
+
+
+def test_a_minimal_report_without_game_or_criteria_renders_what_it_has():
+    report = {
+        "schema": "xaudit.report/v1",
+        "model": {"sha256": "0" * 64, "format": "onnx"},
+        "methods": [{"name": "saliency", "verdict": "unreliable", "reason": "fails coverage (0.3 > 0.05)"}],
+    }
+    page = parse(render_html(report))
+    assert "carries no interaction (game) section" in page.text
+    row = page.table("verdict-table").rows[0]
+    assert row[:2] == ["saliency", "✘ unreliable"]
+    assert row[2] == "– not measured"
