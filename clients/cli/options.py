@@ -12,27 +12,47 @@ import numpy as np
 from workers.errors import InvalidInput
 from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
-__all__ = ["add_job_options", "job_from_args", "read_model", "read_npy"]
+__all__ = ["add_job_options", "job_from_args", "read_inputs", "read_model", "read_npy"]
 
 
 def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
     parser.add_argument("--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file")
-    parser.add_argument("--input", required=True, type=Path, help="inputs .npy, batch axis first")
+    parser.add_argument(
+        "--input",
+        required=True,
+        action="append",
+        metavar="[NAME=]FILE.npy",
+        help="inputs .npy, batch axis first; for a model with several inputs, NAME=FILE.npy once per input",
+    )
+    parser.add_argument(
+        "--explain", default="", metavar="NAME", help="the named input whose units are the players (the others are held)"
+    )
+    parser.add_argument(
+        "--embedding-tensor",
+        default="",
+        metavar="NAME",
+        help="token inputs: the embedding output where gradient and rule methods attribute (default: found in the graph)",
+    )
     parser.add_argument(
         "--players",
         default="auto",
-        help="grid:RxC, features, groups:FILE.json or mask:FILE.npy (default: grid:3x3 for images, "
-        "features for up to 16 features)",
+        help="grid:RxC, features, groups:FILE.json, mask:FILE.npy, windows:K or tokens (default: grid:3x3 for "
+        "images, features for up to 16 features)",
     )
     parser.add_argument(
-        "--baseline", default="zeros", help="zeros (default), mean, blur[:SIGMA], constant:V or FILE.npy"
+        "--baseline",
+        default="zeros",
+        help="zeros (default), mean, blur[:SIGMA], constant:V, token:ID (token inputs) or FILE.npy",
     )
     parser.add_argument(
         "--background", type=Path, help="background set .npy (samples first) for expected_gradients, deepshap, "
         "prediction_difference"
     )
     parser.add_argument(
-        "--target", default="predicted", help="predicted (logit of the predicted class), class:K, prob[:K], logodds[:K]"
+        "--target",
+        default="predicted",
+        help="predicted (logit of the predicted class, or a scalar output as is), class:K, prob[:K], logodds[:K], "
+        "output:NAME[INDEX]",
     )
     parser.add_argument("--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list")
     parser.add_argument(
@@ -73,6 +93,40 @@ def read_model(path: Path) -> bytes:
         raise InvalidInput(f"model path is a directory: {path}") from None
 
 
+def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
+    """``--input`` values -> (job tensors, explained name): one unnamed FILE as ``inputs``; NAME=FILE
+    pairs with the ``--explain`` one (or the only one) as ``inputs`` and the others as ``input:NAME``."""
+    from workers.inputs import input_key
+
+    named: dict[str, Path] = {}
+    plain: list[str] = []
+    for item in items:
+        name, sep, path = item.partition("=")
+        if sep and name and not name.endswith(".npy"):
+            if name in named:
+                raise InvalidInput(f"--input {name}=... given twice")
+            named[name] = Path(path)
+        else:
+            plain.append(item)
+    if plain and (named or len(plain) > 1):
+        raise InvalidInput("several inputs must be named: --input NAME=FILE.npy for each")
+    if plain:
+        if explain:
+            raise InvalidInput(f"--explain {explain}: name the inputs, --input {explain}=FILE.npy")
+        return {"inputs": read_npy(Path(plain[0]), "input")}, ""
+    if not explain:
+        if len(named) > 1:
+            raise InvalidInput(f"{len(named)} named inputs: pick the explained one with --explain NAME")
+        explain = next(iter(named))
+    if explain not in named:
+        raise InvalidInput(f"--explain {explain} names no input given (inputs: {', '.join(named)})")
+    tensors = {"inputs": read_npy(named[explain], f"input '{explain}'")}
+    for name, path in named.items():
+        if name != explain:
+            tensors[input_key(name)] = read_npy(path, f"input '{name}'")
+    return tensors, explain
+
+
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -84,7 +138,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
     from workers.methods import resolve_method_names
 
-    tensors: dict[str, np.ndarray] = {"inputs": read_npy(args.input, "input")}
+    tensors, explain = read_inputs(args.input, args.explain)
     players = args.players
     group_names: tuple[str, ...] = ()
     if players.startswith("groups:"):
@@ -137,5 +191,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         seed=args.seed,
         device=args.device,
         group_names=group_names,
+        explain=explain,
+        embedding_tensor=args.embedding_tensor,
     )
     return spec, tensors

@@ -1,0 +1,101 @@
+"""Sequence players (windows:K, tokens), token references, named and scalar output targets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from workers.audit import run_audit
+from workers.errors import InvalidInput
+from workers.inputs import input_key
+from workers.players import parse_players
+from workers.prepare import prepare
+from workers.references import make_baselines
+from workers.spec import JobSpec
+from workers.targets import parse_target
+from workers.tokens import check_token_baselines
+
+Model = tuple[bytes, torch.nn.Module]
+
+
+def test_windows_split_the_last_axis_into_named_ranges() -> None:
+    players = parse_players("windows:3", (2, 10))
+    assert players.names == ("[0:3)", "[3:7)", "[7:10)")
+    assert players.labels.shape == (2, 10)
+    assert (players.labels[0] == players.labels[1]).all()  # every channel goes with its window
+    assert players.sizes.tolist() == [6, 8, 6]
+    with pytest.raises(InvalidInput, match="between 1 and"):
+        parse_players("windows:11", (2, 10))
+    with pytest.raises(InvalidInput, match="windows:K"):
+        parse_players("windows:x", (10,))
+
+
+def test_tokens_are_one_player_per_position() -> None:
+    players = parse_players("tokens", (5,))
+    assert players.n == 5 and players.labels.tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(InvalidInput, match=r"shape \(positions,\)"):
+        parse_players("tokens", (2, 5))
+
+
+def test_token_reference_replaces_ids_and_blends_are_refused() -> None:
+    ids = np.array([[3.0, 7.0, 9.0]], dtype=np.float32)
+    assert make_baselines("token:1", ids).tolist() == [[1.0, 1.0, 1.0]]
+    with pytest.raises(InvalidInput, match="integer ID"):
+        make_baselines("token:x", ids)
+    check_token_baselines("token:1", make_baselines("token:1", ids))
+    with pytest.raises(InvalidInput, match="use token:ID"):
+        check_token_baselines("mean", make_baselines("mean", ids))
+
+
+def test_named_output_targets_parse() -> None:
+    target = parse_target("output:speech[0]")
+    assert (target.output, target.fixed_class) == ("speech", 0)
+    assert parse_target("output:logits").fixed_class == 0
+    for bad in ("output:", "output:x[a]", "output:x[-1]"):
+        with pytest.raises(InvalidInput):
+            parse_target(bad)
+
+
+def _recurrent_inputs() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(2)
+    return rng.normal(size=(2, 1, 16)).astype(np.float32), rng.normal(size=(2, 8)).astype(np.float32)
+
+
+def test_scalar_output_is_the_target_as_is(recurrent_model: Model) -> None:
+    data, module = recurrent_model
+    signal, state = _recurrent_inputs()
+    tensors = {"inputs": signal, input_key("state"): state}
+    spec = JobSpec(players="windows:4", explain="signal", device="cpu")
+    prep = prepare(spec, data, None, tensors)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(signal), torch.from_numpy(state)).numpy()
+    np.testing.assert_allclose(prep.target_values, expected, rtol=1e-5)
+    named = prepare(
+        JobSpec(players="windows:4", explain="signal", device="cpu", target="output:speech[0]"),
+        data,
+        None,
+        tensors,
+    )
+    np.testing.assert_allclose(named.target_values, expected, rtol=1e-5)
+    with pytest.raises(InvalidInput, match="no output 'prob'"):
+        prepare(
+            JobSpec(players="windows:4", explain="signal", device="cpu", target="output:prob"),
+            data,
+            None,
+            tensors,
+        )
+
+
+def test_recurrent_audit_over_windows_with_a_held_state(recurrent_model: Model) -> None:
+    signal, state = _recurrent_inputs()
+    methods = ("integrated_gradients", "shapley_value", "occlusion_patch", "lrp_epsilon")
+    spec = JobSpec(players="windows:4", explain="signal", device="cpu", methods=methods)
+    prep = prepare(spec, recurrent_model[0], None, {"inputs": signal, input_key("state"): state})
+    report = run_audit(prep).report
+    assert [p["name"] for p in report["game"]["players"]] == ["[0:4)", "[4:8)", "[8:12)", "[12:16)"]
+    verdicts = {m["name"]: m for m in report["methods"]}
+    assert verdicts["integrated_gradients"]["verdict"] == "reliable"
+    assert verdicts["shapley_value"]["verdict"] == "reliable"
+    assert "unrelated_allocation" in verdicts["occlusion_patch"]["failing_criteria"]
+    assert verdicts["lrp_epsilon"]["verdict"] == "not_applicable" and verdicts["lrp_epsilon"]["reason"]

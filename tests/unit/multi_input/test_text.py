@@ -1,0 +1,73 @@
+"""The text acceptance: a transformer trained on negation, audited over its tokens.
+
+"the movie was not good" is negative only because "not" and "good" act together: the game shows a
+positive interaction I({not, good}) on the logit of the predicted class; Occlusion-1 hands that
+effect to both words (over-allocation), Integrated Gradients at the embedding output splits it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.unit.multi_input.models import NEGATION_VOCAB
+from workers.audit import run_audit
+from workers.errors import InvalidInput
+from workers.inputs import input_key
+from workers.methods._embedding import find_embedding
+from workers.models.named import OnnxGraph
+from workers.prepare import prepare
+from workers.spec import FOURTEEN_METHODS, JobSpec
+
+Model = tuple[bytes, torch.nn.Module]
+_IDS = {w: i for i, w in enumerate(NEGATION_VOCAB)}
+
+
+def _sentence(*words: str) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.array([[_IDS[w] for w in words] + [0] * (6 - len(words))], dtype=np.int64)
+    return ids, (ids != 0).astype(np.int64)
+
+
+def test_embedding_lookup_is_found_in_the_graph(negation_model: Model) -> None:
+    graph = OnnxGraph(negation_model[0], "sha", torch.device("cpu"))
+    name = find_embedding(graph.proto, "ids")
+    assert any(n.op_type == "Gather" and n.output[0] == name for n in graph.proto.graph.node)
+    ids, mask = _sentence("the", "movie", "was", "not", "good")
+    spec = JobSpec(players="tokens", explain="ids", baseline="token:0", device="cpu", embedding_tensor="nope")
+    with pytest.raises(InvalidInput, match="'nope' is not a tensor the model computes"):
+        prepare(spec, negation_model[0], None, {"inputs": ids, input_key("mask"): mask})
+    with pytest.raises(InvalidInput, match="use token:ID"):
+        prepare(
+            JobSpec(players="tokens", explain="ids", baseline="mean", device="cpu"),
+            negation_model[0], None, {"inputs": ids, input_key("mask"): mask},
+        )  # fmt: skip
+
+
+def test_negation_interaction_and_verdicts(negation_model: Model) -> None:
+    data, module = negation_model
+    ids, mask = _sentence("the", "movie", "was", "not", "good")
+    with torch.no_grad():
+        assert (
+            int(module(torch.from_numpy(ids), torch.from_numpy(mask)).argmax()) == 0
+        )  # "not good": negative
+    rng = np.random.default_rng(3)
+    background = rng.integers(1, len(NEGATION_VOCAB), size=(2, 6)).astype(np.float32)
+    spec = JobSpec(
+        players="tokens", explain="ids", baseline="token:0", device="cpu", methods=FOURTEEN_METHODS
+    )
+    tensors = {"inputs": ids, input_key("mask"): mask, "background": background}
+    report = run_audit(prepare(spec, data, None, tensors)).report
+    game = report["game"]
+    pair = next(t for t in game["top_interactions"] if t["members"] == [3, 4])
+    assert pair["mean_effect"] > 0.5 * max(abs(t["mean_effect"]) for t in game["top_interactions"])
+    methods = {m["name"]: m for m in report["methods"]}
+    assert set(methods) == set(FOURTEEN_METHODS)
+    for name, entry in methods.items():
+        assert entry["verdict"] in ("reliable", "unreliable", "not_applicable"), name
+        if entry["verdict"] == "not_applicable":
+            assert entry["reason"], name
+    assert "complete_allocation" in methods["occlusion_1"]["failing_criteria"]
+    assert methods["integrated_gradients"]["verdict"] == "reliable"
+    assert methods["shapley_value"]["verdict"] == "reliable"
+    assert methods["gradient_x_input"]["verdict"] == "unreliable"
