@@ -19,7 +19,7 @@ from types import FrameType
 
 from service.config import ServerConfig
 from service.server import create_server
-from workers.celery_app import QUEUES
+from workers.celery_app import QUEUES, die_with_parent
 
 __all__ = ["LocalWorker", "ServeOptions", "serve"]
 
@@ -58,6 +58,7 @@ class LocalWorker:
             self._env["XAUDIT_WORKER_TOKEN"] = token
         self._options = options
         self._proc: subprocess.Popen[bytes] | None = None
+        self._started = 0.0
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="xaudit-local-worker", daemon=True)
 
@@ -70,14 +71,25 @@ class LocalWorker:
         self._watcher.start()
 
     def _spawn(self) -> None:
-        self._proc = subprocess.Popen(self._argv, env=self._env, start_new_session=True)
+        # Own process group (stopping it reaches the prefork children); dies with this process.
+        self._proc = subprocess.Popen(
+            self._argv, env=self._env, start_new_session=True, preexec_fn=die_with_parent
+        )
+        self._started = time.monotonic()
         logger.info("local worker started (pid %d)", self._proc.pid)
 
     def _watch(self) -> None:
+        failures = 0
         while not self._stopping.wait(1.0):
-            if self._proc is not None and self._proc.poll() is not None:
-                logger.error("local worker exited with status %s: starting a new one", self._proc.returncode)
-                self._spawn()
+            if self._proc is None or self._proc.poll() is None:
+                continue
+            # Back off when it dies right after starting (a configuration error, not bad luck).
+            failures = failures + 1 if time.monotonic() - self._started < 30 else 0
+            delay = min(2.0**failures, 60.0)
+            logger.error("local worker exited with status %s: restarting in %.0fs", self._proc.returncode, delay)
+            if self._stopping.wait(delay):
+                return
+            self._spawn()
 
     def stop(self) -> None:
         self._stopping.set()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,7 +74,7 @@ def broker_options(url: str, settings: CelerySettings) -> tuple[str, dict[str, A
         options.update(store_processed=False, polling_interval=settings.polling_interval_s)
         return "filesystem://", options
     if url.startswith(("sqla+", "sqlalchemy+")):
-        return url, {"polling_interval": settings.polling_interval_s}
+        return url, {}  # kombu hands these options to create_engine: no polling_interval here
     return url, {"visibility_timeout": settings.visibility_timeout_s}
 
 
@@ -123,6 +125,26 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("xaudit", appauthor=False)) / "blobs"
 
 
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies, so a killed service or
+    worker main process never leaves orphans computing (their jobs are re-dispatched anyway)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except OSError:
+        logger.debug("prctl(PR_SET_PDEATHSIG) unavailable")
+
+
+def _die_with_parent_in_pool_children() -> None:
+    from celery.signals import worker_process_init
+
+    worker_process_init.connect(lambda **_: die_with_parent(), weak=False)
+
+
 def run_worker(config: WorkerConfig) -> None:
     """Run a Celery worker (prefork pool: time limits only work there) until it is stopped."""
     from workers import tasks
@@ -138,6 +160,7 @@ def run_worker(config: WorkerConfig) -> None:
         xaudit_cache_dir=str(config.cache_dir or default_cache_dir()),
     )
     tasks.register(app)
+    _die_with_parent_in_pool_children()
     # Import the compute core in the parent so each forked child starts warm (CUDA is still
     # initialised in the child, on first use).
     import workers.audit
