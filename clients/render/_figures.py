@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "MAX_BARS",
     "MAX_INPUTS",
     "Picture",
     "allocation_picture",
@@ -32,6 +33,8 @@ __all__ = [
 # Inputs drawn per method; a batch beyond this is summarised in the caption, not drawn.
 MAX_INPUTS = 8
 DPI = 100
+# Above this many features or groups, named bars become a profile over the unit index.
+MAX_BARS = 40
 _POS, _NEG = "#b2182b", "#2166ac"  # RdBu ends: red-blue stays distinct for the common colour blindnesses
 
 
@@ -147,9 +150,11 @@ def heatmap_picture(
 def bar_picture(method: str, values: np.ndarray, names: Sequence[str], classes: Sequence[float]) -> Picture:
     """Per input, one horizontal bar per feature or group (a tabular model's "heatmap")."""
     shown = min(len(values), MAX_INPUTS)
+    k = len(names)
+    if k > MAX_BARS:
+        return _profile_picture(method, values[:shown], names, classes)
     cols = min(shown, 4)
     rows = -(-shown // cols)
-    k = len(names)
     fig = _new_figure(2.6 * cols + 0.8, (0.22 * k + 0.9) * rows)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     limit = float(np.abs(values[:shown]).max()) or 1.0
@@ -177,6 +182,33 @@ def bar_picture(method: str, values: np.ndarray, names: Sequence[str], classes: 
         f"Bar charts of {method} attributions per {'feature' if names and names[0].startswith('feature') else 'player'}"
         f" ({', '.join(names)}) for {shown} audited input{'s' if shown != 1 else ''}; bars right of zero are"
         f" positive. " + "; ".join(parts) + "."
+    )
+    return Picture(_encode(fig), alt)
+
+
+def _profile_picture(
+    method: str, values: np.ndarray, names: Sequence[str], classes: Sequence[float]
+) -> Picture:
+    """Too many units for named bars (a long sequence, many features): one signed profile per input."""
+    fig = _new_figure(9.5, 1.1 * len(values) + 0.6)
+    axes = fig.subplots(len(values), 1, squeeze=False, sharex=True)[:, 0]
+    limit = float(np.abs(values).max()) or 1.0
+    x = np.arange(values.shape[1])
+    for b, ax in enumerate(axes):
+        v = values[b]
+        ax.bar(x, v, width=1.0, color=[_POS if e >= 0 else _NEG for e in v])
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.set_ylim(-1.1 * limit, 1.1 * limit)
+        ax.tick_params(labelsize=7)
+        ax.set_ylabel(f"input {b}" + (f"\nclass {int(classes[b])}" if b < len(classes) else ""), fontsize=8)
+    axes[-1].set_xlabel(f"unit index ({names[0]} … {names[-1]})", fontsize=8)
+    parts = []
+    for b, v in enumerate(values):
+        top = int(np.argmax(np.abs(v)))
+        parts.append(f"input {b}: largest |attribution| on {names[top]} ({v[top]:+.3g})")
+    alt = (
+        f"Attribution profiles of {method} over {len(names)} units for {len(values)} audited input"
+        f"{'s' if len(values) != 1 else ''}; bars above zero are positive. " + "; ".join(parts) + "."
     )
     return Picture(_encode(fig), alt)
 

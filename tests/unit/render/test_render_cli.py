@@ -126,3 +126,18 @@ def test_audit_html_on_a_grouped_tabular_model(tmp_path):
         assert f"per player ({', '.join(GROUP_NAMES)})" in page.images[f"heatmap-{name}"]["alt"]
     report = json.loads((tmp_path / "r.json").read_text())
     assert page.table("model-table").rows[0][1] == report["model"]["sha256"]
+
+
+def test_render_with_a_group_file_sums_features_per_group(tmp_path):
+    from tests.unit.render._reports import tabular_audit
+
+    a = tabular_audit(True)
+    (tmp_path / "r.json").write_bytes(a.report_bytes)
+    np.savez(tmp_path / "a.npz", **a.attributions)
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({"groups": GROUPS.tolist(), "names": list(GROUP_NAMES)}))
+    out = tmp_path / "page.html"
+    argv = ["render", str(tmp_path / "r.json"), "--attributions", str(tmp_path / "a.npz")]
+    assert main([*argv, "--groups", str(groups), "--html", str(out)]) == 0
+    alt = parse(out.read_text()).images["heatmap-shapley_value"]["alt"]
+    assert f"per player ({', '.join(GROUP_NAMES)})" in alt

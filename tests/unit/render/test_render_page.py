@@ -197,3 +197,12 @@ def test_a_minimal_report_without_game_or_criteria_renders_what_it_has():
     row = page.table("verdict-table").rows[0]
     assert row[:2] == ["saliency", "✘ unreliable"]
     assert row[2] == "– not measured"
+
+
+def test_long_vectors_are_drawn_as_profiles_not_sixty_named_bars():
+    a = tabular_audit(False)
+    wide = {"shapley_value": np.random.default_rng(0).normal(size=(2, 60))}
+    alt = parse(render_html(a.report, attributions=wide)).images["heatmap-shapley_value"]["alt"]
+    assert alt.startswith("Attribution profiles of shapley_value over 60 units for 2 audited inputs")
+    top = int(np.argmax(np.abs(wide["shapley_value"][0])))
+    assert f"input 0: largest |attribution| on feature {top} " in alt
