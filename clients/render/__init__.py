@@ -94,4 +94,9 @@ def write_html(
     page = render_html(
         report, attributions=attributions, inputs=inputs, signature=signature, player_labels=player_labels
     )
-    path.write_text(page, encoding="utf-8")
+    from workers.errors import InvalidInput
+
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot write the HTML page to {path} ({exc.strerror})") from None

@@ -141,3 +141,9 @@ def test_render_with_a_group_file_sums_features_per_group(tmp_path):
     assert main([*argv, "--groups", str(groups), "--html", str(out)]) == 0
     alt = parse(out.read_text()).images["heatmap-shapley_value"]["alt"]
     assert f"per player ({', '.join(GROUP_NAMES)})" in alt
+
+
+def test_an_unwritable_html_path_is_one_line_and_exit_2(tmp_path, capsys):
+    out = tmp_path / "missing-dir" / "page.html"
+    assert main(["render", str(ENVELOPE), "--html", str(out)]) == 2
+    assert "cannot write the HTML page" in capsys.readouterr().err
