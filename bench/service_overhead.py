@@ -46,17 +46,30 @@ def tiny_onnx() -> bytes:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
     buffer = io.BytesIO()
-    torch.onnx.export(model, (torch.zeros(2, 6),), buffer, dynamo=False, opset_version=17,
-                      input_names=["input"], output_names=["output"],
-                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    torch.onnx.export(
+        model,
+        (torch.zeros(2, 6),),
+        buffer,
+        dynamo=False,
+        opset_version=17,
+        input_names=["input"],
+        output_names=["output"],
+        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+    )
     return buffer.getvalue()
 
 
 def _spawn(args: list[str], home: Path, log: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, XAUDIT_HOME=str(home), XAUDIT_WORKER_CACHE=str(home / f"{log}-cache"))
     with (home / f"{log}.log").open("wb") as handle:
-        return subprocess.Popen([sys.executable, "-m", "clients.cli.main", *args], cwd=ROOT, env=env,
-                                stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "clients.cli.main", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -101,12 +114,19 @@ def measure(address: str, model: bytes, repeats: int) -> list[tuple[float, float
     grpc.channel_ready_future(channel).result(timeout=60)
     api = audit_pb2_grpc.AuditServiceStub(channel)
     meta = audit_pb2.ModelMetadata(format=audit_pb2.MODEL_FORMAT_ONNX, declared_size=len(model))
-    sha = api.UploadModel(iter([audit_pb2.ModelChunk(metadata=meta), audit_pb2.ModelChunk(data=model)])).sha256
+    sha = api.UploadModel(
+        iter([audit_pb2.ModelChunk(metadata=meta), audit_pb2.ModelChunk(data=model)])
+    ).sha256
     out = []
     for i in range(repeats + 1):  # the first job warms the worker up and is not counted
         x = np.random.default_rng(i).normal(size=(1, 6)).astype(np.float32)
-        req = audit_pb2.SubmitRequest(model_sha256=sha, inputs=[encode_tensor("inputs", x)], players="features",
-                                      methods=[audit_pb2.MethodSpec(name="gradient_x_input")], device="cpu")
+        req = audit_pb2.SubmitRequest(
+            model_sha256=sha,
+            inputs=[encode_tensor("inputs", x)],
+            players="features",
+            methods=[audit_pb2.MethodSpec(name="gradient_x_input")],
+            device="cpu",
+        )
         start = time.perf_counter()
         job = api.SubmitAttribution(req)
         while job.state not in (audit_pb2.JOB_STATE_SUCCEEDED, audit_pb2.JOB_STATE_FAILED):
@@ -138,7 +158,9 @@ def main() -> int:
             total = statistics.median(1000 * t for t, _ in samples)
             p90 = overhead[int(0.9 * (len(overhead) - 1))]
             rows.append((mode, total, compute, statistics.median(overhead), p90))
-    print(f"{'mode':<10} {'submit->result ms':>18} {'compute ms':>11} {'overhead ms':>12} {'overhead p90':>13}")
+    print(
+        f"{'mode':<10} {'submit->result ms':>18} {'compute ms':>11} {'overhead ms':>12} {'overhead p90':>13}"
+    )
     for mode, total, compute, median, p90 in rows:
         print(f"{mode:<10} {total:>18.0f} {compute:>11.0f} {median:>12.0f} {p90:>13.0f}")
     print(f"(median of {args.repeats} jobs each; {os.cpu_count()} CPUs)")

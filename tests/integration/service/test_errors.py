@@ -203,3 +203,26 @@ def test_attachment_names_are_checked(server) -> None:  # type: ignore[no-untype
     req.attachments.append(encode_tensor("weights", np.zeros(3, np.float32)))
     err = _status(lambda: api.SubmitAudit(req, timeout=5))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "unknown attachment 'weights'" in err.details()
+
+
+def test_broker_down_submit_still_answers_and_job_stays_queued(tmp_path: Path) -> None:
+    import time
+
+    config = ServerConfig(
+        listen="127.0.0.1:0", home=tmp_path, broker_url="redis://127.0.0.1:1/0", sweep_seconds=0.5
+    )
+    srv, _ = create_server(config)  # the real Celery sender, against a port where nothing listens
+    srv.start()
+    try:
+        api = stub(srv.address)
+        sha = upload(api, mlp_onnx())
+        started = time.monotonic()
+        job = api.SubmitAttribution(request(sha, inputs(), {"saliency": {}}), timeout=10)
+        assert time.monotonic() - started < 2.0  # the submit path never waits on the broker
+        time.sleep(3.0)
+        again = api.GetJob(audit_pb2.GetJobRequest(job_id=job.id), timeout=5)
+        assert again.state == audit_pb2.JOB_STATE_QUEUED
+        assert srv.store.get_job("default", job.id).dispatched_at is None
+        assert not srv.dispatcher.broker_ok
+    finally:
+        srv.stop(0)
