@@ -14,6 +14,7 @@ separate `xaudit worker`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import re
@@ -73,10 +74,8 @@ def _spawn(args: list[str], home: Path, log: str) -> subprocess.Popen[bytes]:
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
