@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from signing_golden import ASSETS
+from tests.unit.signing.signing_golden import ASSETS
 
 from clients.cli.main import main
 

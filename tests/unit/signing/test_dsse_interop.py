@@ -9,7 +9,7 @@ import pytest
 from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError as SslibVerificationError
 from securesystemslib.signer import CryptoSigner, SSlibKey
-from signing_golden import ASSETS, asset, pem
+from tests.unit.signing.signing_golden import ASSETS, asset, pem
 
 from clients.verify import PAYLOAD_TYPE, key_id, load_public_key, verify_envelope
 from service.signing import ReportSigner

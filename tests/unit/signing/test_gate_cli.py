@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from signing_golden import ASSETS, asset, generator
+from tests.unit.signing.signing_golden import ASSETS, asset, generator
 
 from clients._types import SigningKey
 from clients.cli.main import main

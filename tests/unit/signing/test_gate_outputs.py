@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from signing_golden import asset
+from tests.unit.signing.signing_golden import asset
 
 from clients.junit import junit_xml
 from clients.policy import evaluate, parse_policy

@@ -7,7 +7,7 @@ import hashlib
 import json
 
 import pytest
-from signing_golden import ASSETS, asset, generator, pem
+from tests.unit.signing.signing_golden import ASSETS, asset, generator, pem
 
 from clients.verify import (
     PAYLOAD_TYPE,

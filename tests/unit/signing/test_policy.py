@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from signing_golden import asset
+from tests.unit.signing.signing_golden import asset
 
 from clients.policy import Policy, evaluate, load_policy, parse_policy
 from workers.errors import InvalidInput

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
-from signing_golden import ASSETS, asset, pem
+from tests.unit.signing.signing_golden import ASSETS, asset, pem
 
 from clients.junit import junit_xml
 from clients.policy import evaluate, load_policy
