@@ -113,6 +113,11 @@ def test_attribution_jobs_write_an_npz_equal_to_a_local_explain(service: Service
     for name in want.files:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     assert got["integrated_gradients"].shape == (4, 1, 8, 8)
+    # `xaudit report` of an attribution job writes the same .npz again.
+    job_id = run.stderr.split("job ", 1)[1].split()[0]
+    again = tmp_path / "again.npz"
+    assert xaudit("report", job_id, "--out", str(again), server=service.address).returncode == 0
+    assert again.read_bytes() == remote.read_bytes()
 
 
 def test_cancel_a_queued_job_then_a_running_one(service: Service) -> None:
