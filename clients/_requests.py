@@ -13,6 +13,7 @@ from xaudit.v1 import audit_pb2
 
 from service.tensors import encode_tensor
 from workers.errors import InvalidInput
+from workers.inputs import held_inputs, input_key
 from workers.spec import ATTACHMENTS, JobSpec
 
 __all__ = ["CHUNK_SIZE", "guess_format", "model_chunks", "read_head", "spec_with_options", "submit_request"]
@@ -47,11 +48,16 @@ def spec_with_options(
 def submit_request(
     model_sha256: str, spec: JobSpec, tensors: Mapping[str, np.ndarray], idempotency_key: str = ""
 ) -> audit_pb2.SubmitRequest:
-    unknown = sorted(set(tensors) - set(ATTACHMENTS))
+    held = held_inputs(tensors)  # input:NAME, the other inputs of a several-input model
+    unknown = sorted(set(tensors) - set(ATTACHMENTS) - {input_key(n) for n in held})
     if unknown:
-        raise InvalidInput(f"unknown tensor names {unknown}; expected some of {', '.join(ATTACHMENTS)}")
+        raise InvalidInput(
+            f"unknown tensor names {unknown}; expected some of {', '.join(ATTACHMENTS)}, or input:NAME"
+        )
     if "inputs" not in tensors:
         raise InvalidInput("a job needs an 'inputs' tensor (batch axis first)")
+    if held and not spec.explain:
+        raise InvalidInput("several named inputs: set explain to the one whose units are the players")
     methods = [
         audit_pb2.MethodSpec(
             name=name,
@@ -64,7 +70,10 @@ def submit_request(
         raise InvalidInput(f"parameters given for methods that are not requested: {', '.join(stray)}")
     return audit_pb2.SubmitRequest(
         model_sha256=model_sha256,
-        inputs=[encode_tensor("inputs", tensors["inputs"])],
+        inputs=[
+            encode_tensor(spec.explain or "inputs", tensors["inputs"]),
+            *(encode_tensor(name, array) for name, array in held.items()),
+        ],
         players=spec.players,
         baseline=spec.baseline,
         target=spec.target,
@@ -78,6 +87,8 @@ def submit_request(
         ],
         group_names=list(spec.group_names),
         idempotency_key=idempotency_key,
+        explain=spec.explain,
+        embedding_tensor=spec.embedding_tensor,
     )
 
 

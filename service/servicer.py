@@ -17,7 +17,7 @@ from service.jobs import JobService
 from service.metrics import counted_chunks, record_failed, record_started
 from service.tensors import decode_tensor, encode_tensor
 from service.uploads import receive_model
-from service.validation import format_to_proto, submission_from_request
+from service.validation import check_input_names, format_to_proto, submission_from_request
 
 __all__ = ["AuditServicer", "WorkerServicer", "tenant_of"]
 
@@ -60,6 +60,9 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
             max_elements=self._config.max_tensor_elements,
             max_dims=self._config.max_tensor_dims,
         )
+        if submission.spec.explain:  # named inputs: check them against the model's own names
+            self._store.get_model(tenant_of(context), request.model_sha256)  # NOT_FOUND first
+            check_input_names(submission, self._blobs.read(request.model_sha256))
         return job_to_proto(self._jobs.submit_job(tenant_of(context), request.model_sha256, submission))
 
     def SubmitAudit(self, request: audit_pb2.SubmitRequest, context: Any) -> audit_pb2.Job:

@@ -20,6 +20,7 @@ from workers.spec import ATTACHMENTS, CRITERIA, DEFAULT_TOLERANCES, FOURTEEN_MET
 __all__ = [
     "FORMAT_NAMES",
     "Submission",
+    "check_input_names",
     "check_model",
     "format_from_proto",
     "format_to_proto",
@@ -29,6 +30,7 @@ __all__ = [
 FORMAT_NAMES = {audit_pb2.MODEL_FORMAT_ONNX: "onnx", audit_pb2.MODEL_FORMAT_TORCHSCRIPT: "torchscript"}
 _FORMAT_ENUMS = {name: value for value, name in FORMAT_NAMES.items()}
 MAX_AUDIT_ORDER = 16
+MAX_TENSOR_NAME = 64  # job_tensors.name (service.schema)
 
 
 def format_from_proto(value: int) -> str | None:
@@ -127,20 +129,53 @@ def _device(text: str) -> str:
     return device
 
 
+def _inputs(request: audit_pb2.SubmitRequest, *, max_elements: int, max_dims: int) -> dict[str, np.ndarray]:
+    """``inputs`` (the explained input) and ``input:NAME`` for every other named input (workers.inputs)."""
+    from workers.inputs import input_key
+
+    explain = request.explain.strip()
+    if not explain and len(request.inputs) != 1:
+        raise InvalidInput(
+            f"expected one input tensor, got {len(request.inputs)}; "
+            "with several named inputs, set explain to the one whose units are the players"
+        )
+    names = [t.name for t in request.inputs]
+    if explain:
+        if any(not n for n in names) or len(set(names)) != len(names):
+            raise InvalidInput(f"input tensors need distinct, non-empty names (the model's); got {names}")
+        if explain not in names:
+            raise InvalidInput(f"explain '{explain}' names no input given (inputs: {', '.join(names)})")
+        too_long = [n for n in names if len(input_key(n)) > MAX_TENSOR_NAME]
+        if too_long:
+            raise InvalidInput(
+                f"input names longer than {MAX_TENSOR_NAME - len(input_key(''))} characters: {too_long}"
+            )
+    tensors: dict[str, np.ndarray] = {}
+    for tensor in request.inputs:
+        label = f"input tensor '{tensor.name}'" if explain else "input tensor"
+        array = decode_tensor(tensor, what=label, max_elements=max_elements, max_dims=max_dims)
+        if array.ndim < 1 or array.size == 0:
+            raise InvalidInput(f"{label} is empty (shape {list(array.shape)})")
+        tensors["inputs" if not explain or tensor.name == explain else input_key(tensor.name)] = array
+    return tensors
+
+
+def check_input_names(submission: Submission, model_bytes: bytes) -> None:
+    """Named inputs against the model's own input names (ONNX), so that a mismatch is answered at
+    submission rather than by a failed job."""
+    from workers.inputs import check_names, held_inputs, onnx_input_names
+
+    names = onnx_input_names(model_bytes)
+    if names is not None and submission.spec.explain:
+        check_names(names, submission.spec.explain, tuple(held_inputs(submission.tensors)))
+
+
 def submission_from_request(
     request: audit_pb2.SubmitRequest, kind: str, *, max_elements: int, max_dims: int
 ) -> Submission:
     from workers.targets import parse_target
 
-    if len(request.inputs) != 1:
-        raise InvalidInput(f"expected exactly one input tensor, got {len(request.inputs)}")
-    tensors = {
-        "inputs": decode_tensor(
-            request.inputs[0], what="input tensor", max_elements=max_elements, max_dims=max_dims
-        )
-    }
-    if tensors["inputs"].ndim < 1 or tensors["inputs"].size == 0:
-        raise InvalidInput(f"input tensor is empty (shape {list(tensors['inputs'].shape)})")
+    tensors = _inputs(request, max_elements=max_elements, max_dims=max_dims)
     for attachment in request.attachments:
         name = attachment.name
         if name not in ATTACHMENTS or name == "inputs":
@@ -172,6 +207,8 @@ def submission_from_request(
         seed=int(request.seed),
         device=_device(request.device),
         group_names=tuple(request.group_names),
+        explain=request.explain.strip(),
+        embedding_tensor=request.embedding_tensor.strip(),
     )
     key = request.idempotency_key.strip()
     if len(key) > 128:

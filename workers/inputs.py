@@ -9,19 +9,24 @@ errors naming what is wrong.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workers.errors import InvalidInput, ResourceExhausted
-from workers.models.base import ModelAdapter
-from workers.models.named import InputSpec, NamedOnnxModel, OnnxGraph
+
+if TYPE_CHECKING:  # the client library imports this module: no torch or onnxruntime at import
+    from workers.models.base import ModelAdapter
+    from workers.models.named import InputSpec, NamedOnnxModel, OnnxGraph
 
 __all__ = [
     "INPUT_PREFIX",
+    "check_names",
     "held_inputs",
     "input_key",
     "load_named",
     "needs_named_model",
+    "onnx_input_names",
     "predict_samples",
 ]
 
@@ -46,12 +51,12 @@ def needs_named_model(
     whose one input is not a float tensor or that has several inputs."""
     if explain or target_output or held_inputs(tensors):
         return True
+    import onnx
+
     from workers.models import detect_format
 
     if detect_format(data) != "onnx":
         return False
-    import onnx
-
     try:
         proto = onnx.load_model_from_string(data)
     except Exception:
@@ -61,7 +66,7 @@ def needs_named_model(
     if len(graph_inputs) != 1:
         return True
     elem = graph_inputs[0].type.tensor_type.elem_type
-    return elem != onnx.TensorProto.FLOAT
+    return bool(elem != onnx.TensorProto.FLOAT)
 
 
 def _with_batch(name: str, array: np.ndarray, spec: InputSpec) -> np.ndarray:
@@ -112,20 +117,43 @@ def _given(
             f"the model has {len(names)} inputs ({', '.join(names)}): give each as --input NAME=FILE.npy "
             "and pick the one to explain with --explain NAME"
         )
+    check_names(names, explain, tuple(held))
+    return explain, {explain: tensors["inputs"], **held}
+
+
+def check_names(model_inputs: tuple[str, ...], explain: str, held: tuple[str, ...]) -> None:
+    """Every given name is a model input, every model input is given, the explained one once."""
     if explain in held:
         raise InvalidInput(f"input '{explain}' is given twice")
-    given = {explain: tensors["inputs"], **held}
-    unknown = [n for n in given if n not in names]
+    given = (explain, *held)
+    unknown = [n for n in given if n not in model_inputs]
     if unknown:
         raise InvalidInput(
-            f"the model has no input named {', '.join(repr(n) for n in unknown)} (its inputs: {', '.join(names)})"
+            f"the model has no input named {', '.join(repr(n) for n in unknown)} "
+            f"(its inputs: {', '.join(model_inputs)})"
         )
-    missing = [n for n in names if n not in given]
+    missing = [n for n in model_inputs if n not in given]
     if missing:
         raise InvalidInput(
-            f"missing required input {', '.join(repr(n) for n in missing)} (the model's inputs: {', '.join(names)})"
+            f"missing required input {', '.join(repr(n) for n in missing)} "
+            f"(the model's inputs: {', '.join(model_inputs)})"
         )
-    return explain, given
+
+
+def onnx_input_names(data: bytes) -> tuple[str, ...] | None:
+    """The graph inputs of ONNX bytes (initializers excluded); None for other formats."""
+    from workers.models import detect_format
+
+    if detect_format(data) != "onnx":
+        return None
+    import onnx
+
+    try:
+        proto = onnx.load_model_from_string(data)
+    except Exception:
+        return None  # loading says what is wrong with it
+    initializers = {i.name for i in proto.graph.initializer}
+    return tuple(i.name for i in proto.graph.input if i.name not in initializers)
 
 
 def load_named(
@@ -140,6 +168,7 @@ def load_named(
     import torch
 
     from workers.models import detect_format
+    from workers.models.named import NamedOnnxModel, OnnxGraph
 
     if detect_format(data) != "onnx":
         raise InvalidInput("several named inputs, integer inputs and named outputs need an ONNX model")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15xaudit/v1/audit.proto\x12\txaudit.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\\\n\rModelMetadata\x12&\n\x06\x66ormat\x18\x01 \x01(\x0e\x32\x16.xaudit.v1.ModelFormat\x12\x15\n\rdeclared_size\x18\x02 \x01(\x03\x12\x0c\n\x04name\x18\x03 \x01(\t\"R\n\nModelChunk\x12,\n\x08metadata\x18\x01 \x01(\x0b\x32\x18.xaudit.v1.ModelMetadataH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04kind\"^\n\x08ModelRef\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12&\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x16.xaudit.v1.ModelFormat\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x0c\n\x04name\x18\x04 \x01(\t\"M\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x14\n\x0craw_contents\x18\x04 \x01(\x0c\"|\n\nMethodSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\x06params\x18\x02 \x03(\x0b\x32!.xaudit.v1.MethodSpec.ParamsEntry\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9d\x03\n\rSubmitRequest\x12\x14\n\x0cmodel_sha256\x18\x01 \x01(\t\x12!\n\x06inputs\x18\x02 \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12\x0f\n\x07players\x18\x03 \x01(\t\x12\x10\n\x08\x62\x61seline\x18\x04 \x01(\t\x12\x0e\n\x06target\x18\x05 \x01(\t\x12&\n\x07methods\x18\x06 \x03(\x0b\x32\x15.xaudit.v1.MethodSpec\x12\x13\n\x0b\x61udit_order\x18\x07 \x01(\x05\x12<\n\ntolerances\x18\x08 \x03(\x0b\x32(.xaudit.v1.SubmitRequest.TolerancesEntry\x12\x0c\n\x04seed\x18\t \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\n \x01(\t\x12&\n\x0b\x61ttachments\x18\x0b \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12\x13\n\x0bgroup_names\x18\x0c \x03(\t\x12\x17\n\x0fidempotency_key\x18\r \x01(\t\x1a\x31\n\x0fTolerancesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xaa\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12 \n\x04kind\x18\x02 \x01(\x0e\x32\x12.xaudit.v1.JobKind\x12\"\n\x05state\x18\x03 \x01(\x0e\x32\x13.xaudit.v1.JobState\x12\x10\n\x08progress\x18\x04 \x01(\x01\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmodel_sha256\x18\x0b \x01(\t\x12\x18\n\x10report_available\x18\x0c \x01(\x08\x12\x17\n\x0fidempotency_key\x18\r \x01(\t\x12\x10\n\x08\x61ttempts\x18\x0e \x01(\x05\x12\x17\n\x0f\x63ompute_seconds\x18\x0f \x01(\x01\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"8\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"I\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.xaudit.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10GetReportRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\".\n\x06Report\x12\x0e\n\x06report\x18\x01 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x02 \x01(\t\"(\n\x16GetAttributionsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x86\x02\n\x0c\x41ttributions\x12\'\n\x0c\x61ttributions\x18\x01 \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12\x42\n\x0enot_applicable\x18\x02 \x03(\x0b\x32*.xaudit.v1.Attributions.NotApplicableEntry\x12(\n\rtarget_values\x18\x03 \x01(\x0b\x32\x11.xaudit.v1.Tensor\x12)\n\x0etarget_classes\x18\x04 \x01(\x0b\x32\x11.xaudit.v1.Tensor\x1a\x34\n\x12NotApplicableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x17\n\x15GetSigningKeysRequest\"4\n\nSigningKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x16\n\x0epublic_key_pem\x18\x02 \x01(\t\"2\n\x0bSigningKeys\x12#\n\x04keys\x18\x01 \x03(\x0b\x32\x15.xaudit.v1.SigningKey*`\n\x0bModelFormat\x12\x1c\n\x18MODEL_FORMAT_UNSPECIFIED\x10\x00\x12\x15\n\x11MODEL_FORMAT_ONNX\x10\x01\x12\x1c\n\x18MODEL_FORMAT_TORCHSCRIPT\x10\x02*Q\n\x07JobKind\x12\x18\n\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eJOB_KIND_AUDIT\x10\x01\x12\x18\n\x14JOB_KIND_ATTRIBUTION\x10\x02*\x9a\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x05\x32\x88\x05\n\x0c\x41uditService\x12;\n\x0bUploadModel\x12\x15.xaudit.v1.ModelChunk\x1a\x13.xaudit.v1.ModelRef(\x01\x12\x37\n\x0bSubmitAudit\x12\x18.xaudit.v1.SubmitRequest\x1a\x0e.xaudit.v1.Job\x12=\n\x11SubmitAttribution\x12\x18.xaudit.v1.SubmitRequest\x1a\x0e.xaudit.v1.Job\x12\x32\n\x06GetJob\x12\x18.xaudit.v1.GetJobRequest\x1a\x0e.xaudit.v1.Job\x12\x43\n\x08ListJobs\x12\x1a.xaudit.v1.ListJobsRequest\x1a\x1b.xaudit.v1.ListJobsResponse\x12\x38\n\x08WatchJob\x12\x1a.xaudit.v1.WatchJobRequest\x1a\x0e.xaudit.v1.Job0\x01\x12\x38\n\tCancelJob\x12\x1b.xaudit.v1.CancelJobRequest\x1a\x0e.xaudit.v1.Job\x12;\n\tGetReport\x12\x1b.xaudit.v1.GetReportRequest\x1a\x11.xaudit.v1.Report\x12M\n\x0fGetAttributions\x12!.xaudit.v1.GetAttributionsRequest\x1a\x17.xaudit.v1.Attributions\x12J\n\x0eGetSigningKeys\x12 .xaudit.v1.GetSigningKeysRequest\x1a\x16.xaudit.v1.SigningKeysb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15xaudit/v1/audit.proto\x12\txaudit.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\\\n\rModelMetadata\x12&\n\x06\x66ormat\x18\x01 \x01(\x0e\x32\x16.xaudit.v1.ModelFormat\x12\x15\n\rdeclared_size\x18\x02 \x01(\x03\x12\x0c\n\x04name\x18\x03 \x01(\t\"R\n\nModelChunk\x12,\n\x08metadata\x18\x01 \x01(\x0b\x32\x18.xaudit.v1.ModelMetadataH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04kind\"^\n\x08ModelRef\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12&\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x16.xaudit.v1.ModelFormat\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x0c\n\x04name\x18\x04 \x01(\t\"M\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x14\n\x0craw_contents\x18\x04 \x01(\x0c\"|\n\nMethodSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\x06params\x18\x02 \x03(\x0b\x32!.xaudit.v1.MethodSpec.ParamsEntry\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc8\x03\n\rSubmitRequest\x12\x14\n\x0cmodel_sha256\x18\x01 \x01(\t\x12!\n\x06inputs\x18\x02 \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12\x0f\n\x07players\x18\x03 \x01(\t\x12\x10\n\x08\x62\x61seline\x18\x04 \x01(\t\x12\x0e\n\x06target\x18\x05 \x01(\t\x12&\n\x07methods\x18\x06 \x03(\x0b\x32\x15.xaudit.v1.MethodSpec\x12\x13\n\x0b\x61udit_order\x18\x07 \x01(\x05\x12<\n\ntolerances\x18\x08 \x03(\x0b\x32(.xaudit.v1.SubmitRequest.TolerancesEntry\x12\x0c\n\x04seed\x18\t \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\n \x01(\t\x12&\n\x0b\x61ttachments\x18\x0b \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12\x13\n\x0bgroup_names\x18\x0c \x03(\t\x12\x17\n\x0fidempotency_key\x18\r \x01(\t\x12\x0f\n\x07\x65xplain\x18\x0e \x01(\t\x12\x18\n\x10\x65mbedding_tensor\x18\x0f \x01(\t\x1a\x31\n\x0fTolerancesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xaa\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12 \n\x04kind\x18\x02 \x01(\x0e\x32\x12.xaudit.v1.JobKind\x12\"\n\x05state\x18\x03 \x01(\x0e\x32\x13.xaudit.v1.JobState\x12\x10\n\x08progress\x18\x04 \x01(\x01\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmodel_sha256\x18\x0b \x01(\t\x12\x18\n\x10report_available\x18\x0c \x01(\x08\x12\x17\n\x0fidempotency_key\x18\r \x01(\t\x12\x10\n\x08\x61ttempts\x18\x0e \x01(\x05\x12\x17\n\x0f\x63ompute_seconds\x18\x0f \x01(\x01\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"8\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"I\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.xaudit.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10GetReportRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\".\n\x06Report\x12\x0e\n\x06report\x18\x01 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x02 \x01(\t\"(\n\x16GetAttributionsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x86\x02\n\x0c\x41ttributions\x12\'\n\x0c\x61ttributions\x18\x01 \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12\x42\n\x0enot_applicable\x18\x02 \x03(\x0b\x32*.xaudit.v1.Attributions.NotApplicableEntry\x12(\n\rtarget_values\x18\x03 \x01(\x0b\x32\x11.xaudit.v1.Tensor\x12)\n\x0etarget_classes\x18\x04 \x01(\x0b\x32\x11.xaudit.v1.Tensor\x1a\x34\n\x12NotApplicableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x17\n\x15GetSigningKeysRequest\"4\n\nSigningKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x16\n\x0epublic_key_pem\x18\x02 \x01(\t\"2\n\x0bSigningKeys\x12#\n\x04keys\x18\x01 \x03(\x0b\x32\x15.xaudit.v1.SigningKey*`\n\x0bModelFormat\x12\x1c\n\x18MODEL_FORMAT_UNSPECIFIED\x10\x00\x12\x15\n\x11MODEL_FORMAT_ONNX\x10\x01\x12\x1c\n\x18MODEL_FORMAT_TORCHSCRIPT\x10\x02*Q\n\x07JobKind\x12\x18\n\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eJOB_KIND_AUDIT\x10\x01\x12\x18\n\x14JOB_KIND_ATTRIBUTION\x10\x02*\x9a\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x05\x32\x88\x05\n\x0c\x41uditService\x12;\n\x0bUploadModel\x12\x15.xaudit.v1.ModelChunk\x1a\x13.xaudit.v1.ModelRef(\x01\x12\x37\n\x0bSubmitAudit\x12\x18.xaudit.v1.SubmitRequest\x1a\x0e.xaudit.v1.Job\x12=\n\x11SubmitAttribution\x12\x18.xaudit.v1.SubmitRequest\x1a\x0e.xaudit.v1.Job\x12\x32\n\x06GetJob\x12\x18.xaudit.v1.GetJobRequest\x1a\x0e.xaudit.v1.Job\x12\x43\n\x08ListJobs\x12\x1a.xaudit.v1.ListJobsRequest\x1a\x1b.xaudit.v1.ListJobsResponse\x12\x38\n\x08WatchJob\x12\x1a.xaudit.v1.WatchJobRequest\x1a\x0e.xaudit.v1.Job0\x01\x12\x38\n\tCancelJob\x12\x1b.xaudit.v1.CancelJobRequest\x1a\x0e.xaudit.v1.Job\x12;\n\tGetReport\x12\x1b.xaudit.v1.GetReportRequest\x1a\x11.xaudit.v1.Report\x12M\n\x0fGetAttributions\x12!.xaudit.v1.GetAttributionsRequest\x1a\x17.xaudit.v1.Attributions\x12J\n\x0eGetSigningKeys\x12 .xaudit.v1.GetSigningKeysRequest\x1a\x16.xaudit.v1.SigningKeysb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,12 +38,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBMITREQUEST_TOLERANCESENTRY']._serialized_options = b'8\001'
   _globals['_ATTRIBUTIONS_NOTAPPLICABLEENTRY']._loaded_options = None
   _globals['_ATTRIBUTIONS_NOTAPPLICABLEENTRY']._serialized_options = b'8\001'
-  _globals['_MODELFORMAT']._serialized_start=2152
-  _globals['_MODELFORMAT']._serialized_end=2248
-  _globals['_JOBKIND']._serialized_start=2250
-  _globals['_JOBKIND']._serialized_end=2331
-  _globals['_JOBSTATE']._serialized_start=2334
-  _globals['_JOBSTATE']._serialized_end=2488
+  _globals['_MODELFORMAT']._serialized_start=2195
+  _globals['_MODELFORMAT']._serialized_end=2291
+  _globals['_JOBKIND']._serialized_start=2293
+  _globals['_JOBKIND']._serialized_end=2374
+  _globals['_JOBSTATE']._serialized_start=2377
+  _globals['_JOBSTATE']._serialized_end=2531
   _globals['_MODELMETADATA']._serialized_start=69
   _globals['_MODELMETADATA']._serialized_end=161
   _globals['_MODELCHUNK']._serialized_start=163
@@ -57,37 +57,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_METHODSPEC_PARAMSENTRY']._serialized_start=501
   _globals['_METHODSPEC_PARAMSENTRY']._serialized_end=546
   _globals['_SUBMITREQUEST']._serialized_start=549
-  _globals['_SUBMITREQUEST']._serialized_end=962
-  _globals['_SUBMITREQUEST_TOLERANCESENTRY']._serialized_start=913
-  _globals['_SUBMITREQUEST_TOLERANCESENTRY']._serialized_end=962
-  _globals['_JOB']._serialized_start=965
-  _globals['_JOB']._serialized_end=1391
-  _globals['_GETJOBREQUEST']._serialized_start=1393
-  _globals['_GETJOBREQUEST']._serialized_end=1424
-  _globals['_LISTJOBSREQUEST']._serialized_start=1426
-  _globals['_LISTJOBSREQUEST']._serialized_end=1482
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1484
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1557
-  _globals['_WATCHJOBREQUEST']._serialized_start=1559
-  _globals['_WATCHJOBREQUEST']._serialized_end=1592
-  _globals['_CANCELJOBREQUEST']._serialized_start=1594
-  _globals['_CANCELJOBREQUEST']._serialized_end=1628
-  _globals['_GETREPORTREQUEST']._serialized_start=1630
-  _globals['_GETREPORTREQUEST']._serialized_end=1664
-  _globals['_REPORT']._serialized_start=1666
-  _globals['_REPORT']._serialized_end=1712
-  _globals['_GETATTRIBUTIONSREQUEST']._serialized_start=1714
-  _globals['_GETATTRIBUTIONSREQUEST']._serialized_end=1754
-  _globals['_ATTRIBUTIONS']._serialized_start=1757
-  _globals['_ATTRIBUTIONS']._serialized_end=2019
-  _globals['_ATTRIBUTIONS_NOTAPPLICABLEENTRY']._serialized_start=1967
-  _globals['_ATTRIBUTIONS_NOTAPPLICABLEENTRY']._serialized_end=2019
-  _globals['_GETSIGNINGKEYSREQUEST']._serialized_start=2021
-  _globals['_GETSIGNINGKEYSREQUEST']._serialized_end=2044
-  _globals['_SIGNINGKEY']._serialized_start=2046
-  _globals['_SIGNINGKEY']._serialized_end=2098
-  _globals['_SIGNINGKEYS']._serialized_start=2100
-  _globals['_SIGNINGKEYS']._serialized_end=2150
-  _globals['_AUDITSERVICE']._serialized_start=2491
-  _globals['_AUDITSERVICE']._serialized_end=3139
+  _globals['_SUBMITREQUEST']._serialized_end=1005
+  _globals['_SUBMITREQUEST_TOLERANCESENTRY']._serialized_start=956
+  _globals['_SUBMITREQUEST_TOLERANCESENTRY']._serialized_end=1005
+  _globals['_JOB']._serialized_start=1008
+  _globals['_JOB']._serialized_end=1434
+  _globals['_GETJOBREQUEST']._serialized_start=1436
+  _globals['_GETJOBREQUEST']._serialized_end=1467
+  _globals['_LISTJOBSREQUEST']._serialized_start=1469
+  _globals['_LISTJOBSREQUEST']._serialized_end=1525
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1527
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1600
+  _globals['_WATCHJOBREQUEST']._serialized_start=1602
+  _globals['_WATCHJOBREQUEST']._serialized_end=1635
+  _globals['_CANCELJOBREQUEST']._serialized_start=1637
+  _globals['_CANCELJOBREQUEST']._serialized_end=1671
+  _globals['_GETREPORTREQUEST']._serialized_start=1673
+  _globals['_GETREPORTREQUEST']._serialized_end=1707
+  _globals['_REPORT']._serialized_start=1709
+  _globals['_REPORT']._serialized_end=1755
+  _globals['_GETATTRIBUTIONSREQUEST']._serialized_start=1757
+  _globals['_GETATTRIBUTIONSREQUEST']._serialized_end=1797
+  _globals['_ATTRIBUTIONS']._serialized_start=1800
+  _globals['_ATTRIBUTIONS']._serialized_end=2062
+  _globals['_ATTRIBUTIONS_NOTAPPLICABLEENTRY']._serialized_start=2010
+  _globals['_ATTRIBUTIONS_NOTAPPLICABLEENTRY']._serialized_end=2062
+  _globals['_GETSIGNINGKEYSREQUEST']._serialized_start=2064
+  _globals['_GETSIGNINGKEYSREQUEST']._serialized_end=2087
+  _globals['_SIGNINGKEY']._serialized_start=2089
+  _globals['_SIGNINGKEY']._serialized_end=2141
+  _globals['_SIGNINGKEYS']._serialized_start=2143
+  _globals['_SIGNINGKEYS']._serialized_end=2193
+  _globals['_AUDITSERVICE']._serialized_start=2534
+  _globals['_AUDITSERVICE']._serialized_end=3182
 # @@protoc_insertion_point(module_scope)

@@ -101,7 +101,7 @@ class MethodSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("model_sha256", "inputs", "players", "baseline", "target", "methods", "audit_order", "tolerances", "seed", "device", "attachments", "group_names", "idempotency_key")
+    __slots__ = ("model_sha256", "inputs", "players", "baseline", "target", "methods", "audit_order", "tolerances", "seed", "device", "attachments", "group_names", "idempotency_key", "explain", "embedding_tensor")
     class TolerancesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,8 @@ class SubmitRequest(_message.Message):
     ATTACHMENTS_FIELD_NUMBER: _ClassVar[int]
     GROUP_NAMES_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_TENSOR_FIELD_NUMBER: _ClassVar[int]
     model_sha256: str
     inputs: _containers.RepeatedCompositeFieldContainer[Tensor]
     players: str
@@ -135,7 +137,9 @@ class SubmitRequest(_message.Message):
     attachments: _containers.RepeatedCompositeFieldContainer[Tensor]
     group_names: _containers.RepeatedScalarFieldContainer[str]
     idempotency_key: str
-    def __init__(self, model_sha256: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., players: _Optional[str] = ..., baseline: _Optional[str] = ..., target: _Optional[str] = ..., methods: _Optional[_Iterable[_Union[MethodSpec, _Mapping]]] = ..., audit_order: _Optional[int] = ..., tolerances: _Optional[_Mapping[str, float]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., attachments: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., group_names: _Optional[_Iterable[str]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    explain: str
+    embedding_tensor: str
+    def __init__(self, model_sha256: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., players: _Optional[str] = ..., baseline: _Optional[str] = ..., target: _Optional[str] = ..., methods: _Optional[_Iterable[_Union[MethodSpec, _Mapping]]] = ..., audit_order: _Optional[int] = ..., tolerances: _Optional[_Mapping[str, float]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., attachments: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., group_names: _Optional[_Iterable[str]] = ..., idempotency_key: _Optional[str] = ..., explain: _Optional[str] = ..., embedding_tensor: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "kind", "state", "progress", "message", "error_code", "error_message", "created_at", "started_at", "finished_at", "model_sha256", "report_available", "idempotency_key", "attempts", "compute_seconds")
