@@ -36,7 +36,8 @@ def translate_rpc_error(exc: grpc.RpcError, address: str) -> XauditError:
                 f"cannot reach the xaudit server at {address} ({_short(details) or 'unavailable'})"
             )
         return Unavailable(details)
-    if code == "DEADLINE_EXCEEDED" and not details.strip():
+    if code == "DEADLINE_EXCEEDED" and details.lower() in ("", "deadline exceeded"):
+        # grpc's own text for a client-side timeout says nothing about where or what.
         details = f"the xaudit server at {address} did not answer in time"
     if code in ("UNKNOWN", "INTERNAL") and not details:
         details = f"the xaudit server at {address} failed the call ({code})"

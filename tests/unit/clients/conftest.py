@@ -4,6 +4,7 @@ without the job store or workers (those are integration tests)."""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -71,6 +72,8 @@ class ScriptedService(audit_pb2_grpc.AuditServiceServicer):
 
     def GetJob(self, request, context):  # type: ignore[no-untyped-def]
         self._meta(context)
+        if request.job_id.startswith("sleep:"):
+            time.sleep(float(request.job_id.split(":", 1)[1]))
         if request.job_id.startswith("status:"):
             _, code, message = request.job_id.split(":", 2)
             context.abort(getattr(grpc.StatusCode, code), message)

@@ -103,6 +103,13 @@ def test_unreachable_server_is_unavailable_naming_the_address(dead_address: str)
     assert "\n" not in message and "refused" in message.lower()
 
 
+def test_a_call_past_its_deadline_says_which_server(scripted: Scripted) -> None:
+    _, address = scripted
+    with XauditClient(address, timeout=0.2) as client, pytest.raises(errors.DeadlineExceeded) as info:
+        client.get_job("sleep:1")
+    assert str(info.value) == f"the xaudit server at {address} did not answer in time"
+
+
 def test_list_jobs_follows_pages(scripted: Scripted) -> None:
     service, address = scripted
     with XauditClient(address) as client:
