@@ -190,8 +190,17 @@ def evidence_table(method: str, evidence: Sequence[Mapping[str, Any]]) -> str:
         for e in evidence
     ]
     return table(
-        f"{escape(method)}: evidence, the sets whose allocation is furthest off (shares are A<sub>i</sub>(S)/I(S))",
-        ["Set S", "Input", "Order", "I(S)", "r(S)", "Shares to members", "Shares outside S", "Breaks"],
+        f"{escape(method)}: evidence, the sets whose allocation is furthest off, however small (shares are A<sub>i</sub>(S)/I(S))",
+        [
+            "Set S",
+            "Input",
+            "Order",
+            "I(S)",
+            "r(S)",
+            "Shares to members",
+            "Shares outside S",
+            "Departs on (any amount)",
+        ],
         rows,
     )
 
