@@ -23,6 +23,7 @@ __all__ = [
     "INPUT_PREFIX",
     "check_names",
     "held_inputs",
+    "held_inputs_section",
     "input_key",
     "load_named",
     "needs_named_model",
@@ -190,3 +191,22 @@ def predict_samples(model: ModelAdapter, inputs: np.ndarray) -> np.ndarray:
     if not model.per_sample:
         return model.predict(inputs)
     return np.concatenate([model.for_sample(s).predict(inputs[s : s + 1]) for s in range(len(inputs))])
+
+
+def held_inputs_section(model: ModelAdapter) -> dict[str, object]:
+    """For the report: the explained input's name, and the name, shape and digest of every held
+    input (they shape the game as much as the explained one does); empty for one-input models."""
+    from workers.models.named import NamedOnnxModel
+    from workers.spec import tensor_digest
+
+    if not isinstance(model, NamedOnnxModel):
+        return {}
+    section: dict[str, object] = {"explained": model.explained.name}
+    section["held"] = [
+        {"name": name, "shape": list(array.shape), "sha256": tensor_digest(array)}
+        for name, array in sorted(model.fixed.items())
+    ]
+    embedding = model.embedding
+    if embedding is not None:
+        section["embedding_tensor"] = getattr(embedding, "tensor", "")
+    return section

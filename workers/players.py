@@ -122,7 +122,10 @@ def parse_players(
     elif kind in ("windows", "tokens"):
         from workers.tokens import token_players, window_players
 
-        players = (window_players if kind == "windows" else token_players)(spec, sample_shape)
+        if kind == "windows":
+            players = window_players(spec, sample_shape)
+        else:
+            players = token_players(spec, sample_shape, group_names)
     elif kind == "features":
         players = _from_flat(spec, np.arange(size), sample_shape, [f"x{i}" for i in range(size)])
     elif kind == "groups":

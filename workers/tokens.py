@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from workers.errors import InvalidInput
 from workers.players import Players
 
-__all__ = ["TOKEN_BASELINES", "check_token_baselines", "token_players", "window_players"]
+__all__ = ["TOKEN_BASELINES", "check_token_baselines", "token_names", "token_players", "window_players"]
 
 # Baselines that keep token ids integers: a reference id, id 0, or a given tensor of ids.
 TOKEN_BASELINES = ("token", "zeros", "tensor", "file")
@@ -34,8 +36,9 @@ def window_players(spec: str, sample_shape: tuple[int, ...]) -> Players:
     return Players(labels, names, spec, (1, k))
 
 
-def token_players(spec: str, sample_shape: tuple[int, ...]) -> Players:
-    """``tokens``: one player per position of a (positions,) token-id input, named ``t0``, ``t1``..."""
+def token_players(spec: str, sample_shape: tuple[int, ...], names: Sequence[str] = ()) -> Players:
+    """``tokens``: one player per position of a (positions,) token-id input, named by ``names``
+    (e.g. the words, see :func:`token_names`) or ``t0``, ``t1``..."""
     if spec.strip().lower() != "tokens":
         raise InvalidInput(f"player spec '{spec}': expected tokens")
     if len(sample_shape) != 1:
@@ -43,7 +46,22 @@ def token_players(spec: str, sample_shape: tuple[int, ...]) -> Players:
             f"player spec '{spec}' needs a token-id input of shape (positions,) per sample; got {sample_shape}"
         )
     n = sample_shape[0]
-    return Players(np.arange(n, dtype=np.int64), tuple(f"t{i}" for i in range(n)), spec, (1, n))
+    if names and len(names) != n:
+        raise InvalidInput(f"player spec '{spec}': {len(names)} names for {n} token positions")
+    labels = tuple(str(v) for v in names) if names else tuple(f"t{i}" for i in range(n))
+    return Players(np.arange(n, dtype=np.int64), labels, spec, (1, n))
+
+
+def token_names(ids: np.ndarray, vocabulary: Sequence[str]) -> tuple[str, ...]:
+    """Player names for token positions: the word where every sample has the same id there, else
+    ``t<position>``; repeated words get ``#<position>`` so that names stay unique."""
+    ids = np.asarray(ids).reshape(-1, np.asarray(ids).shape[-1]).astype(np.int64)
+    words = []
+    for i, column in enumerate(ids.T):
+        same = (column == column[0]).all() and 0 <= int(column[0]) < len(vocabulary)
+        words.append(str(vocabulary[int(column[0])]) if same else f"t{i}")
+    counts = {w: words.count(w) for w in words}
+    return tuple(f"{w}#{i}" if counts[w] > 1 else w for i, w in enumerate(words))
 
 
 def check_token_baselines(spec: str, baselines: np.ndarray) -> None:

@@ -28,6 +28,12 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         "--explain", default="", metavar="NAME", help="the named input whose units are the players (the others are held)"
     )
     parser.add_argument(
+        "--vocab",
+        type=Path,
+        help="with --players tokens: the vocabulary (one token per line, line i is id i, or a JSON list), "
+        "so that the report names players by their words",
+    )
+    parser.add_argument(
         "--embedding-tensor",
         default="",
         metavar="NAME",
@@ -121,10 +127,27 @@ def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], 
     if explain not in named:
         raise InvalidInput(f"--explain {explain} names no input given (inputs: {', '.join(named)})")
     tensors = {"inputs": read_npy(named[explain], f"input '{explain}'")}
-    for name, path in named.items():
+    for name, held in named.items():
         if name != explain:
-            tensors[input_key(name)] = read_npy(path, f"input '{name}'")
+            tensors[input_key(name)] = read_npy(held, f"input '{name}'")
     return tensors, explain
+
+
+def read_vocab(path: Path) -> list[str]:
+    """A vocabulary file: a JSON list of tokens, or one token per line (line i is id i)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(f"vocabulary file not found: {path}") from None
+    except (OSError, UnicodeDecodeError):
+        raise InvalidInput(f"vocabulary file {path} is not readable UTF-8 text") from None
+    if text.lstrip().startswith("["):
+        try:
+            words = json.loads(text)
+        except json.JSONDecodeError:
+            raise InvalidInput(f"vocabulary file {path} is not a JSON list of tokens") from None
+        return [str(w) for w in words]
+    return text.splitlines()
 
 
 def _parse_value(text: str) -> Any:
@@ -153,6 +176,12 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         group_names = tuple(str(n) for n in raw.get("names", []))
     elif players.startswith("mask:"):
         tensors["player_mask"] = read_npy(Path(players.split(":", 1)[1]), "player mask")
+    if getattr(args, "vocab", None) is not None:
+        if players.strip().lower() != "tokens":
+            raise InvalidInput("--vocab names token players: use it with --players tokens")
+        from workers.tokens import token_names
+
+        group_names = token_names(tensors["inputs"], read_vocab(args.vocab))
     baseline = args.baseline
     if baseline.endswith(".npy"):
         tensors["baseline"] = read_npy(Path(baseline), "baseline")

@@ -18,6 +18,7 @@ from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs
 from workers.errors import NotApplicable
 from workers.explain import explain
 from workers.game import GameResult, play
+from workers.inputs import held_inputs_section
 from workers.interactions import popcounts
 from workers.methods import Method, derived_seed, get_method
 from workers.metrics import record_verdict
@@ -332,6 +333,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             "sha256": tensor_digest(prep.inputs),
             "shape": list(prep.inputs.shape),
             "count": len(prep.inputs),
+            **held_inputs_section(prep.model),
         },
         "config": {
             "players": spec.players,

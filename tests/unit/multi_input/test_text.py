@@ -7,18 +7,24 @@ effect to both words (over-allocation), Integrated Gradients at the embedding ou
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
+from clients.cli.main import main
 from tests.unit.multi_input.models import NEGATION_VOCAB
 from workers.audit import run_audit
+from workers.audit.schema import validate_report
 from workers.errors import InvalidInput
 from workers.inputs import input_key
 from workers.methods._embedding import find_embedding
 from workers.models.named import OnnxGraph
 from workers.prepare import prepare
 from workers.spec import FOURTEEN_METHODS, JobSpec
+from workers.tokens import token_names
 
 Model = tuple[bytes, torch.nn.Module]
 _IDS = {w: i for i, w in enumerate(NEGATION_VOCAB)}
@@ -71,3 +77,45 @@ def test_negation_interaction_and_verdicts(negation_model: Model) -> None:
     assert methods["integrated_gradients"]["verdict"] == "reliable"
     assert methods["shapley_value"]["verdict"] == "reliable"
     assert methods["gradient_x_input"]["verdict"] == "unreliable"
+
+
+def test_token_names_are_the_shared_words() -> None:
+    vocab = list(NEGATION_VOCAB)
+    same = np.array([[1, 2, 4, 5], [1, 2, 4, 6]])
+    assert token_names(same, vocab) == ("the", "movie", "not", "t3")
+    assert token_names(np.array([[1, 1, 0]]), vocab) == ("the#0", "the#1", "<pad>")
+
+
+def test_cli_report_names_players_by_their_words(
+    negation_model: Model, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids, mask = _sentence("the", "movie", "was", "not", "good")
+    (tmp_path / "m.onnx").write_bytes(negation_model[0])
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "mask.npy", mask)
+    (tmp_path / "vocab.txt").write_text("\n".join(NEGATION_VOCAB) + "\n")
+    out = tmp_path / "report.json"
+    job = ["audit", "--model", str(tmp_path / "m.onnx"), "--device", "cpu", "--players", "tokens"]
+    job += ["--input", f"ids={tmp_path / 'ids.npy'}", "--input", f"mask={tmp_path / 'mask.npy'}"]
+    job += [
+        "--explain",
+        "ids",
+        "--baseline",
+        "token:0",
+        "--methods",
+        "integrated_gradients",
+        "--out",
+        str(out),
+    ]
+    assert main([*job, "--vocab", str(tmp_path / "vocab.txt")]) == 0
+    report = json.loads(out.read_bytes())
+    validate_report(report)
+    names = [p["name"] for p in report["game"]["players"]]
+    assert names == ["the", "movie", "was", "not", "good", "<pad>"]
+    assert report["game"]["top_interactions"][0]["set"] == ["not", "good"]
+    inputs = report["inputs"]
+    assert inputs["explained"] == "ids" and [h["name"] for h in inputs["held"]] == ["mask"]
+    assert inputs["embedding_tensor"]
+    capsys.readouterr()
+    assert main([*job, "--vocab", str(tmp_path / "missing.txt")]) == 2
+    assert "vocabulary file not found" in capsys.readouterr().err
