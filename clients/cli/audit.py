@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_audit(prep, update)
     args.out.write_bytes(result.report_bytes)
     if args.attributions_out is not None:
-        np.savez(args.attributions_out, **result.attributions)
+        np.savez(args.attributions_out, **result.attributions)  # type: ignore[arg-type]
     if args.html is not None:
         from clients.render import write_html
 

@@ -18,9 +18,14 @@ def worst_sets(
     interactions: np.ndarray,
     shares: np.ndarray,
     players: Players,
+    tolerances: dict[str, float],
     limit: int = 5,
 ) -> list[dict[str, Any]]:
-    """Up to ``limit`` (sample, set) pairs ranked by the mass they put wrong, with the criteria they break."""
+    """Up to ``limit`` (sample, set) pairs ranked by the mass they put wrong, with the criteria they break.
+
+    A set breaks a criterion when its own share (dropped, excess or out-of-set mass over abs(I(S)))
+    exceeds that criterion's tolerance; smaller departures are shown but break nothing.
+    """
     wrong = scores.set_dropped + scores.set_excess + scores.set_out_of_set  # (B, m)
     order = np.argsort(-wrong, axis=None, kind="stable")[:limit]
     members_of = subset_bits(subsets, players.n)
@@ -38,7 +43,7 @@ def worst_sets(
                 ("complete_allocation", scores.set_excess[sample, k]),
                 ("unrelated_allocation", scores.set_out_of_set[sample, k]),
             )
-            if value > 0
+            if value > tolerances[name] * abs(effect)
         ]
         share_of = shares[sample, k] / effect
         outside = np.argsort(-np.abs(shares[sample, k]) * ~members_of[k])[:3]

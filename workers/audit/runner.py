@@ -212,7 +212,7 @@ def _audit_method(
             "repeats": STOCHASTIC_REPEATS if measured.repeats is not None else 1,
         },
         "by_order": scores.by_order,
-        "evidence": worst_sets(scores, subsets, measured.interactions, shares, prep.players),
+        "evidence": worst_sets(scores, subsets, measured.interactions, shares, prep.players, tolerances),
     }
     if game.exact and order < n:
         all_scores = _with_absent(score(measured.main.per_player, n)[0], measured.main)
