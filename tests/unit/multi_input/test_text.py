@@ -19,6 +19,7 @@ from tests.unit.multi_input.models import NEGATION_VOCAB
 from workers.audit import run_audit
 from workers.audit.schema import validate_report
 from workers.errors import InvalidInput
+from workers.explain import explain
 from workers.inputs import input_key
 from workers.methods._embedding import find_embedding
 from workers.models.named import OnnxGraph
@@ -119,3 +120,19 @@ def test_cli_report_names_players_by_their_words(
     capsys.readouterr()
     assert main([*job, "--vocab", str(tmp_path / "missing.txt")]) == 2
     assert "vocabulary file not found" in capsys.readouterr().err
+
+
+def test_gradient_methods_on_tokens_are_complete_at_the_embedding(negation_model: Model) -> None:
+    ids, mask = _sentence("the", "movie", "was", "not", "good")
+    methods = ("integrated_gradients", "deeplift_rescale", "occlusion_1")
+    spec = JobSpec(
+        kind="attribution", players="tokens", explain="ids", baseline="token:0", device="cpu", methods=methods
+    )
+    prep = prepare(spec, negation_model[0], None, {"inputs": ids, input_key("mask"): mask})
+    result = explain(prep, methods)
+    reference = prep.model.for_sample(0).predict(prep.baselines)[0, prep.classes[0]]
+    for name in methods:
+        assert result.attributions[name].shape == (1, 6), name
+    ig = result.attributions["integrated_gradients"]
+    np.testing.assert_allclose(ig.sum(), prep.target_values[0] - reference, rtol=1e-2)
+    assert abs(ig[0, 5]) < 1e-6  # the trailing pad equals the reference: nothing to attribute
