@@ -13,19 +13,35 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from service.records import (
+    ACTIVE_STATES,
+    CANCELLED,
+    FAILED,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    TERMINAL_STATES,
+    JobRecord,
+    ModelRecord,
+    NewJob,
+    array_from_row,
+    job_from_row,
+    tensor_rows,
+)
 from service.schema import job_tensors, jobs, metadata, models, reports, results
-from service.tensors import DATATYPES, encode_tensor
 from workers.errors import FailedPrecondition, NotFound
 
+# Records are re-exported: callers import them from the store.
 __all__ = [
     "ACTIVE_STATES",
+    "QUEUED",
+    "RUNNING",
     "TERMINAL_STATES",
     "JobRecord",
     "JobStore",
@@ -34,98 +50,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
-ACTIVE_STATES = (QUEUED, RUNNING)
-TERMINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
-
-
-@dataclass(frozen=True)
-class ModelRecord:
-    tenant: str
-    sha256: str
-    format: str
-    size: int
-    name: str
-    created_at: float
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    id: str
-    tenant: str
-    kind: str
-    state: str
-    progress: float
-    message: str
-    error_code: str
-    error_message: str
-    created_at: float
-    started_at: float | None
-    finished_at: float | None
-    model_sha256: str
-    model_format: str
-    model_name: str
-    inputs_sha256: str
-    spec_json: str
-    queue: str
-    idempotency_key: str
-    dispatched_at: float | None
-    lease_owner: str | None
-    lease_expires_at: float | None
-    attempts: int
-    cancel_requested: bool
-    compute_seconds: float
-    not_applicable: dict[str, str]
-    report_available: bool
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-
-_JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
-
-
-@dataclass(frozen=True)
-class NewJob:
-    tenant: str
-    kind: str
-    model: ModelRecord
-    inputs_sha256: str
-    spec_json: str
-    queue: str
-    idempotency_key: str
-    tensors: Mapping[str, np.ndarray]
-
-
-def _job(row: Any) -> JobRecord:
-    data = {name: getattr(row, name) for name in _JOB_FIELDS}
-    data["not_applicable"] = dict(data["not_applicable"] or {})
-    data["cancel_requested"] = bool(data["cancel_requested"])
-    data["report_available"] = bool(data["report_available"])
-    return JobRecord(**data)
-
-
-def _tensor_rows(job_id: str, tensors: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
-    rows = []
-    for name, array in tensors.items():
-        t = encode_tensor(name, array)
-        rows.append(
-            {
-                "job_id": job_id,
-                "name": name,
-                "datatype": t.datatype,
-                "shape": list(t.shape),
-                "data": t.raw_contents,
-            }
-        )
-    return rows
-
-
-def _array(row: Any) -> np.ndarray:
-    dtype = DATATYPES[row.datatype]
-    return np.frombuffer(row.data, dtype=dtype).reshape(row.shape).astype(dtype.newbyteorder("="))
 
 
 def _make_engine(url: str) -> Engine:
@@ -209,7 +133,7 @@ class JobStore:
         try:
             with self.engine.begin() as conn:
                 conn.execute(jobs.insert().values(**values))
-                rows = _tensor_rows(job_id, new.tensors)
+                rows = tensor_rows(job_id, new.tensors)
                 if rows:
                     conn.execute(job_tensors.insert(), rows)
         except sa.exc.IntegrityError:
@@ -225,14 +149,14 @@ class JobStore:
             row = conn.execute(
                 sa.select(jobs).where(jobs.c.tenant == tenant, jobs.c.idempotency_key == key)
             ).first()
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     def get_job(self, tenant: str, job_id: str) -> JobRecord:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id)).first()
         if row is None:
             raise NotFound(f"unknown job '{job_id}'")
-        return _job(row)
+        return job_from_row(row)
 
     def list_jobs(self, tenant: str, limit: int, after: tuple[float, str] | None = None) -> list[JobRecord]:
         """Newest first; ``after`` is the (created_at, id) of the last job of the previous page."""
@@ -244,7 +168,7 @@ class JobStore:
             )
         query = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
         with self.engine.connect() as conn:
-            return [_job(r) for r in conn.execute(query)]
+            return [job_from_row(r) for r in conn.execute(query)]
 
     def cancel(self, tenant: str, job_id: str) -> JobRecord:
         """Queued: cancelled now. Running: flagged; the worker stops at its next heartbeat."""
@@ -278,7 +202,7 @@ class JobStore:
             raise FailedPrecondition(_not_ready(job))
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(results).where(results.c.job_id == job_id).order_by(results.c.name))
-            return job, {r.name: _array(r) for r in rows}
+            return job, {r.name: array_from_row(r) for r in rows}
 
     def count_results(self, job_id: str) -> tuple[int, int]:
         """(reports, result tensors) stored for a job: tests check that there is exactly one report."""
@@ -297,7 +221,7 @@ class JobStore:
             row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
         if row is None:
             raise NotFound(f"unknown job '{job_id}'")
-        return _job(row)
+        return job_from_row(row)
 
     def claim(self, job_id: str, worker_id: str, lease_seconds: float) -> tuple[JobRecord, bool]:
         """Give the job to ``worker_id`` if it is queued, or running on a lease that expired."""
@@ -323,7 +247,7 @@ class JobStore:
     def job_tensors(self, job_id: str) -> dict[str, np.ndarray]:
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(job_tensors).where(job_tensors.c.job_id == job_id))
-            return {r.name: _array(r) for r in rows}
+            return {r.name: array_from_row(r) for r in rows}
 
     def heartbeat(
         self, job_id: str, worker_id: str, progress: float, message: str, lease_seconds: float
@@ -379,7 +303,7 @@ class JobStore:
                         job_id=job_id, data=report[0], content_type=report[1], created_at=now
                     )
                 )
-            rows = _tensor_rows(job_id, tensors)
+            rows = tensor_rows(job_id, tensors)
             if rows:
                 conn.execute(results.insert(), rows)
         return True
