@@ -63,3 +63,21 @@ def test_cancelled_before_start_is_skipped(server: Server, tmp_path: Path) -> No
     job = api.SubmitAttribution(request(sha, inputs(seed=9), {"saliency": {}}), timeout=10)
     api.CancelJob(audit_pb2.CancelJobRequest(job_id=job.id), timeout=5)
     assert execute(job.id, RuntimeConfig(server=server.address, cache_dir=tmp_path / "c")) == "skipped"
+
+
+def test_torchscript_is_checked_not_loaded_by_the_server_and_runs_on_the_worker(
+    server: Server, tmp_path: Path
+) -> None:
+    import torch
+
+    from tests.integration.service._helpers import chunks
+    from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
+
+    api = stub(server.address)
+    data = to_torchscript(relu_mlp(), torch.zeros(2, MLP_FEATURES))
+    ref = api.UploadModel(chunks(data, fmt=audit_pb2.MODEL_FORMAT_TORCHSCRIPT), timeout=30)
+    assert ref.format == audit_pb2.MODEL_FORMAT_TORCHSCRIPT and ref.size == len(data)
+    job = api.SubmitAttribution(request(ref.sha256, inputs(), {"gradient_x_input": {}}), timeout=10)
+    assert execute(job.id, RuntimeConfig(server=server.address, cache_dir=tmp_path / "c")) == "succeeded"
+    result = api.GetAttributions(audit_pb2.GetAttributionsRequest(job_id=job.id), timeout=10)
+    assert [t.name for t in result.attributions] == ["gradient_x_input"]

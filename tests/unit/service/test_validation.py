@@ -1,0 +1,70 @@
+"""Protobuf -> domain at the boundary: defaults, JSON parameters, refused values, model checks."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from xaudit.v1 import audit_pb2
+
+from service.tensors import encode_tensor
+from service.validation import check_model, submission_from_request
+from workers.errors import InvalidInput, InvalidModel
+from workers.spec import DEFAULT_TOLERANCES, FOURTEEN_METHODS
+
+CAPS = {"max_elements": 1 << 20, "max_dims": 8}
+
+
+def _req(**fields: object) -> audit_pb2.SubmitRequest:
+    x = encode_tensor("x", np.ones((2, 6), np.float32))
+    return audit_pb2.SubmitRequest(model_sha256="a" * 64, inputs=[x], **fields)
+
+
+def test_empty_fields_take_the_documented_defaults() -> None:
+    sub = submission_from_request(_req(), "audit", **CAPS)
+    spec = sub.spec
+    assert spec.methods == FOURTEEN_METHODS and spec.audit_order == 3
+    assert (spec.players, spec.baseline, spec.target, spec.device) == ("auto", "zeros", "predicted", "auto")
+    assert dict(spec.tolerances) == dict(DEFAULT_TOLERANCES) and sub.idempotency_key == ""
+    assert sub.tensors["inputs"].shape == (2, 6)
+
+
+def test_method_params_are_json_values() -> None:
+    methods = [audit_pb2.MethodSpec(name="integrated_gradients", params={"steps": "32", "rule": "gauss"})]
+    spec = submission_from_request(_req(methods=methods), "attribution", **CAPS).spec
+    assert spec.methods == ("integrated_gradients",)
+    assert spec.method_params == {"integrated_gradients": {"steps": 32, "rule": "gauss"}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tolerances": {"beauty": 0.1}}, "unknown tolerance 'beauty'"),
+        ({"tolerances": {"coverage": -1.0}}, "must be a finite number >= 0"),
+        ({"audit_order": 40}, "audit_order 40"),
+        ({"device": "tpu"}, "unknown device 'tpu'"),
+        ({"baseline": "tensor"}, "needs a 'baseline' attachment"),
+        ({"target": "nonsense:3"}, "target"),
+        ({"methods": [audit_pb2.MethodSpec(name="all", params={"steps": "3"})]}, "single named method"),
+    ],
+)
+def test_refused_values_name_the_problem(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        submission_from_request(_req(**fields), "audit", **CAPS)
+
+
+def test_torchscript_is_checked_as_an_archive_never_loaded() -> None:
+    buffer = io.BytesIO()
+    torch.save({"weights": torch.zeros(2)}, buffer)  # a zip, but not TorchScript (no code/)
+    with pytest.raises(InvalidModel, match="plain torch.save"):
+        check_model(buffer.getvalue(), "torchscript")
+    plain = io.BytesIO()
+    with zipfile.ZipFile(plain, "w") as archive:
+        archive.writestr("a.txt", "hello")
+    with pytest.raises(InvalidModel, match="TorchScript archive"):
+        check_model(plain.getvalue(), "torchscript")
+    with pytest.raises(InvalidModel, match="empty"):
+        check_model(b"", None)
