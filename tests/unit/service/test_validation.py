@@ -59,7 +59,7 @@ def test_refused_values_name_the_problem(fields: dict[str, object], message: str
 def test_torchscript_is_checked_as_an_archive_never_loaded() -> None:
     buffer = io.BytesIO()
     torch.save({"weights": torch.zeros(2)}, buffer)  # a zip, but not TorchScript (no code/)
-    with pytest.raises(InvalidModel, match="plain torch.save"):
+    with pytest.raises(InvalidModel, match=r"plain torch\.save"):
         check_model(buffer.getvalue(), "torchscript")
     plain = io.BytesIO()
     with zipfile.ZipFile(plain, "w") as archive:
