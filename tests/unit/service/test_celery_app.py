@@ -1,0 +1,29 @@
+"""Celery settings for long jobs, broker URL translation and queue routing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workers.celery_app import QUEUE_CPU, QUEUE_GPU, CelerySettings, make_app, queue_for
+
+
+def test_long_job_settings() -> None:
+    settings = CelerySettings(soft_time_limit_s=100, hard_time_limit_s=160)
+    conf = make_app("redis://127.0.0.1:6379/0", settings).conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.worker_prefetch_multiplier == 1
+    assert (conf.task_soft_time_limit, conf.task_time_limit) == (100, 160)
+    assert conf.broker_transport_options["visibility_timeout"] > conf.task_time_limit
+
+
+def test_filesystem_broker_lives_under_the_given_directory(tmp_path: Path) -> None:
+    app = make_app(f"filesystem://{tmp_path / 'broker'}")
+    options = app.conf.broker_transport_options
+    assert app.conf.broker_url == "filesystem://"
+    assert options["data_folder_in"] == options["data_folder_out"] == str(tmp_path / "broker" / "queue")
+    assert (tmp_path / "broker" / "queue").is_dir() and (tmp_path / "broker" / "control").is_dir()
+
+
+def test_cuda_jobs_go_to_the_gpu_queue() -> None:
+    assert queue_for("cuda") == queue_for("cuda:1") == QUEUE_GPU
+    assert queue_for("cpu") == queue_for("auto") == QUEUE_CPU
