@@ -157,3 +157,17 @@ def test_token_classifier_through_submit(service: Service, tmp_path: Path) -> No
     assert "complete_allocation" in methods["occlusion_1"]["failing_criteria"]
     assert methods["integrated_gradients"]["verdict"] == "reliable"
     assert json.dumps(report)  # a plain JSON document
+
+
+def test_one_unnamed_input_for_a_two_input_model_fails_in_one_line(service: Service, tmp_path: Path) -> None:
+    (tmp_path / "m.onnx").write_bytes(image_tabular()[0])
+    np.save(tmp_path / "image.npy", np.zeros((1, 1, 8, 8), np.float32))
+    env = dict(os.environ, XAUDIT_SERVER=service.address)
+    run = subprocess.run(
+        [str(XAUDIT), "submit", "--model", str(tmp_path / "m.onnx"), "--input", str(tmp_path / "image.npy"),
+         "--players", "grid:2x2", "--device", "cpu", "--methods", "occlusion_1", "--out", str(tmp_path / "r.json")],
+        capture_output=True, text=True, env=env, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 2
+    last = run.stderr.strip().splitlines()[-1]
+    assert "the model has 2 inputs (image, clinical)" in last and "--explain NAME" in last, run.stderr
