@@ -1,4 +1,10 @@
-"""Integrated Gradients (Sundararajan et al. 2017) through Captum, Gauss-Legendre quadrature."""
+"""Integrated Gradients (Sundararajan et al. 2017) with Gauss-Legendre quadrature.
+
+The quadrature nodes and weights are Captum's (``captum.attr._utils.approximation_methods``), so the
+result is Captum's IntegratedGradients; the gradients are taken in our own row chunks, one backward
+per chunk, which is several times faster than Captum's per-row gradient outputs on large batches of
+sub-inputs (tests compare both).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +12,21 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from captum.attr import IntegratedGradients as CaptumIG
+from captum.attr._utils.approximation_methods import approximation_parameters
 
+from workers.methods._autograd import target_gradients_tensor
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
 
 __all__ = ["IntegratedGradients"]
+
+# Path points evaluated per chunk of inputs: bounds memory (points x sample size).
+_POINTS_PER_CHUNK = 8192
 
 
 class IntegratedGradients(Method):
     name = "integrated_gradients"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="single", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = {
-        "steps": 64,
-        "quadrature": "gausslegendre",
-        "internal_batch_size": 2048,
-    }
+    defaults: ClassVar[dict[str, Any]] = {"steps": 64, "quadrature": "gausslegendre"}
     resolution: ClassVar[str | None] = "steps"
     paper_context: ClassVar[str] = (
         "splits each Taylor term by the degree of x_i in it; expected to pass all three"
@@ -30,18 +36,21 @@ class IntegratedGradients(Method):
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         p = self.params(ctx)
-        device = ctx.model.device
-        ig = CaptumIG(ctx.target.wrap(ctx.model.torch_differentiable()), multiply_by_inputs=True)
         steps = int(p["steps"])
-        # Captum's internal batch counts expanded rows (rows x steps); keep whole inputs per batch.
-        batch = max(steps, int(p["internal_batch_size"]) // steps * steps)
-        with torch.enable_grad():
-            attributions = ig.attribute(
-                to_tensor(inputs, device),
-                baselines=to_tensor(baselines, device),
-                target=torch.as_tensor(classes, dtype=torch.long, device=device),
-                n_steps=steps,
-                method=str(p["quadrature"]),
-                internal_batch_size=batch,
-            )
-        return to_numpy(attributions)
+        step_sizes, alphas = approximation_parameters(str(p["quadrature"]))
+        device = ctx.model.device
+        alpha = torch.tensor(alphas(steps), dtype=torch.float32, device=device)
+        weight = torch.tensor(step_sizes(steps), dtype=torch.float32, device=device)
+        x, b = to_tensor(inputs, device), to_tensor(baselines, device)
+        cls = torch.as_tensor(classes, dtype=torch.long, device=device)
+        out = torch.empty_like(x)
+        rows = max(1, _POINTS_PER_CHUNK // steps)
+        shape = (steps,) + (1,) * (x.ndim - 1)
+        for start in range(0, x.shape[0], rows):
+            xc, bc = x[start : start + rows], b[start : start + rows]
+            delta = xc - bc
+            points = (bc[None] + alpha.reshape(shape + (1,)) * delta[None]).reshape(-1, *x.shape[1:])
+            grads = target_gradients_tensor(ctx, points, cls[start : start + rows].repeat(steps))
+            summed = (grads.reshape(steps, *xc.shape) * weight.reshape(shape + (1,))).sum(0)
+            out[start : start + rows] = summed * delta
+        return to_numpy(out)
