@@ -126,3 +126,12 @@ def test_cli_audits_named_inputs_and_refuses_mismatches(
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has no input named 'age'" in err[0], err
+
+
+def test_named_inputs_need_an_onnx_model() -> None:
+    from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
+
+    model = to_torchscript(relu_mlp(0), torch.zeros(2, MLP_FEATURES))
+    x = np.ones((2, MLP_FEATURES), np.float32)
+    with pytest.raises(InvalidInput, match="need an ONNX model"):
+        prepare(JobSpec(players="features", explain="x", device="cpu"), model, None, {"inputs": x})
