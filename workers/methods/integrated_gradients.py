@@ -45,12 +45,12 @@ class IntegratedGradients(Method):
         cls = torch.as_tensor(classes, dtype=torch.long, device=device)
         out = torch.empty_like(x)
         rows = max(1, _POINTS_PER_CHUNK // steps)
-        shape = (steps,) + (1,) * (x.ndim - 1)
+        along_path = (steps,) + (1,) * x.ndim  # broadcasts over (rows, *sample_shape)
         for start in range(0, x.shape[0], rows):
             xc, bc = x[start : start + rows], b[start : start + rows]
             delta = xc - bc
-            points = (bc[None] + alpha.reshape(shape + (1,)) * delta[None]).reshape(-1, *x.shape[1:])
+            points = (bc[None] + alpha.reshape(along_path) * delta[None]).reshape(-1, *x.shape[1:])
             grads = target_gradients_tensor(ctx, points, cls[start : start + rows].repeat(steps))
-            summed = (grads.reshape(steps, *xc.shape) * weight.reshape(shape + (1,))).sum(0)
+            summed = (grads.reshape(steps, *xc.shape) * weight.reshape(along_path)).sum(0)
             out[start : start + rows] = summed * delta
         return to_numpy(out)
