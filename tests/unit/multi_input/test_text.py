@@ -136,3 +136,31 @@ def test_gradient_methods_on_tokens_are_complete_at_the_embedding(negation_model
     ig = result.attributions["integrated_gradients"]
     np.testing.assert_allclose(ig.sum(), prep.target_values[0] - reference, rtol=1e-2)
     assert abs(ig[0, 5]) < 1e-6  # the trailing pad equals the reference: nothing to attribute
+
+
+class _BagOfEmbeddings(torch.nn.Module):
+    """ids -> embedding -> flatten -> Linear/ReLU/Linear: rule-based methods have a rule for every layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.hidden = torch.nn.Linear(24, 8)
+        self.out = torch.nn.Linear(8, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.hidden(self.embed(ids).flatten(1))))
+
+
+def test_rule_methods_run_at_the_embedding_of_a_one_input_token_model() -> None:
+    from tests.unit.multi_input.models import export
+
+    torch.manual_seed(0)
+    data = export(_BagOfEmbeddings().eval(), (torch.randint(0, 10, (2, 6)),), ("ids",))
+    ids = np.array([[1, 2, 3, 4, 5, 6], [3, 3, 2, 0, 9, 8]])
+    spec = JobSpec(players="tokens", baseline="token:0", device="cpu", methods=FOURTEEN_METHODS)
+    report = run_audit(prepare(spec, data, None, {"inputs": ids, "background": ids[::-1]})).report
+    verdicts = {m["name"]: m["verdict"] for m in report["methods"]}
+    assert [n for n, v in verdicts.items() if v == "not_applicable"] == ["grad_cam"]
+    for name in ("integrated_gradients", "deeplift_rescale", "deeplift_revealcancel", "shapley_value"):
+        assert verdicts[name] == "reliable", name
+    assert verdicts["occlusion_1"] == "unreliable"
