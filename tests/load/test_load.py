@@ -1,0 +1,30 @@
+"""The acceptance load test (bench/load_test.py): 50 concurrent clients submit 200 small audit jobs to
+`xaudit serve` on Redis + PostgreSQL with 2 `xaudit worker`s. About 40 s on 2 cores, so it runs in
+the suite at full size; its numbers go to the test log (and to README via `python -m bench.load_test`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_50_clients_200_jobs_2_workers() -> None:
+    pytest.importorskip("psycopg")
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    from bench.load_test import run_load
+
+    result = run_load(clients=50, jobs=200, workers=2, timeout=600)
+    print(json.dumps(asdict(result), indent=2))
+    assert result.submitted == 200
+    assert result.not_terminal == 0, result
+    assert result.succeeded == 200, result
+    assert result.reports_per_job == [1], "a job has no report or more than one"
+    # Bounded: 200 jobs add little to a server that already holds the compute core (~1 GiB with torch).
+    assert result.server_rss_peak_mib - result.server_rss_start_mib < 256, result
+    assert result.submit_p95_ms < 5000, result
