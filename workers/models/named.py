@@ -24,7 +24,7 @@ from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_model import _session, parse_onnx
 from workers.models.onnx_to_torch import onnx_to_torch
 
-__all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph", "load_graph"]
+__all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,10 +94,6 @@ def _spec(arg: ort.NodeArg) -> InputSpec:
     sample = tuple(d if isinstance(d, int) else None for d in shape[1:]) if shape else None
     fixed = shape[0] if shape and isinstance(shape[0], int) else None
     return InputSpec(arg.name, dtype, sample, fixed)
-
-
-def load_graph(data: bytes, sha256: str, device: torch.device) -> OnnxGraph:
-    return OnnxGraph(data, sha256, device)
 
 
 class _Feed(torch.nn.Module):
