@@ -164,3 +164,21 @@ def test_rule_methods_run_at_the_embedding_of_a_one_input_token_model() -> None:
     for name in ("integrated_gradients", "deeplift_rescale", "deeplift_revealcancel", "shapley_value"):
         assert verdicts[name] == "reliable", name
     assert verdicts["occlusion_1"] == "unreliable"
+
+
+def test_named_embedding_tensor_matches_the_one_found() -> None:
+    from tests.unit.multi_input.models import export
+
+    torch.manual_seed(1)
+    data = export(_BagOfEmbeddings().eval(), (torch.randint(0, 10, (2, 6)),), ("ids",))
+    ids = np.array([[1, 2, 3, 4, 5, 6]])
+    name = find_embedding(OnnxGraph(data, "sha", torch.device("cpu")).proto, "ids")
+    maps = []
+    for tensor in ("", name):
+        spec = JobSpec(
+            kind="attribution", players="tokens", baseline="token:0", device="cpu", embedding_tensor=tensor
+        )
+        prep = prepare(spec, data, None, {"inputs": ids})
+        maps.append(explain(prep, ("gradient_x_input",)).attributions["gradient_x_input"])
+    np.testing.assert_array_equal(maps[0], maps[1])
+    assert np.abs(maps[0]).sum() > 0
