@@ -127,10 +127,12 @@ def test_cancel_a_queued_job_then_a_running_one(service: Service) -> None:
     with XauditClient(service.address) as client:
         ref = client.upload_model(MODEL)
         x = np.load(INPUTS)
+        # Seeds of their own: a request equal to another test's would return that (finished) job.
         first = client.submit_audit(
-            ref, inputs=x, players="grid:2x4", methods="integrated_gradients,occlusion_1"
+            ref, inputs=x, players="grid:2x4", methods="integrated_gradients,occlusion_1", seed=21
         )
         queued = client.submit_audit(ref, inputs=x, players="grid:2x4", methods="saliency", seed=22)
+    assert first.state == "queued" and queued.state == "queued", (first, queued)
 
     run = xaudit("cancel", queued.id, server=service.address)
     assert run.returncode == 0, run.stderr
