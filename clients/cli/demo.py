@@ -51,13 +51,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _audit(client: XauditClient, args: argparse.Namespace) -> int:
+    import json
+
     import numpy as np
 
     from clients._report import report_document, verdict_table
     from clients._results import follow
+
     model_path = _asset("digits_cnn.onnx")
     inputs = np.load(_asset("digits_inputs.npy"))
     background = np.load(_asset("digits_background.npy"))
+    about = json.loads(_asset("digits_cnn.json").read_text())
+    print(
+        f"model: a small ReLU CNN trained on scikit-learn's bundled digits ({about['test_accuracy']:.1%} test "
+        "accuracy; workers/assets/build_demo.py)",
+        file=sys.stderr,
+    )
     ref = client.upload_model(model_path)
     print(f"uploaded {model_path.name} (sha256 {ref.sha256[:16]}..., {ref.size} bytes)", file=sys.stderr)
     job = client.submit_audit(
