@@ -29,8 +29,15 @@ def celery_sender(broker_url: str, server_address: str) -> tuple[Sender, Callabl
     from workers.celery_app import TASK_NAME, make_app
 
     app = make_app(broker_url)
+    # kombu's filesystem transport names message files by the millisecond and sorts them by name, so
+    # two sends within one millisecond could be consumed out of order: keep them 2 ms apart.
+    spacing = 0.002 if broker_url.startswith("filesystem://") else 0.0
+    last = [0.0]
 
     def send(job_id: str, queue_name: str) -> None:
+        wait = last[0] + spacing - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         # Few, fast retries: the dispatcher itself retries later, and the submit path never waits on it.
         app.send_task(
             TASK_NAME,
@@ -39,6 +46,7 @@ def celery_sender(broker_url: str, server_address: str) -> tuple[Sender, Callabl
             retry=True,
             retry_policy={"max_retries": 1, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0},
         )
+        last[0] = time.monotonic()
 
     return send, app.close
 
@@ -65,9 +73,12 @@ class Dispatcher:
         self._pending.put((job_id, queue_name))
 
     def _dispatch(self, job_id: str, queue_name: str) -> bool:
+        if not self._store.reserve_dispatch(job_id, self._config.requeue_after_seconds):
+            return True  # sent already (by the other path or another replica), or no longer queued
         try:
             self._send(job_id, queue_name)
         except Exception as exc:  # any transport error: the job stays queued and is retried
+            self._store.release_dispatch(job_id)
             if self.broker_ok:
                 logger.warning(
                     "broker unreachable (%s: %s): job %s stays queued", type(exc).__name__, exc, job_id
@@ -77,7 +88,6 @@ class Dispatcher:
         if not self.broker_ok:
             logger.warning("broker reachable again: dispatching queued jobs")
         self.broker_ok = True
-        self._store.mark_dispatched(job_id)
         logger.debug("job %s sent to %s", job_id, queue_name)
         return True
 
@@ -98,8 +108,11 @@ class Dispatcher:
             if self._stop.is_set():
                 return
             try:
-                if item is not None:
+                while item is not None:  # every submitted job before a sweep: none is sent twice
                     self._dispatch(*item)
+                    item = self._pending.get_nowait() if not self._pending.empty() else None
+                if self._stop.is_set():
+                    return
                 if time.monotonic() >= next_sweep:
                     self.sweep()
                     next_sweep = time.monotonic() + self._config.sweep_seconds

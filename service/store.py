@@ -329,19 +329,29 @@ class JobStore:
         return done == 1
 
     # -- dispatch bookkeeping -------------------------------------------------------------------
-    def mark_dispatched(self, job_id: str) -> None:
+    def reserve_dispatch(self, job_id: str, requeue_after: float) -> bool:
+        """Mark a queued job as sent, if it is due (never sent, or sent ``requeue_after`` ago and still
+        unclaimed). Only the caller that gets True sends it: no double sends between the submit path
+        and the sweep, or between replicas."""
+        now = time.time()
         with self.engine.begin() as conn:
-            conn.execute(jobs.update().where(jobs.c.id == job_id).values(dispatched_at=time.time()))
+            done = conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.state == QUEUED, _due(now - requeue_after))
+                .values(dispatched_at=now)
+            ).rowcount
+        return done == 1
+
+    def release_dispatch(self, job_id: str) -> None:
+        """The send failed: the job is due again."""
+        with self.engine.begin() as conn:
+            conn.execute(jobs.update().where(jobs.c.id == job_id).values(dispatched_at=None))
 
     def due_for_dispatch(self, requeue_after: float, limit: int = 100) -> list[tuple[str, str]]:
         """(job id, queue) of queued jobs never dispatched, or dispatched long ago and still unclaimed."""
-        cutoff = time.time() - requeue_after
         query = (
             sa.select(jobs.c.id, jobs.c.queue)
-            .where(
-                jobs.c.state == QUEUED,
-                sa.or_(jobs.c.dispatched_at.is_(None), jobs.c.dispatched_at < cutoff),
-            )
+            .where(jobs.c.state == QUEUED, _due(time.time() - requeue_after))
             .order_by(jobs.c.created_at)
             .limit(limit)
         )
@@ -379,6 +389,10 @@ class JobStore:
         if requeued:
             logger.warning("%d running job(s) lost their worker's lease: queued again", requeued)
         return int(n + requeued)
+
+
+def _due(cutoff: float) -> sa.ColumnElement[bool]:
+    return sa.or_(jobs.c.dispatched_at.is_(None), jobs.c.dispatched_at < cutoff)
 
 
 def _not_ready(job: JobRecord) -> str:

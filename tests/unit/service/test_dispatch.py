@@ -61,3 +61,44 @@ def test_sweep_requeues_jobs_of_lost_workers(tmp_path: Path) -> None:
     assert sent == [job_id]
     assert store.get_job("default", job_id).state == "QUEUED"
     store.close()
+
+
+def test_filesystem_broker_keeps_submission_order(tmp_path: Path) -> None:
+    from service.dispatch import celery_sender
+
+    send, close = celery_sender(f"filesystem://{tmp_path / 'broker'}", "127.0.0.1:1")
+    ids = [f"job-{i:02d}" for i in range(30)]
+    try:
+        for job_id in ids:
+            send(job_id, "xaudit.cpu")
+    finally:
+        close()
+    files = sorted((tmp_path / "broker" / "queue").iterdir())  # the order the transport consumes them
+    import json
+
+    bodies = [json.loads(f.read_text())["body"] for f in files]
+    import base64
+
+    order = [json.loads(base64.b64decode(b))[0][0] for b in bodies]
+    assert order == ids
+
+
+def test_each_submitted_job_is_sent_once(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    sent: list[str] = []
+    dispatcher = Dispatcher(
+        store, lambda j, q: sent.append(j), ServerConfig(home=tmp_path, sweep_seconds=0.01)
+    )
+    dispatcher.start()
+    try:
+        ids = [_job(store, f"k{i}") for i in range(20)]
+        for job_id in ids:
+            dispatcher.notify(job_id, "xaudit.gpu")
+        deadline = time.monotonic() + 5
+        while len(sent) < len(ids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # sweeps run meanwhile
+    finally:
+        dispatcher.stop()
+        store.close()
+    assert sent == ids

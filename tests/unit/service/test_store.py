@@ -55,7 +55,8 @@ def test_claim_heartbeat_complete_exactly_once(store: JobStore) -> None:
 
 def test_expired_lease_requeues_then_fails_after_max_attempts(store: JobStore) -> None:
     job, _ = store.create_job(_new(store))
-    store.mark_dispatched(job.id)
+    assert store.reserve_dispatch(job.id, requeue_after=300)
+    assert not store.reserve_dispatch(job.id, requeue_after=300)  # sent once
     assert store.due_for_dispatch(requeue_after=300) == []
     for attempt in (1, 2):
         _, claimed = store.claim(job.id, f"w{attempt}", lease_seconds=-1)  # expired at once
