@@ -1,0 +1,177 @@
+"""Per-tenant quotas and TorchScript refusal, and mTLS identities, on a real server over real channels.
+
+The server runs in this process (create_server on a loopback port) with a recording sender instead
+of a broker: jobs stay QUEUED, which is what an active-jobs quota counts."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import torch
+import yaml
+from xaudit.v1 import audit_pb2, audit_pb2_grpc
+
+from service.config import ServerConfig
+from service.server import Server, create_server
+from service.tokens import create_token
+from service.worker_channel import BearerInterceptor
+from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request
+from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
+
+pytestmark = pytest.mark.integration
+
+
+def _api(address: str, token: str) -> audit_pb2_grpc.AuditServiceStub:
+    channel = grpc.intercept_channel(grpc.insecure_channel(address), BearerInterceptor(token))
+    return audit_pb2_grpc.AuditServiceStub(channel)
+
+
+@pytest.fixture
+def quota_server(tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
+    tokens = tmp_path / "tokens.yaml"
+    issued = {t: create_token(tokens, t, "submit,read") for t in ("small", "roomy")}
+    data = yaml.safe_load(tokens.read_text())
+    data["defaults"] = {"max_active_jobs": 100}
+    data["tenants"] = {"small": {"max_active_jobs": 2, "max_stored_bytes": 40_000, "torchscript": False}}
+    tokens.write_text(yaml.safe_dump(data))
+    config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", tokens_file=tokens, sweep_seconds=60)
+    srv, _ = create_server(config, sender=lambda job, queue: None)
+    srv.start()
+    try:
+        yield srv, issued
+    finally:
+        srv.stop(0)
+
+
+def _code(call) -> grpc.RpcError:  # type: ignore[no-untyped-def]
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value
+
+
+def test_active_job_and_storage_quotas_and_torchscript_refusal(quota_server) -> None:  # type: ignore[no-untyped-def]
+    srv, issued = quota_server
+    small, roomy = _api(srv.address, issued["small"]), _api(srv.address, issued["roomy"])
+    sha = small.UploadModel(chunks(mlp_onnx()), timeout=60).sha256
+    jobs = [
+        small.SubmitAudit(request(sha, inputs(seed=i), {"gradient_x_input": {}}), timeout=30)
+        for i in range(2)
+    ]
+    err = _code(lambda: small.SubmitAudit(request(sha, inputs(seed=9), {"gradient_x_input": {}}), timeout=30))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "quota is 2" in err.details()
+    # Another tenant is not held back by it.
+    roomy_sha = roomy.UploadModel(chunks(mlp_onnx()), timeout=60).sha256
+    for i in range(3):
+        roomy.SubmitAudit(request(roomy_sha, inputs(seed=i), {"gradient_x_input": {}}), timeout=30)
+    # A cancelled job no longer counts.
+    small.CancelJob(audit_pb2.CancelJobRequest(job_id=jobs[0].id), timeout=10)
+    small.SubmitAudit(request(sha, inputs(seed=9), {"gradient_x_input": {}}), timeout=30)
+
+    ts = to_torchscript(relu_mlp(0), torch.zeros(2, MLP_FEATURES))
+    err = _code(lambda: small.UploadModel(chunks(ts, fmt=audit_pb2.MODEL_FORMAT_TORCHSCRIPT), timeout=60))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "TorchScript" in err.details()
+    # Undeclared format: detected from the bytes, refused all the same.
+    err = _code(lambda: small.UploadModel(chunks(ts, fmt=audit_pb2.MODEL_FORMAT_UNSPECIFIED), timeout=60))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert roomy.UploadModel(chunks(ts, fmt=audit_pb2.MODEL_FORMAT_TORCHSCRIPT), timeout=60).sha256
+
+    bigger = to_big_onnx()  # about 150 kB: more than what is left of the 40 kB quota
+    err = _code(lambda: small.UploadModel(chunks(bigger), timeout=60))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "quota of 40000 bytes" in err.details()
+
+
+def to_big_onnx() -> bytes:
+    from tests.models import to_onnx
+
+    wide = torch.nn.Sequential(torch.nn.Linear(MLP_FEATURES, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 3))
+    return to_onnx(wide, torch.zeros(2, MLP_FEATURES))
+
+
+# -- mTLS ---------------------------------------------------------------------------------------
+
+
+def _certs(directory: Path) -> dict[str, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def issue(subject: str, key, issuer_name, issuer_key, *, ca: bool = False, ip: bool = False):  # type: ignore[no-untyped-def]
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name(subject))
+            .issuer_name(issuer_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if ip:
+            san = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    def write(stem: str, cert, key) -> None:  # type: ignore[no-untyped-def]
+        (directory / f"{stem}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (directory / f"{stem}.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = issue("xaudit test CA", ca_key, name("xaudit test CA"), ca_key, ca=True)
+    write("ca", ca, ca_key)
+    for stem, cn, ip in (("server", "localhost", True), ("client", "team-cert", False)):
+        key = ec.generate_private_key(ec.SECP256R1())
+        write(stem, issue(cn, key, ca.subject, ca_key, ip=ip), key)
+    return {p.stem + p.suffix: p for p in directory.iterdir()}
+
+
+def test_mtls_client_certificate_names_the_tenant(tmp_path: Path) -> None:
+    files = _certs(tmp_path)
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        home=tmp_path / "home",
+        tls_cert_file=files["server.pem"],
+        tls_key_file=files["server.key"],
+        tls_client_ca_file=files["ca.pem"],
+        sweep_seconds=60,
+    )
+    srv, port = create_server(config, sender=lambda job, queue: None)
+    srv.start()
+    try:
+        ca = files["ca.pem"].read_bytes()
+        with_cert = grpc.ssl_channel_credentials(
+            ca, files["client.key"].read_bytes(), files["client.pem"].read_bytes()
+        )
+        api = audit_pb2_grpc.AuditServiceStub(grpc.secure_channel(f"127.0.0.1:{port}", with_cert))
+        sha = api.UploadModel(chunks(mlp_onnx()), timeout=60).sha256
+        job = api.SubmitAudit(request(sha, inputs(), {"gradient_x_input": {}}), timeout=30)
+        assert srv.store.get_job("team-cert", job.id).tenant == "team-cert"
+        # No client certificate: the TLS handshake itself is refused.
+        bare = audit_pb2_grpc.AuditServiceStub(
+            grpc.secure_channel(f"127.0.0.1:{port}", grpc.ssl_channel_credentials(ca))
+        )
+        assert _code(lambda: bare.ListJobs(audit_pb2.ListJobsRequest(), timeout=10)).code() == (
+            grpc.StatusCode.UNAVAILABLE
+        )
+        # Plaintext to a TLS port gets nowhere either.
+        plain = audit_pb2_grpc.AuditServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        assert _code(lambda: plain.ListJobs(audit_pb2.ListJobsRequest(), timeout=10)).code() == (
+            grpc.StatusCode.UNAVAILABLE
+        )
+    finally:
+        srv.stop(0)
