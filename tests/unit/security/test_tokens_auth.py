@@ -1,0 +1,137 @@
+"""Tokens file, scopes, policies and the start-up exposure rule (no network)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from service.auth import METHOD_SCOPES, Authenticator, check_exposure
+from service.config import ServerConfig
+from service.tokens import Identity, TenantPolicy, TokenFile, create_token, parse_scopes
+from workers.errors import InvalidInput, Unauthenticated
+
+
+class _Context:
+    def __init__(self, metadata: list[tuple[str, str]]) -> None:
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> list[tuple[str, str]]:
+        return self._metadata
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}
+
+
+def test_created_token_is_stored_hashed_and_found(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    token = create_token(path, "team-a", "read,submit")
+    text = path.read_text()
+    assert token not in text and hashlib.sha256(token.encode()).hexdigest() in text
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    identity = TokenFile(path).lookup(token)
+    assert identity is not None and identity.tenant == "team-a"
+    assert identity.scopes == frozenset({"read", "submit"})
+    assert TokenFile(path).lookup(token + "x") is None
+
+
+def test_file_is_reread_when_it_changes_and_a_broken_edit_keeps_the_last_good_one(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    first = create_token(path, "a", "read")
+    tokens = TokenFile(path)
+    assert tokens.lookup(first) is not None
+    time.sleep(0.01)
+    second = create_token(path, "b", "submit")
+    assert tokens.lookup(second) is not None  # no restart needed
+    path.write_text("tokens: [ {sha256: 12} ]\n")
+    assert tokens.lookup(first) is not None  # invalid edit: previous contents still serve
+    with pytest.raises(InvalidInput):
+        TokenFile(path)  # but a server does not start on it
+
+
+@pytest.mark.parametrize("scopes", ["", "root", "read,write", " , "])
+def test_bad_scopes_are_refused(scopes: str) -> None:
+    with pytest.raises(InvalidInput):
+        parse_scopes(scopes)
+
+
+@pytest.mark.parametrize("tenant", ["", "a b", "x" * 129, "../etc", "tenant\n"])
+def test_bad_tenant_names_are_refused(tmp_path: Path, tenant: str) -> None:
+    with pytest.raises(InvalidInput):
+        create_token(tmp_path / "t.yaml", tenant, "read")
+
+
+def test_admin_implies_submit_and_read_but_not_worker() -> None:
+    admin = Identity("t", frozenset({"admin"}), "test")
+    assert admin.allows("submit") and admin.allows("read") and not admin.allows("worker")
+    worker = Identity("t", frozenset({"worker"}), "test")
+    assert not worker.allows("read")
+
+
+def test_policies_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"max_active_jobs": 5},
+                "tenants": {"a": {"torchscript": False, "max_stored_bytes": 10}},
+            }
+        )
+    )
+    tokens = TokenFile(path)
+    assert tokens.policy("a") == TenantPolicy(5, 10, False)
+    assert tokens.policy("other") == TenantPolicy(5, None, True)
+    path.write_text(yaml.safe_dump({"tenants": {"a": {"max_active_jobs": -1}}}))
+    with pytest.raises(InvalidInput):
+        TokenFile(path)
+
+
+def test_every_public_method_needs_a_scope_and_health_none() -> None:
+    from xaudit.v1 import audit_pb2
+
+    for method in audit_pb2.DESCRIPTOR.services_by_name["AuditService"].methods:
+        assert METHOD_SCOPES[f"/xaudit.v1.AuditService/{method.name}"] in ("submit", "read")
+    assert METHOD_SCOPES["/grpc.health.v1.Health/Check"] is None
+
+
+def test_authenticator_bearer_rules(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    token = create_token(path, "a", "read")
+    auth = Authenticator(ServerConfig(listen="127.0.0.1:0", home=tmp_path, tokens_file=path))
+    assert auth.authenticate(_Context([("authorization", f"Bearer {token}")])).tenant == "a"
+    assert auth.authenticate(_Context([("authorization", f"bearer  {token} ")])).tenant == "a"
+    for metadata in (
+        [],
+        [("authorization", "Bearer")],
+        [("authorization", "Token abc")],
+        [("authorization", "Bearer nope")],
+    ):
+        with pytest.raises(Unauthenticated):
+            auth.authenticate(_Context(metadata))
+    internal = auth.internal_worker_token
+    assert internal is not None
+    assert auth.authenticate(_Context([("authorization", f"Bearer {internal}")])).scopes == frozenset(
+        {"worker"}
+    )
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:50051", "[::]:50051", "10.1.2.3:1", "example.org:1", ":50051"])
+def test_public_address_without_auth_is_refused_unless_allowed(tmp_path: Path, listen: str) -> None:
+    config = ServerConfig(listen=listen, home=tmp_path)
+    with pytest.raises(InvalidInput, match="refusing to listen"):
+        check_exposure(config, Authenticator(config))
+    allowed = config.with_(allow_unauthenticated=True)
+    check_exposure(allowed, Authenticator(allowed))
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:0", "localhost:50051", "[::1]:50051", "127.0.0.2:1"])
+def test_loopback_without_auth_is_allowed_and_logged(
+    tmp_path: Path, listen: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = ServerConfig(listen=listen, home=tmp_path)
+    check_exposure(config, Authenticator(config))
+    assert "authentication is OFF" in caplog.text
