@@ -101,7 +101,8 @@ def parse_players(
     group_names: Sequence[str] = (),
 ) -> Players:
     """Build players from a spec: ``auto``, ``grid:RxC``, ``features``, ``groups:FILE.json``, ``mask:FILE.npy``,
-    ``windows:K`` (K windows over the last axis), ``tokens`` (one per position of a token-id input).
+    ``windows:K`` (K windows over the last axis), ``tokens[:skip=P,P]`` (one per position of a token-id
+    input).
 
     File contents arrive already loaded (``player_mask``, ``player_groups``), never as paths.
     """

@@ -15,7 +15,7 @@ from workers.players import Players, parse_players
 from workers.references import check_background, make_baselines
 from workers.spec import JobSpec
 from workers.targets import Target, parse_target
-from workers.tokens import check_token_baselines
+from workers.tokens import check_token_baselines, pin_skipped
 
 __all__ = ["MAX_INPUT_ELEMENTS", "Prepared", "check_tensor", "prepare"]
 
@@ -115,6 +115,7 @@ def prepare(
         background = check_background(background, sample_shape)
     if getattr(model, "embedding", None) is not None:
         check_token_baselines(spec.baseline, baselines)
+    baselines, background = pin_skipped(spec.players, inputs, baselines, background)
     outputs = predict_samples(model, inputs)
     if not np.isfinite(outputs).all():
         raise InvalidInput("the model's output on the given input contains NaN or Inf")

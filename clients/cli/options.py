@@ -42,8 +42,8 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
     parser.add_argument(
         "--players",
         default="auto",
-        help="grid:RxC, features, groups:FILE.json, mask:FILE.npy, windows:K or tokens (default: grid:3x3 for "
-        "images, features for up to 16 features)",
+        help="grid:RxC, features, groups:FILE.json, mask:FILE.npy, windows:K, tokens or tokens:skip=P,P "
+        "(default: grid:3x3 for images, features for up to 16 features)",
     )
     parser.add_argument(
         "--baseline",
@@ -177,7 +177,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     elif players.startswith("mask:"):
         tensors["player_mask"] = read_npy(Path(players.split(":", 1)[1]), "player mask")
     if getattr(args, "vocab", None) is not None:
-        if players.strip().lower() != "tokens":
+        if players.strip().lower().partition(":")[0] != "tokens":
             raise InvalidInput("--vocab names token players: use it with --players tokens")
         from workers.tokens import token_names
 

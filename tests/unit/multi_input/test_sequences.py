@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -99,3 +101,43 @@ def test_recurrent_audit_over_windows_with_a_held_state(recurrent_model: Model) 
     assert verdicts["shapley_value"]["verdict"] == "reliable"
     assert "unrelated_allocation" in verdicts["occlusion_patch"]["failing_criteria"]
     assert verdicts["lrp_epsilon"]["verdict"] == "not_applicable" and verdicts["lrp_epsilon"]["reason"]
+
+
+class _Bag(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(10, 3), torch.nn.Linear(18, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.embed(ids)).flatten(1))
+
+
+def test_skipped_token_positions_are_pinned_in_one_player_without_effect() -> None:
+    from tests.unit.multi_input.models import export
+    from workers.game import play
+
+    torch.manual_seed(2)
+    data = export(_Bag().eval(), (torch.randint(0, 10, (2, 6)),), ("ids",))
+    ids = np.array([[7, 2, 3, 4, 5, 8], [7, 3, 3, 1, 9, 8]])
+    background = np.array([[1, 1, 1, 1, 1, 1]], dtype=np.float32)
+    spec = JobSpec(players="tokens:skip=0,-1", baseline="token:0", device="cpu")
+    prep = prepare(spec, data, None, {"inputs": ids, "background": background})
+    assert prep.players.names == ("t1", "t2", "t3", "t4", "[t0,t5]")
+    assert prep.players.labels.tolist() == [4, 0, 1, 2, 3, 4]
+    assert (prep.baselines[:, [0, 5]] == ids[:, [0, 5]]).all() and (prep.baselines[:, 1:5] == 0).all()
+    assert prep.background is not None and prep.background[0].tolist() == [7, 1, 1, 1, 1, 8]
+    game = play(prep.model, prep.inputs, prep.baselines, prep.players, prep.target, prep.classes)
+    with_special = (game.subsets.astype(np.int64) >> 4) & 1 == 1
+    assert np.abs(game.interactions[:, with_special]).max() < 1e-5
+    assert np.abs(game.interactions[:, ~with_special]).max() > 1e-2
+    methods = ("integrated_gradients", "shapley_value")
+    report = run_audit(prepare(replace(spec, methods=methods), data, None, {"inputs": ids})).report
+    assert [m["verdict"] for m in report["methods"]] == ["reliable", "reliable"]
+    for bad in ("tokens:skip=9", "tokens:skip=a", "tokens:keep=1", "tokens:skip=0,1,2,3,4,5"):
+        with pytest.raises(InvalidInput):
+            parse_players(bad, (6,))
+    mixed = np.array([[7, 2, 3], [6, 2, 3]])
+    with pytest.raises(InvalidInput, match="different ids across samples"):
+        from workers.tokens import pin_skipped
+
+        pin_skipped("tokens:skip=0", mixed.astype(np.float32), np.zeros((2, 3), np.float32), np.zeros((1, 3)))
