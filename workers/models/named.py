@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -24,7 +25,7 @@ from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_model import _session, parse_onnx
 from workers.models.onnx_to_torch import onnx_to_torch
 
-__all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph"]
+__all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph", "SampleBound"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,12 @@ def _spec(arg: ort.NodeArg) -> InputSpec:
     return InputSpec(arg.name, dtype, sample, fixed)
 
 
+class SampleBound(Protocol):
+    """Something that holds per-sample values and binds to one sample (an embedding view)."""
+
+    def for_sample(self, index: int) -> SampleBound: ...
+
+
 class _Feed(torch.nn.Module):
     """The graph as a function of the explained input alone, the other inputs bound to one sample."""
 
@@ -161,7 +168,7 @@ class NamedOnnxModel(ModelAdapter):
         self.per_sample = bool(self.fixed) and sample is None
         self.info = ModelInfo("onnx", graph.sha256, explained, self.explained.sample_shape, self.output)
         # Filled by workers.methods._embedding for token inputs: where gradients are taken instead.
-        self.embedding: object | None = None
+        self.embedding: SampleBound | None = None
 
     @property
     def execution_providers(self) -> list[str]:
@@ -173,8 +180,7 @@ class NamedOnnxModel(ModelAdapter):
         bound = NamedOnnxModel(
             self.graph, self.explained.name, self.fixed, self.output, self.batch_size, index
         )
-        embedding = self.embedding
-        bound.embedding = embedding.for_sample(index) if embedding is not None else None  # type: ignore[attr-defined]
+        bound.embedding = self.embedding.for_sample(index) if self.embedding is not None else None
         return bound
 
     def _fixed_row(self, name: str) -> np.ndarray:
