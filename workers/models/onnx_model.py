@@ -21,10 +21,24 @@ logger = logging.getLogger(__name__)
 _STANDARD_DOMAINS = {"", "ai.onnx", "ai.onnx.ml"}
 
 
+def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """The graph and every subgraph (If / Loop / Scan bodies), where refused features can hide too."""
+    found = [graph]
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                found.extend(_graphs(sub))
+    return found
+
+
 def _uses_external_data(model: onnx.ModelProto) -> bool:
-    tensors = list(model.graph.initializer)
-    for node in model.graph.node:
-        tensors.extend(attr.t for attr in node.attribute if attr.HasField("t"))
+    tensors = []
+    for graph in _graphs(model.graph):
+        tensors.extend(graph.initializer)
+        tensors.extend(s.values for s in graph.sparse_initializer)
+        for node in graph.node:
+            tensors.extend(attr.t for attr in node.attribute if attr.HasField("t"))
+            tensors.extend(t for attr in node.attribute for t in attr.tensors)
     return any(t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) > 0 for t in tensors)
 
 
@@ -40,7 +54,9 @@ def parse_onnx(data: bytes) -> onnx.ModelProto:
         raise InvalidModel(
             "ONNX model refers to external data files; only self-contained models are accepted"
         )
-    custom = sorted({n.domain for n in model.graph.node if n.domain not in _STANDARD_DOMAINS})
+    custom = sorted(
+        {n.domain for g in _graphs(model.graph) for n in g.node if n.domain not in _STANDARD_DOMAINS}
+    )
     if custom:
         raise InvalidModel(f"ONNX model uses custom operator domains {custom}; they are refused")
     try:
