@@ -11,14 +11,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+import sqlalchemy.exc
 
 from workers.errors import XauditError
 
-__all__ = ["INTERNAL_MESSAGE", "ErrorsInterceptor"]
+__all__ = ["INTERNAL_MESSAGE", "STORE_DOWN_MESSAGE", "ErrorsInterceptor"]
 
 logger = logging.getLogger(__name__)
 
 INTERNAL_MESSAGE = "internal server error (details are in the server log)"
+STORE_DOWN_MESSAGE = "the job store is unreachable right now; nothing was recorded: retry later"
 
 
 def _abort(exc: Exception, context: grpc.ServicerContext, method: str) -> None:
@@ -26,6 +28,10 @@ def _abort(exc: Exception, context: grpc.ServicerContext, method: str) -> None:
         code = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL)
         logger.info("%s -> %s: %s", method, exc.code, exc)
         context.abort(code, str(exc))
+    if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+        # The job store cannot be reached: nothing was recorded; the caller may retry (issue 8).
+        logger.warning("%s -> UNAVAILABLE: job store unreachable (%s)", method, type(exc.orig).__name__)
+        context.abort(grpc.StatusCode.UNAVAILABLE, STORE_DOWN_MESSAGE)
     logger.error("%s: unexpected %s", method, type(exc).__name__, exc_info=exc)
     context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from clients._embedded import free_port
 
-__all__ = ["RedisServer", "fresh_postgres", "rss_bytes"]
+__all__ = ["RedisServer", "TcpProxy", "fresh_postgres", "rss_bytes"]
 
 PG_ADMIN = os.environ.get("XAUDIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -106,3 +108,61 @@ def rss_bytes(pid: int) -> int:
     except (FileNotFoundError, ProcessLookupError):
         pass
     return 0
+
+
+class TcpProxy:
+    """A loopback TCP forwarder to ``target`` that can be cut (every connection dropped) and restored
+    on the same port: a database outage without touching the database."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()

@@ -21,7 +21,7 @@ from service.config import ServerConfig
 from service.server import create_server
 from service.store import JobStore
 from tests.integration.conftest import Service, start_serve, start_worker, stop_process
-from tests.integration.security._infra import RedisServer
+from tests.integration.security._infra import RedisServer, TcpProxy, fresh_postgres
 from tests.integration.service._helpers import (
     chunks,
     inputs,
@@ -185,3 +185,47 @@ def test_full_blob_disk_is_a_clear_error_and_space_comes_back(full_disk: Path) -
         upload(api, mlp_onnx())  # the space is free again: a small model is stored
     finally:
         srv.stop(0)
+
+
+def test_store_unreachable_submit_is_unavailable_and_nothing_is_recorded(tmp_path: Path) -> None:
+    pytest.importorskip("psycopg")
+    try:
+        database = fresh_postgres()
+        url = database.__enter__()
+    except Exception as exc:  # no PostgreSQL here
+        pytest.skip(f"PostgreSQL not reachable: {exc}")
+    proxy = TcpProxy(int(url.rsplit("@", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]))
+    proxy.start()
+    host = url.rsplit("@", 1)[1].split("/", 1)[0]
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        home=tmp_path / "home",
+        store_url=url.replace(host, f"127.0.0.1:{proxy.port}"),
+        sweep_seconds=0.5,
+    )
+    srv, _ = create_server(config, sender=lambda job, queue: None)
+    srv.start()
+    try:
+        api = stub(srv.address)
+        sha = upload(api, mlp_onnx(seed=13))
+        first = api.SubmitAudit(request(sha, inputs(seed=1), QUICK), timeout=30)
+        proxy.stop()  # the database is gone for the server
+        with pytest.raises(grpc.RpcError) as info:
+            api.SubmitAudit(request(sha, inputs(seed=2), QUICK), timeout=30)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "nothing was recorded" in (info.value.details() or "")
+        proxy.start()  # back: the same server records again
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                second = api.SubmitAudit(request(sha, inputs(seed=2), QUICK), timeout=30)
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() < deadline
+                time.sleep(0.5)
+        listed = api.ListJobs(audit_pb2.ListJobsRequest(), timeout=10)
+        assert sorted(j.id for j in listed.jobs) == sorted([first.id, second.id])
+    finally:
+        srv.stop(0)
+        proxy.stop()
+        database.__exit__(None, None, None)
