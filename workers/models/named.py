@@ -139,6 +139,50 @@ class _Feed(torch.nn.Module):
         return out.reshape(k, -1)
 
 
+def _held_value(value: torch.Tensor, rows: int) -> torch.Tensor:
+    """A held input expanded to ``rows``; requiring gradients where Captum hooks need it (see _Feed)."""
+    value = value.expand(rows, *value.shape[1:])
+    if value.is_floating_point() and torch.is_grad_enabled():
+        value = value.clone().requires_grad_(True)
+    return value
+
+
+def _bound_graph(
+    graph: torch.fx.GraphModule,
+    order: Sequence[str],
+    explained: str,
+    fixed: Mapping[str, torch.Tensor],
+    output: int,
+) -> torch.fx.GraphModule:
+    """``graph`` with its held inputs replaced by constants of one sample: one placeholder left, so
+    rule-based methods can plan it node by node (and name the operator they have no rule for)."""
+    new = torch.fx.Graph()
+    x = new.placeholder("x")
+    rows = new.call_method("size", (x, 0))
+    attrs: dict[str, object] = {}
+    values: dict[torch.fx.Node, torch.fx.Node] = {}
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    for index, (node, name) in enumerate(zip(placeholders, order, strict=True)):
+        if name == explained:
+            values[node] = x
+            continue
+        attrs[f"xaudit_held_{index}"] = fixed[name]
+        values[node] = new.call_function(_held_value, (new.get_attr(f"xaudit_held_{index}"), rows))
+    for node in graph.graph.nodes:
+        if node.op == "call_module":
+            attrs[str(node.target)] = graph.get_submodule(str(node.target))
+        elif node.op == "get_attr":
+            value: object = graph
+            for part in str(node.target).split("."):
+                value = getattr(value, part)
+            attrs[str(node.target)] = value
+    result = new.graph_copy(graph.graph, values)
+    if isinstance(result, (tuple, list)):
+        result = result[output]
+    new.output(result)
+    return torch.fx.GraphModule(attrs, new)
+
+
 class NamedOnnxModel(ModelAdapter):
     """``explained`` fed from the rows, every other input from ``fixed[name][sample]``.
 
@@ -225,4 +269,9 @@ class NamedOnnxModel(ModelAdapter):
     def torch_hookable(self, method: str) -> torch.nn.Module:
         if not self.fixed and len(self.graph.inputs) == 1 and self.output == self.graph.outputs[0]:
             return self.graph.torch_graph()  # the plain fx graph: rule-based methods can plan it
-        return self._feed_module(method)
+        feed = self._feed_module(method)
+        assert isinstance(feed, _Feed)
+        if not isinstance(feed.graph, torch.fx.GraphModule):
+            return feed
+        outputs = self.graph.outputs.index(self.output)
+        return _bound_graph(feed.graph, feed.order, feed.explained, feed.fixed, outputs)

@@ -135,3 +135,15 @@ def test_named_inputs_need_an_onnx_model() -> None:
     x = np.ones((2, MLP_FEATURES), np.float32)
     with pytest.raises(InvalidInput, match="need an ONNX model"):
         prepare(JobSpec(players="features", explain="x", device="cpu"), model, None, {"inputs": x})
+
+
+def test_rule_methods_see_the_graph_with_held_inputs_as_constants(
+    image_tabular_model: Model, image_tabular_inputs: Inputs
+) -> None:
+    image, clinical = image_tabular_inputs
+    spec = _spec(methods=("lrp_epsilon", "grad_cam"))
+    prep = prepare(spec, image_tabular_model[0], None, {"inputs": image, input_key("clinical"): clinical})
+    result = explain(prep, spec.methods)
+    # The image and the clinical branch meet in a concatenation, which has no LRP rule: named as such.
+    assert "OnnxConcat" in result.not_applicable["lrp_epsilon"]
+    assert result.attributions["grad_cam"].shape == image.shape
