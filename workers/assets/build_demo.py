@@ -90,7 +90,7 @@ def _to_onnx(model: nn.Module) -> bytes:
     torch.onnx.export(
         model,
         (torch.zeros(2, 1, 8, 8),),
-        buf,
+        buf,  # type: ignore[arg-type]  # the TorchScript exporter writes to file objects; the stub says paths
         dynamo=False,
         opset_version=17,
         input_names=["input"],
