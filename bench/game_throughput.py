@@ -57,37 +57,40 @@ def game_vs_raw(repeats: int) -> None:
     print(f"| game / raw | {t_raw / t_game:.0%} | |")
 
 
-def shapley_vs_shap(repeats: int) -> None:
+def _shapley_row(n: int, repeats: int) -> str:
     import shap
+    import torch
 
     from tests.models import relu_mlp, to_onnx  # built here, no download
 
+    module = relu_mlp(0, features=n, hidden=(32, 16))
+    x = np.random.default_rng(n).normal(size=(1, n)).astype(np.float32)
+    model = load_model(to_onnx(module, torch.from_numpy(x)), "onnx", "cpu")
+    players = parse_players("features", x.shape[1:])
+    target = parse_target("class:0")
+    classes = np.zeros(1, dtype=np.int64)
+    base = np.zeros_like(x)
+    ours = play(model, x, base, players, target, classes).shapley()[0]
+    t_ours = median_seconds(lambda: play(model, x, base, players, target, classes).shapley(), repeats)
+
+    def f(z: np.ndarray) -> np.ndarray:
+        return model.predict(z.astype(np.float32))[:, 0]
+
+    explainer = shap.explainers.Exact(f, shap.maskers.Independent(base, max_samples=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = explainer(x).values[0]  # also the warm-up (numba compiles shap's kernels once)
+        t_shap = median_seconds(lambda: explainer(x), max(1, repeats // 2), warmup=0)
+    diff = float(np.abs(ours - theirs).max())
+    return f"| {n} | {t_ours:.4f} | {t_shap:.4f} | {t_shap / t_ours:.1f}x | {diff:.1e} |"
+
+
+def shapley_vs_shap(repeats: int) -> None:
     print("\n## Exact Shapley values: xaudit (one batched game + Moebius) vs shap.explainers.Exact")
     print("| players n | xaudit s | shap Exact s | speed-up | max abs diff |")
     print("|---:|---:|---:|---:|---:|")
-    import torch
-
     for n in (8, 10, 12, 14):
-        module = relu_mlp(0, features=n, hidden=(32, 16))
-        x = np.random.default_rng(n).normal(size=(1, n)).astype(np.float32)
-        model = load_model(to_onnx(module, torch.from_numpy(x)), "onnx", "cpu")
-        players = parse_players("features", x.shape[1:])
-        target = parse_target("class:0")
-        classes = np.zeros(1, dtype=np.int64)
-        base = np.zeros_like(x)
-        ours = play(model, x, base, players, target, classes).shapley()[0]
-        t_ours = median_seconds(lambda: play(model, x, base, players, target, classes).shapley(), repeats)
-
-        def f(z: np.ndarray) -> np.ndarray:
-            return model.predict(z.astype(np.float32))[:, 0]
-
-        explainer = shap.explainers.Exact(f, shap.maskers.Independent(base, max_samples=1))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            theirs = explainer(x).values[0]
-            t_shap = median_seconds(lambda: explainer(x), max(1, repeats // 2), warmup=0)
-        diff = float(np.abs(ours - theirs).max())
-        print(f"| {n} | {t_ours:.3f} | {t_shap:.3f} | {t_shap / t_ours:.1f}x | {diff:.1e} |")
+        print(_shapley_row(n, repeats))
 
 
 if __name__ == "__main__":

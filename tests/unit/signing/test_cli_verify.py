@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.unit.signing.signing_golden import ASSETS
 
 from clients.cli.main import main
+from tests.unit.signing.signing_golden import ASSETS
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

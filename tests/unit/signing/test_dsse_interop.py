@@ -9,10 +9,10 @@ import pytest
 from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError as SslibVerificationError
 from securesystemslib.signer import CryptoSigner, SSlibKey
-from tests.unit.signing.signing_golden import ASSETS, asset, pem
 
 from clients.verify import PAYLOAD_TYPE, key_id, load_public_key, verify_envelope
 from service.signing import ReportSigner
+from tests.unit.signing.signing_golden import ASSETS, asset, pem
 
 
 def _sslib_key(n: int) -> SSlibKey:

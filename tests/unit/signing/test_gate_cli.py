@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.unit.signing.signing_golden import ASSETS, asset, generator
 
 from clients._types import SigningKey
 from clients.cli.main import main
 from clients.verify import key_id, load_public_key
+from tests.unit.signing.signing_golden import ASSETS, asset, generator
 from workers.errors import Unavailable
 from workers.spec import DEFAULT_TOLERANCES
 

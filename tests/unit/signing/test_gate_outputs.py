@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from tests.unit.signing.signing_golden import asset
-
 from clients.junit import junit_xml
 from clients.policy import evaluate, parse_policy
 from clients.summary import gate_markdown, verdict_summary
+from tests.unit.signing.signing_golden import asset
 
 REPORT = json.loads(asset("report.json"))
 

@@ -7,7 +7,6 @@ import hashlib
 import json
 
 import pytest
-from tests.unit.signing.signing_golden import ASSETS, asset, generator, pem
 
 from clients.verify import (
     PAYLOAD_TYPE,
@@ -20,6 +19,7 @@ from clients.verify import (
     pae,
     verify_envelope,
 )
+from tests.unit.signing.signing_golden import ASSETS, asset, generator, pem
 from workers.errors import InvalidInput, VerificationError, XauditError
 
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.unit.signing.signing_golden import asset
 
 from clients.policy import Policy, evaluate, load_policy, parse_policy
+from tests.unit.signing.signing_golden import asset
 from workers.errors import InvalidInput
 from workers.spec import DEFAULT_TOLERANCES, FOURTEEN_METHODS
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
-from tests.unit.signing.signing_golden import ASSETS, asset, pem
 
 from clients.junit import junit_xml
 from clients.policy import evaluate, load_policy
 from clients.summary import gate_markdown
 from clients.verify import check_inputs_subject, check_model_subject, load_public_key, verify_envelope
 from service.signing import ReportSigner
+from tests.unit.signing.signing_golden import ASSETS, asset, pem
 from workers.spec import FOURTEEN_METHODS, tensor_digest
 
 ROOT = ASSETS.parents[2]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
-from tests.unit.signing.signing_golden import ASSETS, asset, pem
 
 from clients.verify import key_id, load_public_key, verify_envelope
 from service.signing import KEY_FILE_NAME, TRUSTED_DIR_NAME, ReportSigner
+from tests.unit.signing.signing_golden import ASSETS, asset, pem
 from workers.errors import InvalidInput, VerificationError
 
 MODEL = "a" * 64

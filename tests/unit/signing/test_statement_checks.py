@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
-from tests.unit.signing.signing_golden import ASSETS, asset, pem
 
 from clients.verify import PAYLOAD_TYPE, key_id, load_public_key, pae, verify_envelope
+from tests.unit.signing.signing_golden import ASSETS, asset, pem
 from workers.errors import VerificationError
 
 
