@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -84,7 +85,11 @@ def _constituents(
 
 
 def _measure(
-    method: Method, prep: Prepared, game: GameResult, background_games: list[tuple[np.ndarray, GameResult]]
+    method: Method,
+    prep: Prepared,
+    game: GameResult,
+    background_games: list[tuple[np.ndarray, GameResult]],
+    tick: Callable[[], None],
 ) -> _Measured:
     params = dict(prep.spec.method_params.get(method.name, {}))
     merged = method.params_from(params)
@@ -96,7 +101,7 @@ def _measure(
     ) -> SubInputAttributions:
         return attribute_sub_inputs(
             method, prep.model, prep.players, prep.target, run_params, seed,
-            prep.inputs, baselines, prep.classes, on,
+            prep.inputs, baselines, prep.classes, on, tick,
         )  # fmt: skip
 
     probes = np.random.default_rng(derived_seed(prep.spec.seed, "probes")).permutation(len(subsets))
@@ -162,8 +167,9 @@ def _audit_method(
     game: GameResult,
     background_games: list[tuple[np.ndarray, GameResult]],
     order: int,
+    tick: Callable[[], None],
 ) -> dict[str, Any]:
-    measured = _measure(method, prep, game, background_games)
+    measured = _measure(method, prep, game, background_games, tick)
     n, subsets = prep.players.n, game.subsets
     floor = estimate_floor(subsets, measured.values, measured.coarse_shift, measured.repeats, DEFAULT_Z)
 
@@ -295,7 +301,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg))
     entries = []
     for k, method in enumerate(methods):
-        report_progress(0.15 + 0.85 * k / len(methods), f"auditing {method.name}")
+        fraction, message = 0.15 + 0.85 * k / len(methods), f"auditing {method.name}"
+        report_progress(fraction, message)
         t0 = time.perf_counter()
         context = {"label": PAPER_CONTEXT_LABEL, "text": method.paper_context}
         if method.name in maps.not_applicable:
@@ -306,7 +313,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             }
         else:
             try:
-                entry = _audit_method(method, prep, game, background_games, order)
+                tick = functools.partial(report_progress, fraction, message)
+                entry = _audit_method(method, prep, game, background_games, order, tick)
             except NotApplicable as exc:
                 entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
         entry["among_fourteen"] = method.name in FOURTEEN_METHODS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,9 @@ __all__ = ["SubInputAttributions", "attribute_sub_inputs"]
 
 # Elements of stacked sub-inputs handed to a method in one call: bounds memory for large inputs.
 _MAX_ELEMENTS_PER_CALL = 16 * 1024 * 1024
+# Sub-inputs per call: large enough to batch across samples, small enough that progress (and a
+# cancellation check) comes every few seconds.
+_MAX_SUB_INPUTS_PER_CALL = 1024
 
 
 @dataclass(frozen=True)
@@ -40,14 +44,18 @@ def attribute_sub_inputs(
     baselines: np.ndarray,
     classes: np.ndarray,
     subsets: np.ndarray,
+    tick: Callable[[], None] | None = None,
 ) -> SubInputAttributions:
     """Run ``method`` on every x_T (T in ``subsets``) of every sample, each with its own reference ``baselines[s]``.
 
     For distribution methods the caller passes one background sample as the reference (constituent).
+    ``tick`` is called after each batch of samples (progress; it may raise Cancelled).
     """
     n_samples, m, n = len(inputs), len(subsets), players.n
     sample_elements = int(np.prod(inputs.shape[1:]))
-    samples_per_call = max(1, _MAX_ELEMENTS_PER_CALL // max(1, m * sample_elements))
+    samples_per_call = max(
+        1, min(_MAX_ELEMENTS_PER_CALL // max(1, m * sample_elements), _MAX_SUB_INPUTS_PER_CALL // m)
+    )
     if model.per_sample:  # held-fixed inputs differ per sample (workers.inputs)
         samples_per_call = 1
     player_present = subset_bits(subsets, n)  # (m, n)
@@ -65,5 +73,7 @@ def attribute_sub_inputs(
         )
         elements = run_method(method, ctx, batch, refs, cls)
         out[start:stop] = players.sum_per_player(elements).reshape(stop - start, m, n)
+        if tick is not None:
+            tick()
     absent = np.abs(out) * (~player_present)[None]
     return SubInputAttributions(out, absent.sum(axis=(1, 2)), np.abs(out).sum(axis=(1, 2)))

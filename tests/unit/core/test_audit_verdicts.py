@@ -138,3 +138,30 @@ def test_report_records_what_it_needs(relu_reports: dict[str, dict[str, Any]]) -
     occlusion = next(m for m in report["methods"] if m["name"] == "occlusion_1")
     assert occlusion["evidence"] and "complete_allocation" in occlusion["evidence"][0]["breaks"]
     assert occlusion["evidence"][0]["ratio"] == pytest.approx(occlusion["evidence"][0]["order"], rel=1e-4)
+
+
+def test_cancellation_is_checked_while_a_method_runs() -> None:
+    from workers.errors import Cancelled
+    from workers.jobs import run_job
+    from workers.spec import JobSpec
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 1, 8, 8, generator=gen)
+    model = to_onnx(relu_cnn(0), x)
+    calls: list[str] = []
+    checks_inside: list[int] = []
+
+    def stop_inside_integrated_gradients() -> bool:
+        if calls and calls[-1] == "auditing integrated_gradients":
+            checks_inside.append(1)
+            return len(checks_inside) > 1  # the first check starts the method; the second is inside it
+        return False
+
+    def progress(fraction: float, message: str) -> None:
+        calls.append(message)
+
+    # The check after the method's first batch of sub-inputs stops it before its half-resolution run.
+    spec = JobSpec(players="grid:4x4", audit_order=2, device="cpu", methods=("integrated_gradients",))
+    with pytest.raises(Cancelled):
+        run_job(spec, model, "onnx", {"inputs": x.numpy()}, progress, stop_inside_integrated_gradients)
+    assert calls[-1] == "auditing integrated_gradients" and len(checks_inside) == 2
