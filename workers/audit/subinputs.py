@@ -20,7 +20,7 @@ __all__ = ["SubInputAttributions", "attribute_sub_inputs"]
 _MAX_ELEMENTS_PER_CALL = 16 * 1024 * 1024
 # Sub-inputs per call: large enough to batch across samples, small enough that progress (and a
 # cancellation check) comes every few seconds.
-_MAX_SUB_INPUTS_PER_CALL = 1024
+_MAX_SUB_INPUTS_PER_CALL = 512
 
 
 @dataclass(frozen=True)

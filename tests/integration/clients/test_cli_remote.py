@@ -128,8 +128,14 @@ def test_cancel_a_queued_job_then_a_running_one(service: Service) -> None:
         ref = client.upload_model(MODEL)
         x = np.load(INPUTS)
         # Seeds of their own: a request equal to another test's would return that (finished) job.
+        # 256 quadrature steps: tens of seconds of work, checked for cancellation after every two samples.
         first = client.submit_audit(
-            ref, inputs=x, players="grid:2x4", methods="integrated_gradients,occlusion_1", seed=21
+            ref,
+            inputs=x,
+            players="grid:2x4",
+            methods="integrated_gradients,occlusion_1",
+            method_params={"integrated_gradients": {"steps": 256}},
+            seed=21,
         )
         queued = client.submit_audit(ref, inputs=x, players="grid:2x4", methods="saliency", seed=22)
     assert first.state == "queued" and queued.state == "queued", (first, queued)
