@@ -14,7 +14,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_50_clients_200_jobs_2_workers() -> None:
-    pytest.importorskip("psycopg")
+    psycopg = pytest.importorskip("psycopg")
+    from tests.integration.security._infra import PG_ADMIN
+
+    try:
+        psycopg.connect(PG_ADMIN, connect_timeout=3).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN}: {exc}")
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
     from bench.load_test import run_load
