@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import median_seconds
+from bench._common import median_seconds, paired_medians
 from workers.game import masked_inputs, play
 from workers.models import load_model
 from workers.players import parse_players
@@ -45,8 +45,7 @@ def game_vs_raw(repeats: int) -> None:
         for start in range(0, rows, step):
             session.run(None, {name: masked[start : start + step]})
 
-    t_raw = median_seconds(raw, repeats)
-    t_game = median_seconds(lambda: play(model, x, base, players, target, classes), repeats)
+    t_raw, t_game = paired_medians(raw, lambda: play(model, x, base, players, target, classes), repeats)
     print(
         f"## Game throughput: digits CNN (1x8x8), 16 players, {rows} masked inputs, batch {model.batch_size}"
     )
