@@ -134,6 +134,16 @@ def test_missing_scope_is_permission_denied(auth_service: AuthService) -> None:
     )
     anonymous = worker_pb2_grpc.WorkerServiceStub(grpc.insecure_channel(auth_service.service.address))
     assert code_of(lambda: anonymous.FetchJob(fetch, timeout=10)) == grpc.StatusCode.UNAUTHENTICATED
+    # A worker token from the tokens file (what `xaudit worker` sends as $XAUDIT_WORKER_TOKEN) gets in.
+    os.environ["XAUDIT_WORKER_TOKEN"] = auth_service.worker
+    try:
+        from service.worker_channel import open_worker_channel
+
+        with open_worker_channel(auth_service.service.address, []) as worker_channel:
+            as_worker = worker_pb2_grpc.WorkerServiceStub(worker_channel)
+            assert code_of(lambda: as_worker.FetchJob(fetch, timeout=10)) == grpc.StatusCode.NOT_FOUND
+    finally:
+        del os.environ["XAUDIT_WORKER_TOKEN"]
 
 
 def test_health_is_exempt_and_reflection_needs_a_token(auth_service: AuthService) -> None:
