@@ -175,3 +175,40 @@ def test_mtls_client_certificate_names_the_tenant(tmp_path: Path) -> None:
         )
     finally:
         srv.stop(0)
+
+
+def test_worker_over_mtls_with_a_worker_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `xaudit worker` does against an mTLS server: its certificate for the transport, its worker
+    token for the identity (a certificate alone only carries the client scopes)."""
+    from xaudit.v1 import worker_pb2, worker_pb2_grpc
+
+    from service.worker_channel import open_worker_channel
+
+    files = _certs(tmp_path)
+    tokens = tmp_path / "tokens.yaml"
+    worker_token = create_token(tokens, "workers", "worker")
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        home=tmp_path / "home",
+        tokens_file=tokens,
+        tls_cert_file=files["server.pem"],
+        tls_key_file=files["server.key"],
+        tls_client_ca_file=files["ca.pem"],
+        sweep_seconds=60,
+    )
+    srv, port = create_server(config, sender=lambda job, queue: None)
+    srv.start()
+    monkeypatch.setenv("XAUDIT_TLS_CA", str(files["ca.pem"]))
+    monkeypatch.setenv("XAUDIT_TLS_CERT", str(files["client.pem"]))
+    monkeypatch.setenv("XAUDIT_TLS_KEY", str(files["client.key"]))
+    fetch = worker_pb2.FetchJobRequest(job_id="nope", worker_id="w")
+    try:
+        with open_worker_channel(f"127.0.0.1:{port}", []) as channel:  # certificate only
+            err = _code(lambda: worker_pb2_grpc.WorkerServiceStub(channel).FetchJob(fetch, timeout=10))
+            assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+        monkeypatch.setenv("XAUDIT_WORKER_TOKEN", worker_token)
+        with open_worker_channel(f"127.0.0.1:{port}", []) as channel:
+            err = _code(lambda: worker_pb2_grpc.WorkerServiceStub(channel).FetchJob(fetch, timeout=10))
+            assert err.code() == grpc.StatusCode.NOT_FOUND  # in, and told the job does not exist
+    finally:
+        srv.stop(0)
