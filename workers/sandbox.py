@@ -183,6 +183,14 @@ def _death_reason(returncode: int, limits: SandboxLimits) -> XauditError:
     return InvalidModel(f"the model's process exited with status {returncode} before finishing its job")
 
 
+# Credentials the model's process has no use for.
+_SECRET_ENV = ("XAUDIT_WORKER_TOKEN", "XAUDIT_TOKEN", "XAUDIT_TLS_KEY", "XAUDIT_TLS_CERT")
+
+
+def _child_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
+
+
 class _Child:
     def __init__(self, limits: SandboxLimits) -> None:
         self.limits = limits
@@ -201,6 +209,7 @@ class _Child:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
+            env=_child_env(),
         )
         logger.info("sandbox %d started for a %s model (limits %s)", proc.pid, fmt, self.limits)
         assert proc.stdin is not None and proc.stdout is not None
@@ -249,7 +258,12 @@ class _Child:
                 message = json.loads(payload)
                 progress(float(message["fraction"]), str(message["message"])[:500])
             elif kind == b"R":
-                return _decode_result(payload)
+                try:
+                    return _decode_result(payload)
+                except Exception as exc:  # whatever the child sent, it is no result
+                    raise InvalidModel(
+                        f"the model's process sent a malformed result ({type(exc).__name__})"
+                    ) from None
             elif kind == b"E":
                 message = json.loads(payload)
                 code = str(message.get("code"))

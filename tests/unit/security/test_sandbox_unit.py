@@ -1,0 +1,66 @@
+"""The sandbox's wire format and its reasons, without starting a process."""
+
+from __future__ import annotations
+
+import io
+import signal
+
+import numpy as np
+import pytest
+
+from workers.errors import InvalidModel, ResourceExhausted
+from workers.jobs import JobResult
+from workers.sandbox import SandboxLimits, _child_env, _death_reason, _decode_result, _encode_result
+
+
+def test_result_round_trip() -> None:
+    result = JobResult(
+        "audit",
+        b'{"report": 1}',
+        {"gradient_x_input": np.arange(6, dtype=np.float32).reshape(2, 3)},
+        {"grad_cam": "no conv layer"},
+        np.array([0.5, 0.25], np.float32),
+        np.array([1, 2], np.int64),
+    )
+    back = _decode_result(_encode_result(result))
+    assert back.kind == "audit" and back.report == result.report
+    assert back.not_applicable == result.not_applicable
+    np.testing.assert_array_equal(
+        back.attributions["gradient_x_input"], result.attributions["gradient_x_input"]
+    )
+    np.testing.assert_array_equal(back.target_classes, result.target_classes)
+
+
+def test_a_child_cannot_send_pickles() -> None:
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        __meta__=np.frombuffer(b'{"kind": "audit"}', np.uint8),
+        **{"attr/evil": np.array([object()], dtype=object)},
+    )
+    with pytest.raises(ValueError, match="allow_pickle"):  # the worker turns this into a failed job
+        _decode_result(buffer.getvalue())
+
+
+def test_death_reasons() -> None:
+    limits = SandboxLimits(cpu_seconds=7)
+    assert isinstance(_death_reason(-signal.SIGXCPU, limits), ResourceExhausted)
+    assert "7 s" in str(_death_reason(-signal.SIGXCPU, limits))
+    assert isinstance(_death_reason(-signal.SIGKILL, limits), ResourceExhausted)
+    crashed = _death_reason(-signal.SIGSEGV, limits)
+    assert isinstance(crashed, InvalidModel) and "SIGSEGV" in str(crashed)
+    assert "status 3" in str(_death_reason(3, limits))
+
+
+def test_credentials_do_not_reach_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XAUDIT_WORKER_TOKEN", "secret")
+    monkeypatch.setenv("XAUDIT_SANDBOX_CPU_SECONDS", "5")
+    env = _child_env()
+    assert "XAUDIT_WORKER_TOKEN" not in env and env["XAUDIT_SANDBOX_CPU_SECONDS"] == "5"
+
+
+def test_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XAUDIT_SANDBOX_MEMORY_MB", "512")
+    monkeypatch.setenv("XAUDIT_SANDBOX_CPU_SECONDS", "0")  # 0: no limit
+    monkeypatch.setenv("XAUDIT_SANDBOX_WALL_SECONDS", "30")
+    assert SandboxLimits.from_env() == SandboxLimits(512 << 20, None, 30.0)
