@@ -1,12 +1,11 @@
-"""Per-tenant quotas and TorchScript refusal, and mTLS identities, on a real server over real channels.
-
-The server runs in this process (create_server on a loopback port) with a recording sender instead
-of a broker: jobs stay QUEUED, which is what an active-jobs quota counts."""
+"""Per-tenant quotas and TorchScript refusal against a real `xaudit serve --tokens`; mTLS identities on
+a server in this process (create_server on a loopback port) over real TLS channels."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,10 +15,12 @@ import torch
 import yaml
 from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
+from clients._embedded import free_port
 from service.config import ServerConfig
-from service.server import Server, create_server
+from service.server import create_server
 from service.tokens import create_token
 from service.worker_channel import BearerInterceptor
+from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request
 from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
 
@@ -32,20 +33,21 @@ def _api(address: str, token: str) -> audit_pb2_grpc.AuditServiceStub:
 
 
 @pytest.fixture
-def quota_server(tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
+def quota_server(tmp_path: Path) -> Iterator[tuple[Service, dict[str, str]]]:
+    """`xaudit serve --tokens` whose broker never answers (a closed loopback port): jobs stay QUEUED,
+    which is what an active-jobs quota counts."""
     tokens = tmp_path / "tokens.yaml"
     issued = {t: create_token(tokens, t, "submit,read") for t in ("small", "roomy")}
     data = yaml.safe_load(tokens.read_text())
     data["defaults"] = {"max_active_jobs": 100}
     data["tenants"] = {"small": {"max_active_jobs": 2, "max_stored_bytes": 40_000, "torchscript": False}}
     tokens.write_text(yaml.safe_dump(data))
-    config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", tokens_file=tokens, sweep_seconds=60)
-    srv, _ = create_server(config, sender=lambda job, queue: None)
-    srv.start()
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    service = start_serve(tmp_path / "home", "--tokens", str(tokens), "--broker", closed)
     try:
-        yield srv, issued
+        yield service, issued
     finally:
-        srv.stop(0)
+        stop_process(service.proc, signal.SIGKILL)
 
 
 def _code(call) -> grpc.RpcError:  # type: ignore[no-untyped-def]
