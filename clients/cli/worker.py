@@ -18,17 +18,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics"
     )
     parser.add_argument(
+        "--time-limit",
+        type=int,
+        metavar="SECONDS",
+        help="job time limit: past it a job fails with DEADLINE_EXCEEDED (default 6 h; killed 30 s later)",
+    )
+    parser.add_argument(
         "--cache-dir", type=Path, help="model blob cache (default $XAUDIT_WORKER_CACHE or user cache)"
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.celery_app import WorkerConfig, run_worker
+    from workers.celery_app import CelerySettings, WorkerConfig, run_worker
     from workers.metrics import serve_worker_metrics
 
     queues = tuple(q.strip() for q in args.queues.split(",") if q.strip())
     serve_worker_metrics(args.metrics_port)
+    limit = args.time_limit
+    settings = CelerySettings(limit, limit + 30) if limit else CelerySettings()
     run_worker(
         WorkerConfig(
             args.broker,
@@ -36,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
             queues,
             args.concurrency,
             args.cache_dir,
+            settings=settings,
             loglevel="INFO" if args.verbose else "WARNING",
         )
     )

@@ -40,18 +40,6 @@ SLOW = {"integrated_gradients": {"steps": "256"}}
 
 
 @pytest.fixture
-def redis() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer.start_new()
-    except (RuntimeError, FileNotFoundError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot start a private redis-server: {exc}")
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture
 def redis_sqlite_service(tmp_path: Path, redis: RedisServer) -> Iterator[Service]:
     """serve on a private Redis with its SQLite store, plus one separate worker."""
     home = tmp_path / "home"

@@ -3,6 +3,10 @@ deadlines, and the sandbox's wall-clock job limit."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +21,10 @@ from xaudit.v1 import audit_pb2
 
 from service.config import ServerConfig
 from service.server import Server, create_server
+from tests.integration.conftest import ROOT, start_serve, stop_process
+from tests.integration.security._infra import RedisServer
 from tests.integration.security._models import spin_forever_torchscript
-from tests.integration.service._helpers import chunks, request, stub, upload
+from tests.integration.service._helpers import chunks, request, stub, upload, wait_done
 from tests.models import MLP_FEATURES, relu_mlp, to_onnx
 from workers.errors import DeadlineExceeded
 from workers.runtime import RuntimeConfig, execute
@@ -171,3 +177,31 @@ def test_sandbox_wall_clock_limit_stops_a_job() -> None:
     with pytest.raises(DeadlineExceeded, match="wall-clock limit of 10 s"):
         run_sandboxed(spec, spin_forever_torchscript(), "torchscript", {"inputs": x}, limits=limits)
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.slow
+def test_worker_time_limit_fails_a_long_job(tmp_path: Path, redis: RedisServer) -> None:
+    home = tmp_path / "home"
+    service = start_serve(home, "--broker", redis.url, "--lease-seconds", "5")
+    log = (home / "worker.log").open("ab")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli.main", "-v", "worker", "--broker", redis.url,
+         "--server", service.address, "--queues", "xaudit.cpu", "--time-limit", "3"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=dict(os.environ, XAUDIT_WORKER_CACHE=str(home / "cache")),
+    )  # fmt: skip
+    try:
+        api = stub(service.address)
+        sha = upload(api, to_onnx(relu_mlp(4), torch.zeros(2, MLP_FEATURES)))
+        x = np.random.default_rng(4).normal(size=(8, MLP_FEATURES)).astype(np.float32)
+        slow = api.SubmitAudit(request(sha, x, {"integrated_gradients": {"steps": "4096"}}), timeout=30)
+        done = wait_done(api, slow.id, timeout=180)
+        assert done.state == audit_pb2.JOB_STATE_FAILED, done
+        assert done.error_code == "DEADLINE_EXCEEDED" and "time limit" in done.error_message
+        assert done.finished_at.ToSeconds() - done.started_at.ToSeconds() < 30  # stopped, not finished
+        quick = api.SubmitAttribution(request(sha, x[:1], {"gradient_x_input": {}}), timeout=30)
+        assert wait_done(api, quick.id, timeout=120).state == audit_pb2.JOB_STATE_SUCCEEDED
+    finally:
+        stop_process(worker, signal.SIGKILL)
+        stop_process(service.proc, signal.SIGKILL)
+        log.close()
