@@ -158,6 +158,8 @@ class TcpProxy:
 
     def stop(self) -> None:
         if self._listener is not None:
+            with contextlib.suppress(OSError):  # wakes the accepting thread (close alone does not)
+                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
             self._listener = None
         with self._lock:
