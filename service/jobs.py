@@ -57,10 +57,10 @@ class JobService:
 
     def submit_job(self, tenant: str, model_sha256: str, submission: Submission) -> JobRecord:
         model = self.store.get_model(tenant, model_sha256)
-        if self.quotas is not None:
-            self.quotas.check_submit(tenant, sum(a.nbytes for a in submission.tensors.values()))
         spec = submission.spec
         key = submission.idempotency_key or config_digest(model.sha256, spec, submission.tensors)
+        if self.quotas is not None:  # a resubmission of an existing job is never refused
+            self.quotas.check_submit(tenant, sum(a.nbytes for a in submission.tensors.values()), key)
         new = NewJob(
             tenant=tenant,
             kind=spec.kind,

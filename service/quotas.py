@@ -53,9 +53,14 @@ class Quotas:
         self._store = store
         self._policy = policy
 
-    def check_submit(self, tenant: str, new_bytes: int = 0) -> None:
-        """Before recording a job: RESOURCE_EXHAUSTED when the tenant is at a limit."""
+    def check_submit(self, tenant: str, new_bytes: int = 0, idempotency_key: str | None = None) -> None:
+        """Before recording a job: RESOURCE_EXHAUSTED when the tenant is at a limit, unless the request
+        is a resubmission (same idempotency key) of a job the tenant already has."""
         policy = self._policy(tenant)
+        if policy.max_active_jobs is None and policy.max_stored_bytes is None:
+            return
+        if idempotency_key and self._exists(tenant, idempotency_key):
+            return
         if policy.max_active_jobs is not None:
             active = active_jobs(self._store, tenant)
             if active >= policy.max_active_jobs:
@@ -64,6 +69,11 @@ class Quotas:
                     f"{policy.max_active_jobs}: wait for some to finish or cancel them"
                 )
         self._check_bytes(tenant, policy, new_bytes)
+
+    def _exists(self, tenant: str, key: str) -> bool:
+        query = sa.select(jobs.c.id).where(jobs.c.tenant == tenant, jobs.c.idempotency_key == key)
+        with self._store.engine.connect() as conn:
+            return conn.execute(query).first() is not None
 
     def check_model(self, tenant: str, fmt: str, size: int) -> None:
         """Before storing a model: PERMISSION_DENIED for a refused format, RESOURCE_EXHAUSTED over quota."""

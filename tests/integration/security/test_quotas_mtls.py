@@ -67,6 +67,8 @@ def test_active_job_and_storage_quotas_and_torchscript_refusal(quota_server) -> 
     err = _code(lambda: small.SubmitAudit(request(sha, inputs(seed=9), {"gradient_x_input": {}}), timeout=30))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "quota is 2" in err.details()
+    again = small.SubmitAudit(request(sha, inputs(seed=1), {"gradient_x_input": {}}), timeout=30)
+    assert again.id == jobs[1].id  # a resubmission at the limit returns the existing job
     # Another tenant is not held back by it.
     roomy_sha = roomy.UploadModel(chunks(mlp_onnx()), timeout=60).sha256
     for i in range(3):
