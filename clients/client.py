@@ -70,13 +70,22 @@ class XauditClient:
     """
 
     def __init__(
-        self, address: str | None = None, *, token: str | None = None, timeout: float | None = 30.0
+        self,
+        address: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float | None = 30.0,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.address = address or default_server()
         self.timeout = timeout
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = grpc.insecure_channel(
-            self.address, options=[("grpc.max_receive_message_length", _MAX_RECEIVE_BYTES)]
+        options = [("grpc.max_receive_message_length", _MAX_RECEIVE_BYTES)]
+        # credentials: TLS (and a client certificate for mTLS), e.g. grpc.ssl_channel_credentials(...).
+        self._channel = (
+            grpc.secure_channel(self.address, credentials, options=options)
+            if credentials is not None
+            else grpc.insecure_channel(self.address, options=options)
         )
         self._stub = audit_pb2_grpc.AuditServiceStub(self._channel)
 

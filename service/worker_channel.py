@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-__all__ = ["TOKEN_ENV", "BearerInterceptor", "open_worker_channel"]
+__all__ = ["TOKEN_ENV", "BearerInterceptor", "open_worker_channel", "tls_credentials_from_env"]
 
 TOKEN_ENV = "XAUDIT_WORKER_TOKEN"
 
@@ -65,15 +65,23 @@ class BearerInterceptor(
         return continuation(self._details(details), requests)
 
 
-def open_worker_channel(address: str, options: Sequence[tuple[str, Any]]) -> grpc.Channel:
+def tls_credentials_from_env() -> grpc.ChannelCredentials | None:
+    """TLS channel credentials from $XAUDIT_TLS_CA (and $XAUDIT_TLS_CERT / $XAUDIT_TLS_KEY for mTLS);
+    None when $XAUDIT_TLS_CA is not set (plaintext). Used by workers and by the CLI."""
     ca = os.environ.get("XAUDIT_TLS_CA")
-    if ca:
-        cert, key = os.environ.get("XAUDIT_TLS_CERT"), os.environ.get("XAUDIT_TLS_KEY")
-        credentials = grpc.ssl_channel_credentials(
-            Path(ca).read_bytes(),
-            Path(key).read_bytes() if key else None,
-            Path(cert).read_bytes() if cert else None,
-        )
+    if not ca:
+        return None
+    cert, key = os.environ.get("XAUDIT_TLS_CERT"), os.environ.get("XAUDIT_TLS_KEY")
+    return grpc.ssl_channel_credentials(
+        Path(ca).read_bytes(),
+        Path(key).read_bytes() if key else None,
+        Path(cert).read_bytes() if cert else None,
+    )
+
+
+def open_worker_channel(address: str, options: Sequence[tuple[str, Any]]) -> grpc.Channel:
+    credentials = tls_credentials_from_env()
+    if credentials is not None:
         channel = grpc.secure_channel(address, credentials, options=list(options))
     else:
         channel = grpc.insecure_channel(address, options=list(options))

@@ -216,3 +216,63 @@ def test_worker_over_mtls_with_a_worker_token(tmp_path: Path, monkeypatch: pytes
             assert err.code() == grpc.StatusCode.NOT_FOUND  # in, and told the job does not exist
     finally:
         srv.stop(0)
+
+
+@pytest.mark.slow
+def test_mtls_end_to_end_serve_local_worker_client_and_cli(tmp_path: Path) -> None:
+    """`xaudit serve --tls-* --tls-client-ca`: the local worker (client certificate from $XAUDIT_TLS_*,
+    the server's in-memory worker token) runs a job submitted by XauditClient over mTLS, and the CLI
+    lists it with the same environment."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+
+    from clients.client import XauditClient
+    from tests.integration.conftest import ROOT
+
+    files = _certs(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(
+        os.environ,
+        XAUDIT_HOME=str(home),
+        XAUDIT_WORKER_CACHE=str(home / "cache"),
+        XAUDIT_TLS_CA=str(files["ca.pem"]),
+        XAUDIT_TLS_CERT=str(files["client.pem"]),
+        XAUDIT_TLS_KEY=str(files["client.key"]),
+    )
+    log = home / "serve.log"
+    with log.open("ab") as handle:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "clients.cli.main", "-v", "serve", "--listen", "127.0.0.1:0",
+             "--tls-cert", str(files["server.pem"]), "--tls-key", str(files["server.key"]),
+             "--tls-client-ca", str(files["ca.pem"])],
+            cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while not (found := re.search(r"xaudit: serving on (\S+)", log.read_text(errors="replace"))):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.1)
+        address = found.group(1)
+        credentials = grpc.ssl_channel_credentials(
+            files["ca.pem"].read_bytes(), files["client.key"].read_bytes(), files["client.pem"].read_bytes()
+        )
+        with XauditClient(address, credentials=credentials) as client:
+            client.wait_until_ready(30)
+            model = client.upload_model(mlp_onnx(seed=8), format="onnx", name="mlp")
+            x = np.random.default_rng(8).normal(size=(2, MLP_FEATURES)).astype(np.float32)
+            job = client.submit_attribution(model, inputs=x, players="features", methods="gradient_x_input")
+            done = client.wait(job.id)
+            assert done.state == "succeeded", (done, log.read_text()[-2000:])
+        listed = subprocess.run(
+            [sys.executable, "-m", "clients.cli.main", "jobs", "--server", address],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert listed.returncode == 0 and job.id in listed.stdout, listed.stderr
+    finally:
+        stop_process(proc, signal.SIGKILL)
