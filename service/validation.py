@@ -66,13 +66,13 @@ def _check_torchscript(data: bytes) -> None:
 
 def check_model(data: bytes, fmt: str | None) -> str:
     """Validate untrusted model bytes without running them; returns the format name."""
-    from workers.models import detect_format
+    from workers.onnx_checks import detect_format
 
     if not data:
         raise InvalidModel("the model is empty")
     name = fmt or detect_format(data)
     if name == "onnx":
-        from workers.models.onnx_model import parse_onnx
+        from workers.onnx_checks import parse_onnx
 
         parse_onnx(data)
     elif name == "torchscript":
@@ -97,7 +97,7 @@ def _param_value(text: str) -> Any:
 
 
 def _methods(request: audit_pb2.SubmitRequest) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
-    from workers.methods import resolve_method_names
+    from workers.spec import resolve_method_names
 
     if not request.methods:
         return FOURTEEN_METHODS, {}

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 __all__ = [
+    "ALL_METHODS",
     "ATTACHMENTS",
     "CRITERIA",
     "DEFAULT_TOLERANCES",
@@ -24,6 +25,7 @@ __all__ = [
     "FOURTEEN_METHODS",
     "JobSpec",
     "config_digest",
+    "resolve_method_names",
     "tensor_digest",
 ]
 
@@ -44,6 +46,7 @@ FOURTEEN_METHODS: tuple[str, ...] = (
     "deeplift_revealcancel",
 )
 EXTRA_METHODS: tuple[str, ...] = ("saliency", "smoothgrad")
+ALL_METHODS: tuple[str, ...] = FOURTEEN_METHODS + EXTRA_METHODS
 
 CRITERIA: tuple[str, ...] = ("coverage", "unrelated_allocation", "complete_allocation")
 
@@ -116,3 +119,25 @@ def tensor_digest(array: np.ndarray) -> str:
     h = hashlib.sha256(",".join(str(d) for d in arr.shape).encode())
     h.update(arr.tobytes())
     return h.hexdigest()
+
+
+def resolve_method_names(spec: str | Iterable[str]) -> tuple[str, ...]:
+    """``all`` (the fourteen), ``all+extras``, or a comma-separated list, validated, in a stable order.
+
+    Pure names: callers that only validate (the service, the CLI's remote commands) load no torch.
+    """
+    from workers.errors import InvalidInput, UnknownMethod
+
+    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else [str(s).strip() for s in spec]
+    names = [n for n in names if n]
+    if not names:
+        raise InvalidInput("no methods given")
+    out: list[str] = []
+    for name in names:
+        expanded = FOURTEEN_METHODS if name == "all" else ALL_METHODS if name == "all+extras" else (name,)
+        for item in expanded:
+            if item not in ALL_METHODS:
+                raise UnknownMethod(f"unknown method '{item}'; known: {', '.join(ALL_METHODS)}")
+            if item not in out:
+                out.append(item)
+    return tuple(out)

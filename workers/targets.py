@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
 
 from workers.errors import InvalidInput
+
+if TYPE_CHECKING:  # torch loads lazily: the service parses targets without it
+    import torch
 
 __all__ = ["Target", "parse_target"]
 
@@ -44,10 +46,14 @@ class Target:
         return scores[np.arange(len(classes)), classes]
 
     def transform_np(self, outputs: np.ndarray) -> np.ndarray:
+        import torch
+
         return self.transform(torch.from_numpy(outputs)).numpy()
 
     def transform(self, outputs: torch.Tensor) -> torch.Tensor:
         """Raw outputs (k, C) -> per-class target scores (k, C)."""
+        import torch
+
         if self.kind == "logit":
             return outputs
         if outputs.shape[1] == 1:
@@ -61,19 +67,9 @@ class Target:
 
     def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
         """A module giving per-class target scores, so Captum/Zennit can select a class by index."""
-        return _TargetModule(module, self)
+        from workers._target_module import TargetModule
 
-
-class _TargetModule(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, target: Target) -> None:
-        super().__init__()
-        self.model = model
-        self.target = target
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.model(x)
-        out = out.reshape(out.shape[0], -1)
-        return out if self.target.kind == "logit" else self.target.transform(out)
+        return TargetModule(module, self)
 
 
 def _parse_output(spec: str) -> Target:

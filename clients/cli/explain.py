@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     arrays: dict[str, np.ndarray] = dict(result.attributions)
     arrays["target_values"] = prep.target_values.astype(np.float32)
     arrays["target_classes"] = prep.classes
-    np.savez(args.out, **arrays)
+    np.savez(args.out, **arrays)  # type: ignore[arg-type]
     for name, reason in result.not_applicable.items():
         print(f"{name}: not applicable: {reason}", file=sys.stderr)
     print(f"wrote {len(result.attributions)} attribution arrays to {args.out}", file=sys.stderr)

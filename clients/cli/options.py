@@ -159,7 +159,7 @@ def _parse_value(text: str) -> Any:
 
 def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
-    from workers.methods import resolve_method_names
+    from workers.spec import resolve_method_names
 
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players

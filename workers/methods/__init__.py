@@ -7,16 +7,15 @@ imported on first use so that asking for one method does not load every library.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
 from dataclasses import replace
 from functools import cache
 
 import numpy as np
 
-from workers.errors import InvalidInput, NotApplicable, UnknownMethod
+from workers.errors import NotApplicable, UnknownMethod
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
 from workers.methods._embedding import run_method
-from workers.spec import EXTRA_METHODS, FOURTEEN_METHODS
+from workers.spec import ALL_METHODS, resolve_method_names
 
 __all__ = [
     "ALL_METHODS",
@@ -48,7 +47,6 @@ _TABLE: dict[str, str] = {
     "saliency": "saliency:Saliency",
     "smoothgrad": "saliency:SmoothGrad",
 }
-ALL_METHODS: tuple[str, ...] = FOURTEEN_METHODS + EXTRA_METHODS
 assert set(_TABLE) == set(ALL_METHODS)
 
 
@@ -64,21 +62,6 @@ def get_method(name: str) -> Method:
     return method
 
 
-def resolve_method_names(spec: str | Iterable[str]) -> tuple[str, ...]:
-    """``all`` (the fourteen), ``all+extras``, or a comma-separated list, validated, in a stable order."""
-    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else [str(s).strip() for s in spec]
-    names = [n for n in names if n]
-    if not names:
-        raise InvalidInput("no methods given")
-    out: list[str] = []
-    for name in names:
-        expanded = FOURTEEN_METHODS if name == "all" else ALL_METHODS if name == "all+extras" else (name,)
-        for item in expanded:
-            if item not in _TABLE:
-                raise UnknownMethod(f"unknown method '{item}'; known: {', '.join(ALL_METHODS)}")
-            if item not in out:
-                out.append(item)
-    return tuple(out)
 
 
 def attribute(

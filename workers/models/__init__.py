@@ -7,13 +7,9 @@ import hashlib
 from workers.errors import InvalidInput, InvalidModel
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.devices import resolve_device
+from workers.onnx_checks import detect_format
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo", "detect_format", "load_model", "resolve_device"]
-
-
-def detect_format(data: bytes) -> str:
-    """``torchscript`` for zip archives, ``onnx`` otherwise (parsing decides whether it really is)."""
-    return "torchscript" if data[:2] == b"PK" else "onnx"
 
 
 def load_model(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import torch
 
@@ -13,58 +12,11 @@ from workers.errors import InvalidModel
 from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_to_torch import onnx_to_torch
+from workers.onnx_checks import parse_onnx
 
 __all__ = ["OnnxModel", "parse_onnx"]
 
 logger = logging.getLogger(__name__)
-
-_STANDARD_DOMAINS = {"", "ai.onnx", "ai.onnx.ml"}
-
-
-def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    """The graph and every subgraph (If / Loop / Scan bodies), where refused features can hide too."""
-    found = [graph]
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                found.extend(_graphs(sub))
-    return found
-
-
-def _uses_external_data(model: onnx.ModelProto) -> bool:
-    tensors = []
-    for graph in _graphs(model.graph):
-        tensors.extend(graph.initializer)
-        tensors.extend(s.values for s in graph.sparse_initializer)
-        for node in graph.node:
-            tensors.extend(attr.t for attr in node.attribute if attr.HasField("t"))
-            tensors.extend(t for attr in node.attribute for t in attr.tensors)
-    return any(t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) > 0 for t in tensors)
-
-
-def parse_onnx(data: bytes) -> onnx.ModelProto:
-    """Parse and check untrusted ONNX bytes; refuse external data and custom-op domains."""
-    try:
-        model = onnx.load_model_from_string(data)
-    except Exception as exc:
-        raise InvalidModel(f"not a readable ONNX model ({type(exc).__name__})") from None
-    if not model.graph.node:
-        raise InvalidModel("not a readable ONNX model (empty graph)")
-    if _uses_external_data(model):
-        raise InvalidModel(
-            "ONNX model refers to external data files; only self-contained models are accepted"
-        )
-    custom = sorted(
-        {n.domain for g in _graphs(model.graph) for n in g.node if n.domain not in _STANDARD_DOMAINS}
-    )
-    if custom:
-        raise InvalidModel(f"ONNX model uses custom operator domains {custom}; they are refused")
-    try:
-        onnx.checker.check_model(model)
-    except Exception as exc:
-        raise InvalidModel(f"ONNX checker rejected the model: {str(exc).splitlines()[0][:200]}") from None
-    return model
-
 
 def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
     wanted = ["CPUExecutionProvider"]

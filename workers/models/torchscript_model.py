@@ -74,8 +74,8 @@ class TorchScriptModel(ModelAdapter):
 
     def _convert(self) -> tuple[torch.nn.Module | None, str | None]:
         """TorchScript -> ONNX (legacy exporter, which understands scripted modules) -> torch graph."""
-        from workers.models.onnx_model import parse_onnx
         from workers.models.onnx_to_torch import onnx_to_torch
+        from workers.onnx_checks import parse_onnx
 
         if self._example is None:
             return None, "has no example input to trace the export"

@@ -1,0 +1,66 @@
+"""Checks of untrusted ONNX bytes that need only the ``onnx`` package (no torch, no onnxruntime).
+
+The service validates uploads with these in its own process; workers run the same checks again
+before they build a session.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from workers.errors import InvalidModel
+
+
+def detect_format(data: bytes) -> str:
+    """``torchscript`` for zip archives, ``onnx`` otherwise (parsing decides whether it really is)."""
+    return "torchscript" if data[:2] == b"PK" else "onnx"
+
+
+__all__ = ["detect_format", "parse_onnx"]
+
+_STANDARD_DOMAINS = {"", "ai.onnx", "ai.onnx.ml"}
+
+
+def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """The graph and every subgraph (If / Loop / Scan bodies), where refused features can hide too."""
+    found = [graph]
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                found.extend(_graphs(sub))
+    return found
+
+
+def _uses_external_data(model: onnx.ModelProto) -> bool:
+    tensors = []
+    for graph in _graphs(model.graph):
+        tensors.extend(graph.initializer)
+        tensors.extend(s.values for s in graph.sparse_initializer)
+        for node in graph.node:
+            tensors.extend(attr.t for attr in node.attribute if attr.HasField("t"))
+            tensors.extend(t for attr in node.attribute for t in attr.tensors)
+    return any(t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) > 0 for t in tensors)
+
+
+def parse_onnx(data: bytes) -> onnx.ModelProto:
+    """Parse and check untrusted ONNX bytes; refuse external data and custom-op domains."""
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:
+        raise InvalidModel(f"not a readable ONNX model ({type(exc).__name__})") from None
+    if not model.graph.node:
+        raise InvalidModel("not a readable ONNX model (empty graph)")
+    if _uses_external_data(model):
+        raise InvalidModel(
+            "ONNX model refers to external data files; only self-contained models are accepted"
+        )
+    custom = sorted(
+        {n.domain for g in _graphs(model.graph) for n in g.node if n.domain not in _STANDARD_DOMAINS}
+    )
+    if custom:
+        raise InvalidModel(f"ONNX model uses custom operator domains {custom}; they are refused")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise InvalidModel(f"ONNX checker rejected the model: {str(exc).splitlines()[0][:200]}") from None
+    return model
