@@ -30,6 +30,7 @@ import grpc
 from xaudit.v1 import audit_pb2, worker_pb2
 
 from service.config import DEFAULT_TENANT, ServerConfig
+from service.handlers import rewrap
 from service.tokens import SCOPES, Identity, TenantPolicy, TokenFile, parse_scopes
 from workers.errors import InvalidInput, PermissionDenied, Unauthenticated
 
@@ -220,16 +221,10 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         def check(context: Any) -> Identity:
             return _authorise(self._auth, scope, method, context)
 
-        for kind, make, wrap in (
-            ("unary_unary", grpc.unary_unary_rpc_method_handler, _unary),
-            ("stream_unary", grpc.stream_unary_rpc_method_handler, _unary),
-            ("unary_stream", grpc.unary_stream_rpc_method_handler, _stream),
-            ("stream_stream", grpc.stream_stream_rpc_method_handler, _stream),
-        ):
-            behaviour = getattr(handler, kind)
-            if behaviour:
-                return make(wrap(behaviour, check), handler.request_deserializer, handler.response_serializer)
-        return handler
+        return rewrap(
+            handler,
+            lambda behaviour, kind: (_stream if kind.endswith("_stream") else _unary)(behaviour, check),
+        )
 
 
 def _is_loopback(listen: str) -> bool:

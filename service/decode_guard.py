@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from service.handlers import rewrap
 from workers.errors import InvalidInput
 
 __all__ = ["DecodeGuardInterceptor"]
@@ -64,32 +65,16 @@ class DecodeGuardInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return handler
         method = details.method
-        deserializer = _safe(handler.request_deserializer)
-        serializer = handler.response_serializer
-        if handler.unary_unary:
-            inner_uu = handler.unary_unary
-            return grpc.unary_unary_rpc_method_handler(
-                lambda request, context: inner_uu(_check(request, method), context), deserializer, serializer
-            )
-        if handler.unary_stream:
-            inner_us = handler.unary_stream
 
-            def unary_stream(request: Any, context: Any) -> Iterator[Any]:
-                yield from inner_us(_check(request, method), context)
+        def guarded(behaviour: Callable[..., Any], kind: str) -> Callable[..., Any]:
+            if kind.startswith("stream_"):
+                return lambda requests, context: behaviour(_checked_stream(requests, method), context)
+            if kind == "unary_stream":
 
-            return grpc.unary_stream_rpc_method_handler(unary_stream, deserializer, serializer)
-        if handler.stream_unary:
-            inner_su = handler.stream_unary
-            return grpc.stream_unary_rpc_method_handler(
-                lambda requests, context: inner_su(_checked_stream(requests, method), context),
-                deserializer,
-                serializer,
-            )
-        if handler.stream_stream:
-            inner_ss = handler.stream_stream
-            return grpc.stream_stream_rpc_method_handler(
-                lambda requests, context: inner_ss(_checked_stream(requests, method), context),
-                deserializer,
-                serializer,
-            )
-        return handler
+                def responses(request: Any, context: Any) -> Iterator[Any]:
+                    yield from behaviour(_check(request, method), context)
+
+                return responses
+            return lambda request, context: behaviour(_check(request, method), context)
+
+        return rewrap(handler, guarded, _safe(handler.request_deserializer))

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import sqlalchemy.exc
 
+from service.handlers import rewrap
 from workers.errors import XauditError
 
 __all__ = ["INTERNAL_MESSAGE", "STORE_DOWN_MESSAGE", "ErrorsInterceptor"]
@@ -70,28 +71,9 @@ class ErrorsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return handler
         method = details.method
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, method),
-                handler.request_deserializer,
-                handler.response_serializer,
-            )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, method),
-                handler.request_deserializer,
-                handler.response_serializer,
-            )
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary, method),
-                handler.request_deserializer,
-                handler.response_serializer,
-            )
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream(handler.stream_stream, method),
-                handler.request_deserializer,
-                handler.response_serializer,
-            )
-        return handler
+        return rewrap(
+            handler,
+            lambda behaviour, kind: (_wrap_stream if kind.endswith("_stream") else _wrap_unary)(
+                behaviour, method
+            ),
+        )

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from service.handlers import rewrap
 from service.metrics import ServiceMetrics, active
 
 __all__ = ["MetricsInterceptor", "metrics_interceptors"]
@@ -54,29 +55,15 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             self._metrics.rpc_handled(_UNKNOWN, _UNKNOWN, _UNKNOWN, "UNIMPLEMENTED", 0.0)
             return None
         service, method = _split(handler_call_details.method)
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, service, method, "unary"),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._unary(handler.stream_unary, service, method, "client_stream"),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._streaming(handler.unary_stream, service, method, "server_stream"),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return grpc.stream_stream_rpc_method_handler(
-            self._streaming(handler.stream_stream, service, method, "bidi_stream"),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        rpc_type = {"unary_unary": "unary", "stream_unary": "client_stream"}
+        stream_type = {"unary_stream": "server_stream", "stream_stream": "bidi_stream"}
+
+        def measured(behaviour: Callable[..., Any], kind: str) -> Callable[..., Any]:
+            if kind in rpc_type:
+                return self._unary(behaviour, service, method, rpc_type[kind])
+            return self._streaming(behaviour, service, method, stream_type[kind])
+
+        return rewrap(handler, measured)
 
     def _unary(
         self, behaviour: Callable[[Any, grpc.ServicerContext], Any], service: str, method: str, rpc_type: str
