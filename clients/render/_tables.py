@@ -199,7 +199,7 @@ def evidence_table(method: str, evidence: Sequence[Mapping[str, Any]]) -> str:
             "r(S)",
             "Shares to members",
             "Shares outside S",
-            "Departs on (any amount)",
+            "Breaks (its share above the tolerance)",
         ],
         rows,
     )
