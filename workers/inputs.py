@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the client library imports this module: no torch or onnxrun
 
 __all__ = [
     "INPUT_PREFIX",
+    "add_batch_axis",
     "check_names",
     "held_inputs",
     "held_inputs_section",
@@ -70,14 +71,20 @@ def needs_named_model(
     return bool(elem != onnx.TensorProto.FLOAT)
 
 
-def _with_batch(name: str, array: np.ndarray, spec: InputSpec) -> np.ndarray:
-    declared = spec.sample_shape
+def add_batch_axis(array: np.ndarray, declared: tuple[int | None, ...] | None) -> np.ndarray:
+    """``array`` with a batch axis added when it is exactly one sample of the declared shape."""
     if (
         declared is not None
         and array.ndim == len(declared)
         and all(d is None or d == g for d, g in zip(declared, array.shape, strict=True))
     ):
-        array = array[None]  # one sample without its batch axis
+        return array[None]
+    return array
+
+
+def _with_batch(name: str, array: np.ndarray, spec: InputSpec) -> np.ndarray:
+    declared = spec.sample_shape
+    array = add_batch_axis(array, declared)
     if array.ndim < 1:
         raise InvalidInput(f"input '{name}' is a scalar: expected (samples, ...) with a batch axis first")
     if declared is not None and (

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workers.errors import InvalidInput, ResourceExhausted
-from workers.inputs import load_named, needs_named_model, predict_samples
+from workers.inputs import add_batch_axis, load_named, needs_named_model, predict_samples
 from workers.models import ModelAdapter, load_model, resolve_device
 from workers.players import Players, parse_players
 from workers.references import check_background, make_baselines
@@ -61,13 +61,7 @@ def _load_plain(
 ) -> tuple[ModelAdapter, np.ndarray]:
     model = load_model(model_bytes, model_format, spec.device)
     inputs = check_tensor("input", tensors["inputs"])
-    declared = model.info.sample_shape
-    if (
-        declared is not None
-        and inputs.ndim == len(declared)
-        and all(d is None or d == g for d, g in zip(declared, inputs.shape, strict=True))
-    ):
-        inputs = inputs[None]  # one sample without its batch axis
+    inputs = add_batch_axis(inputs, model.info.sample_shape)
     if inputs.ndim < 2:
         raise InvalidInput(f"input shape {inputs.shape}: expected (samples, ...) with a batch axis first")
     model.check_sample(inputs)

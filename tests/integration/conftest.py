@@ -152,15 +152,13 @@ def embedded_service(tmp_path: Path) -> Iterator[Service]:
         stop_process(service.proc, signal.SIGKILL)
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    psycopg = pytest.importorskip("psycopg")
-    name = f"xaudit_test_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        service_missing(f"PostgreSQL not reachable at {PG_ADMIN}: {exc}")
-    with admin:
+@contextlib.contextmanager
+def fresh_postgres(prefix: str = "xaudit_test") -> Iterator[str]:
+    """A new PostgreSQL database (SQLAlchemy URL), dropped afterwards."""
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     host = PG_ADMIN.split("://", 1)[1].rsplit("/", 1)[0]
     try:
@@ -168,6 +166,20 @@ def postgres_url() -> Iterator[str]:
     finally:
         with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    psycopg = pytest.importorskip("psycopg")
+    database = fresh_postgres()
+    try:
+        url = database.__enter__()
+    except psycopg.OperationalError as exc:
+        service_missing(f"PostgreSQL not reachable at {PG_ADMIN}: {exc}")
+    try:
+        yield url
+    finally:
+        database.__exit__(None, None, None)
 
 
 @pytest.fixture

@@ -11,16 +11,14 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from clients._embedded import free_port
+from tests.integration.conftest import fresh_postgres
 
 __all__ = ["RedisServer", "TcpProxy", "fresh_postgres", "rss_bytes"]
 
-PG_ADMIN = os.environ.get("XAUDIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 @dataclass
@@ -83,20 +81,6 @@ class RedisServer:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def fresh_postgres() -> Iterator[str]:
-    """A new PostgreSQL database (SQLAlchemy URL), dropped afterwards."""
-    import psycopg
-
-    name = f"xaudit_sec_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    host = PG_ADMIN.split("://", 1)[1].rsplit("/", 1)[0]
-    try:
-        yield f"postgresql+psycopg://{host}/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def rss_bytes(pid: int) -> int:
