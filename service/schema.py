@@ -69,16 +69,21 @@ jobs = Table(
     Index("ix_jobs_state", "state"),
 )
 
+def _tensor_table(name: str) -> Table:
+    """Named tensors of a job: (job_id, name) -> datatype, shape, raw little-endian bytes."""
+    return Table(
+        name,
+        metadata,
+        Column("job_id", String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+        Column("name", String(64), primary_key=True),
+        Column("datatype", String(8), nullable=False),
+        Column("shape", JSON, nullable=False),
+        Column("data", LargeBinary, nullable=False),
+    )
+
+
 # Tensors that travel with a job (workers.spec.ATTACHMENTS names).
-job_tensors = Table(
-    "job_tensors",
-    metadata,
-    Column("job_id", String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
-    Column("name", String(64), primary_key=True),
-    Column("datatype", String(8), nullable=False),
-    Column("shape", JSON, nullable=False),
-    Column("data", LargeBinary, nullable=False),
-)
+job_tensors = _tensor_table("job_tensors")
 
 # Exactly one report per job: the primary key makes a second insert fail.
 reports = Table(
@@ -91,12 +96,4 @@ reports = Table(
 )
 
 # Result tensors: attribution maps by method name, plus target_values / target_classes.
-results = Table(
-    "results",
-    metadata,
-    Column("job_id", String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
-    Column("name", String(64), primary_key=True),
-    Column("datatype", String(8), nullable=False),
-    Column("shape", JSON, nullable=False),
-    Column("data", LargeBinary, nullable=False),
-)
+results = _tensor_table("results")
