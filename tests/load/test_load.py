@@ -15,14 +15,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def test_50_clients_200_jobs_2_workers() -> None:
     psycopg = pytest.importorskip("psycopg")
-    from tests.integration.security._infra import PG_ADMIN
+    from tests.integration.conftest import PG_ADMIN, service_missing
 
     try:
         psycopg.connect(PG_ADMIN, connect_timeout=3).close()
     except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN}: {exc}")
+        service_missing(f"PostgreSQL not reachable at {PG_ADMIN}: {exc}")
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
+        service_missing("redis-server is not installed")
     from bench.load_test import run_load
 
     result = run_load(clients=50, jobs=200, workers=2, timeout=600)
