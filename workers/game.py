@@ -13,7 +13,7 @@ from workers.models.base import ModelAdapter
 from workers.players import Players, subset_bits
 from workers.targets import Target
 
-__all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_inputs", "play", "sub_inputs"]
+__all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_inputs", "play"]
 
 # Exact (all-order) work: 2^n forward passes per sample.
 MAX_EXACT_PLAYERS = 16
@@ -31,13 +31,6 @@ def masked_inputs(x: np.ndarray, baseline: np.ndarray, players: Players, subsets
 def _select(bits: np.ndarray, x: np.ndarray, baseline: np.ndarray, players: Players) -> np.ndarray:
     """Sub-inputs from player membership ``bits`` (m, n)."""
     return np.where(bits[:, players.labels], x[None], baseline[None]).astype(np.float32, copy=False)
-
-
-def sub_inputs(
-    inputs: np.ndarray, baselines: np.ndarray, players: Players, subsets: np.ndarray
-) -> np.ndarray:
-    """(B, m, *sample_shape) sub-inputs of every sample."""
-    return np.stack([masked_inputs(x, b, players, subsets) for x, b in zip(inputs, baselines, strict=True)])
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,6 @@ class Players:
     def sizes(self) -> np.ndarray:
         return np.bincount(self.labels.ravel(), minlength=self.n)
 
-    def element_masks(self, subsets: np.ndarray) -> np.ndarray:
-        """Boolean masks (m, *sample_shape): element present in subset T (bitmask)."""
-        return subset_bits(subsets, self.n)[:, self.labels]
-
     def sum_per_player(self, attributions: np.ndarray) -> np.ndarray:
         """(k, *sample_shape) element attributions -> (k, n) player attributions."""
         k = attributions.shape[0]

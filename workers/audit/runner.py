@@ -20,7 +20,7 @@ from workers.errors import NotApplicable
 from workers.explain import explain
 from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
-from workers.interactions import popcounts
+from workers.interactions import interaction_orders, popcounts
 from workers.methods import Method, derived_seed, get_method
 from workers.metrics import record_verdict
 from workers.prepare import Prepared
@@ -178,14 +178,13 @@ def _audit_method(
         return score_allocation(
             subsets, n, measured.values, measured.interactions, measured.remainder,
             per_player, shares, floor.per_set, max_order,
+            measured.main.absent_mass, measured.main.total_mass,
         ), shares  # fmt: skip
 
     scores, shares = score(measured.main.per_player, order)
-    # Absent-unit mass comes from the constituents themselves (averaging could cancel signs).
-    scores = _with_absent(scores, measured.main)
     spreads: dict[str, float] = {}
     if measured.repeats is not None:
-        per_repeat = [_with_absent(score(r, order)[0], measured.main) for r in measured.repeats]
+        per_repeat = [score(r, order)[0] for r in measured.repeats]
         spreads = {c: float(np.std([s.pooled(c) for s in per_repeat], ddof=1)) for c in CRITERIA}
     tolerances = dict(prep.spec.tolerances)
     criteria = _criteria(scores, tolerances, spreads)
@@ -221,7 +220,7 @@ def _audit_method(
         "evidence": worst_sets(scores, subsets, measured.interactions, shares, prep.players, tolerances),
     }
     if game.exact and order < n:
-        all_scores = _with_absent(score(measured.main.per_player, n)[0], measured.main)
+        all_scores = score(measured.main.per_player, n)[0]
         entry["all_orders"] = {
             "noise_amplified": True,
             "note": "every set of every order, for evidence only: alternating sums over 2^|S| sub-inputs amplify noise",
@@ -229,12 +228,6 @@ def _audit_method(
             "by_order": all_scores.by_order,
         }
     return entry
-
-
-def _with_absent(scores: AllocationScores, main: SubInputAttributions) -> AllocationScores:
-    from dataclasses import replace
-
-    return replace(scores, absent=main.absent_mass, attribution_mass=main.total_mass)
 
 
 def _game_section(prep: Prepared, game: GameResult, order: int) -> dict[str, Any]:
@@ -260,8 +253,10 @@ def _game_section(prep: Prepared, game: GameResult, order: int) -> dict[str, Any
         "efficiency_error": float(game.efficiency_error.max()) if game.exact else 0.0,
         "unexplained_high_order": None if game.exact else game.remainder,
         "mass_by_order": [
-            {"order": k, "mass": float(np.abs(game.interactions[:, sizes == k]).sum(axis=1).mean())}
-            for k in range(1, game.order + 1)
+            {"order": k, "mass": float(mass)}
+            for k, mass in enumerate(
+                interaction_orders(game.subsets, game.interactions, game.order).mean(axis=0), 1
+            )
         ],
         "top_interactions": [
             {

@@ -97,12 +97,17 @@ def score_allocation(
     shares: np.ndarray,
     floor: np.ndarray,
     max_order: int,
+    absent_mass: np.ndarray,
+    attribution_mass: np.ndarray,
 ) -> AllocationScores:
     """Score one method's allocation against the game.
 
     values, interactions: (B, m) over ``subsets``; per_player a_i(x_T) and shares A_i(S): (B, m, n);
     floor: (B, m). Sets with 1 <= |S| <= max_order and |I(S)| above the floor are judged.
     ``remainder`` (B,): unexplained high-order effect when only low orders were enumerated.
+    ``absent_mass``, ``attribution_mass`` (B,): measured on the sub-inputs themselves
+    (:class:`workers.audit.subinputs.SubInputAttributions`; for distribution methods averaged over
+    constituents, where averaging the attributions first could cancel signs).
     """
     sizes = popcounts(subsets)
     members = subset_bits(subsets, n)  # (m, n)
@@ -125,7 +130,6 @@ def score_allocation(
         dropped = dropped + np.abs(remainder)
         mass = mass + np.abs(remainder)
     residual = per_player.sum(axis=2) - (values - values[:, :1])
-    absent = (np.abs(per_player) * (~members)[None]).sum(axis=(1, 2))
     by_order = []
     for k in range(1, max_order + 1):
         sel = audited & (sizes == k)[None, :]
@@ -148,8 +152,8 @@ def score_allocation(
         out_of_set=set_out.sum(axis=1) + at_reference,
         mass=mass,
         excluded_mass=excluded,
-        absent=absent,
-        attribution_mass=np.abs(per_player).sum(axis=(1, 2)),
+        absent=absent_mass,
+        attribution_mass=attribution_mass,
         residual=np.abs(residual).sum(axis=1),
         game_mass=np.abs(values - values[:, :1]).sum(axis=1),
         by_order=by_order,
