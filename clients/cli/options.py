@@ -12,7 +12,7 @@ import numpy as np
 from workers.errors import InvalidInput
 from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
-__all__ = ["add_job_options", "job_from_args", "read_inputs", "read_model", "read_npy"]
+__all__ = ["add_job_options", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
 
 
 def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
@@ -90,13 +90,18 @@ def read_npy(path: Path, what: str) -> np.ndarray:
         raise InvalidInput(f"{what} file {path} is not a readable .npy array ({type(exc).__name__})") from None
 
 
-def read_model(path: Path) -> bytes:
+def read_file(path: Path, what: str) -> bytes:
+    """A file's bytes, or one line naming ``what`` could not be read."""
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise InvalidInput(f"model file not found: {path}") from None
-    except IsADirectoryError:
-        raise InvalidInput(f"model path is a directory: {path}") from None
+        raise InvalidInput(f"{what} file not found: {path}") from None
+    except OSError as exc:
+        raise InvalidInput(f"{what} file {path} cannot be read ({exc.strerror})") from None
+
+
+def read_model(path: Path) -> bytes:
+    return read_file(path, "model")
 
 
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:

@@ -75,17 +75,6 @@ def group_labels(tensors: Mapping[str, Any]) -> np.ndarray | None:
     return np.unique(np.asarray(groups).ravel(), return_inverse=True)[1]
 
 
-def _read_bytes(path: Path, what: str) -> bytes:
-    from workers.errors import InvalidInput
-
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise InvalidInput(f"{what} file not found: {path}") from None
-    except OSError as exc:
-        raise InvalidInput(f"{what} file {path} cannot be read ({exc.strerror})") from None
-
-
 def _read_attributions(path: Path) -> dict[str, np.ndarray]:
     import numpy as np
 
@@ -105,24 +94,25 @@ def _read_attributions(path: Path) -> dict[str, np.ndarray]:
 def _read_groups(path: Path) -> np.ndarray | None:
     import numpy as np
 
+    from clients.cli.options import read_file
     from workers.errors import InvalidInput
 
     try:
-        raw = json.loads(_read_bytes(path, "group"))
+        raw = json.loads(read_file(path, "group"))
         return group_labels({"player_groups": np.asarray(raw["groups"], dtype=np.int64)})
     except (ValueError, KeyError, TypeError):
         raise InvalidInput(f'group file {path} must be JSON {{"groups": [...], "names": [...]}}') from None
 
 
 def run(args: argparse.Namespace) -> int:
-    from clients.cli.options import read_npy
+    from clients.cli.options import read_file, read_npy
     from clients.render import read_report, write_html
     from clients.verify import load_public_key_file
     from workers.errors import InvalidInput, VerificationError
     from workers.spec import tensor_digest
 
     keys = [load_public_key_file(path) for path in args.key]
-    data = _read_bytes(args.report, "report")
+    data = read_file(args.report, "report")
     try:
         report, status = read_report(data, keys)
     except VerificationError as exc:

@@ -34,18 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: `xaudit --help` must not pay for cryptography.
-    from clients.cli.options import read_model
+    from clients.cli.options import read_file, read_model
     from clients.summary import verdict_summary
     from clients.verify import check_model_subject, load_public_key_file, verify_envelope
-    from workers.errors import InvalidInput, VerificationError
+    from workers.errors import VerificationError
 
     keys = [load_public_key_file(path) for path in args.key]
-    try:
-        envelope = args.envelope.read_bytes()
-    except FileNotFoundError:
-        raise InvalidInput(f"envelope file not found: {args.envelope}") from None
-    except OSError as exc:
-        raise InvalidInput(f"envelope file {args.envelope} cannot be read ({exc.strerror})") from None
+    envelope = read_file(args.envelope, "envelope")
     model = read_model(args.model) if args.model is not None else None
     try:
         verified = verify_envelope(envelope, keys)
