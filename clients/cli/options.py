@@ -68,7 +68,7 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         metavar="METHOD.KEY=VALUE",
         help="a method parameter, e.g. integrated_gradients.steps=32 (repeatable)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if audit:
         parser.add_argument("--audit-order", type=int, default=3, help="largest set size judged set by set (default 3)")
