@@ -78,7 +78,9 @@ def landlock_abi() -> int:
         libc = _libc()
     except OSError:
         return 0
-    version = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    version = libc.syscall(
+        _SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+    )
     return max(0, int(version))
 
 
@@ -110,7 +112,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def _drop_capabilities(libc: ctypes.CDLL) -> None:
@@ -137,7 +143,10 @@ class Confinement:
         return self.landlock_abi > 0
 
     def describe(self) -> str:
-        parts = [f"landlock ABI {self.landlock_abi}" if self.landlock_abi else "no landlock", f"uid {self.uid}"]
+        parts = [
+            f"landlock ABI {self.landlock_abi}" if self.landlock_abi else "no landlock",
+            f"uid {self.uid}",
+        ]
         if self.network_namespace:
             parts.append("private network namespace")
         return ", ".join(parts)
@@ -203,7 +212,9 @@ def _landlock(abi: int, readable: Iterable[str]) -> None:
             _add_rule(libc, fd, path, _FS_READ_FILE, attr.handled_access_fs)
         for path in _GPU_DEVICES:
             _add_rule(libc, fd, path, _READ_WRITE_DEVICE | _FS_IOCTL_DEV, attr.handled_access_fs)
-        _check(libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)), "landlock_restrict_self")
+        _check(
+            libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)), "landlock_restrict_self"
+        )
     finally:
         os.close(fd)
 

@@ -303,7 +303,7 @@ def _take_process() -> _Process:
     global _spare
     with _spare_lock:
         spare, _spare = _spare, None
-    if spare is not None and spare.proc.poll() is None:
+    if spare is not None and spare.proc.poll() is None and _prewarm_enabled():
         return spare
     if spare is not None:
         spare.close()
@@ -474,20 +474,22 @@ def _replay_metrics(payload: bytes) -> None:
 
 
 def _vm_size() -> int:
-    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+    with open("/proc/self/status") as status:  # no guess: a wrong size would starve or free the model
         for line in status:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
-    return 0
+    raise OSError("no VmSize in /proc/self/status")
 
 
-def _apply_limits(limits: Mapping[str, Any]) -> None:
+def _apply_limits(limits: Mapping[str, Any], vm_size: int) -> None:
+    """``vm_size``: the address space in use before the model, measured before the confinement
+    (which closes /proc)."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file
     memory = limits.get("memory_bytes")
     if memory:
-        ceiling = _vm_size() + int(memory)
+        ceiling = vm_size + int(memory)
         resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
     cpu = limits.get("cpu_seconds")
     if cpu:
@@ -544,18 +546,24 @@ def _child_main() -> None:
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     _die_with_parent()
-    # Everything the job may import, imported before the job arrives (a spare child waits here),
-    # the confinement and the limits (imports need files and address space).
-    import onnxruntime  # noqa: F401
-    import torch.onnx  # noqa: F401
+    # What every job needs, imported before the confinement and the limits (imports need files and
+    # address space). A spare child, waiting for its job, goes on to import the rest of the compute
+    # core; one with a job waiting leaves that to the job (Landlock keeps the code readable).
+    import select
 
-    import workers.audit
-    import workers.explain
+    import onnxruntime  # noqa: F401
+
     import workers.models.onnx_model
-    import workers.models.torchscript_model  # noqa: F401
+    import workers.models.torchscript_model
     from workers import metrics
     from workers.confine import confine
     from workers.jobs import run_job
+
+    if not select.select([sys.stdin], [], [], 0)[0]:
+        import torch.onnx  # noqa: F401
+
+        import workers.audit
+        import workers.explain  # noqa: F401
 
     try:
         job = pickle.load(sys.stdin.buffer)  # from the worker (trusted), before any model code runs
@@ -568,10 +576,11 @@ def _child_main() -> None:
     recording = _RecordingMetrics()
     metrics.activate(recording)  # type: ignore[arg-type]  # the worker replays what it records
     try:
+        vm_size = _vm_size()
         confinement = confine()
         if job["need_filesystem"] and not confinement.filesystem:
             raise FailedPrecondition(_NO_CONFINEMENT)
-        _apply_limits(job["limits"])
+        _apply_limits(job["limits"], vm_size)
         send(b"S", confinement.describe())
 
         def send_progress(fraction: float, message: str) -> None:
