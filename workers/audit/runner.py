@@ -16,7 +16,7 @@ from workers.audit.evidence import worst_sets
 from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
-from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs
+from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
 from workers.audit.unaudited import unaudited_mass
 from workers.errors import NotApplicable
 from workers.explain import explain, job_params
@@ -28,6 +28,7 @@ from workers.methods.references import choose_references
 from workers.metrics import record_verdict
 from workers.prepare import Prepared
 from workers.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
+from workers.subgames import SubInputGame
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",
@@ -49,6 +50,9 @@ MAX_HIDDEN_SHARE = 0.5
 STOCHASTIC_REPEATS = 2
 # Sub-inputs per sample re-attributed at half resolution to estimate discretisation noise.
 RESOLUTION_PROBES = 64
+# Sub-inputs (of the first sample) on which a game-derived method is also run on the model, to
+# check the derivation against re-evaluation; the largest difference goes into the report.
+SPOT_CHECKS = 1
 PAPER_CONTEXT_LABEL = "theoretical expectation from Deng et al., TPAMI 2024, Table 1: context for the reader, not used for the verdict"
 
 Progress = Callable[[float, str], None]
@@ -72,6 +76,7 @@ class _Measured:
     main: SubInputAttributions
     coarse_shift: np.ndarray | None  # (B, k) change of sum_i a_i(x_T) at half resolution
     repeats: np.ndarray | None  # (R, B, m, n)
+    evaluations: dict[str, Any]  # how the sub-input attributions were obtained
 
 
 def _constituents(
@@ -107,9 +112,17 @@ def _measure(
     probes = np.random.default_rng(derived_seed(prep.spec.seed, "probes")).permutation(len(subsets))
     probes = np.sort(probes[:RESOLUTION_PROBES])
     mains, coarses, repeats = [], [], []
-    for c, (baselines, _) in enumerate(parts):
+    derived, deviation, checked = 0, 0.0, np.zeros(0, dtype=np.uint64)
+    for c, (baselines, part_game) in enumerate(parts):
         seed = derived_seed(prep.spec.seed, method.name, c)
-        main = run(baselines, params, seed)
+        sub_game = SubInputGame(prep.players.n, subsets, part_game.values, part_game.interactions)
+        from_game = sub_inputs_from_game(method, params, prep.players, sub_game)
+        if from_game is None:
+            main = run(baselines, params, seed)
+        else:
+            main, derived = from_game, derived + 1
+            if c == 0:
+                checked, deviation = _spot_check(method, prep, params, seed, baselines, subsets, main)
         mains.append(main)
         if method.resolution is not None:
             probe_params = dict(params, **{method.resolution: _probe_resolution(method, merged)})
@@ -133,6 +146,7 @@ def _measure(
         main=main,
         coarse_shift=_mean(coarses) if coarses else None,
         repeats=_mean(repeats) if repeats else None,
+        evaluations=_evaluations(prep, parts, derived, checked, deviation),
     )
 
 
@@ -143,6 +157,51 @@ def _probe_resolution(method: Method, params: dict[str, Any]) -> int:
     current = int(params[method.resolution])
     probe = max(method.min_resolution(params), current // 2)
     return probe if probe < current else 2 * current
+
+
+def _spot_check(
+    method: Method,
+    prep: Prepared,
+    params: dict[str, Any],
+    seed: int,
+    baselines: np.ndarray,
+    subsets: np.ndarray,
+    derived: SubInputAttributions,
+) -> tuple[np.ndarray, float]:
+    """Run the method on the model on SPOT_CHECKS sub-inputs of the first sample; the largest
+    difference from the game-derived attributions."""
+    rng = np.random.default_rng(derived_seed(prep.spec.seed, "spot-check", method.name))
+    picks = np.sort(rng.permutation(len(subsets))[:SPOT_CHECKS])
+    again = attribute_sub_inputs(
+        method, prep.model, prep.players, prep.target, params, seed,
+        prep.inputs[:1], baselines[:1], prep.classes[:1], subsets[picks],
+    )  # fmt: skip
+    return subsets[picks], float(np.abs(again.per_player[0] - derived.per_player[0, picks]).max())
+
+
+def _evaluations(
+    prep: Prepared,
+    parts: list[tuple[np.ndarray, GameResult]],
+    derived: int,
+    checked: np.ndarray,
+    deviation: float,
+) -> dict[str, Any]:
+    """The report's account of where a method's sub-input attributions came from."""
+    sub_inputs = len(parts) * parts[0][1].values.size
+    if not derived:
+        return {"source": "model", "sub_inputs": sub_inputs, "game_values_reused": 0}
+    names = prep.players.names
+    return {
+        "source": "game",
+        "sub_inputs": sub_inputs,
+        # Each x_T's game is the main game restricted to T: every value it needs was evaluated for the game.
+        "game_values_reused": sum(g.values.size for _, g in parts),
+        "spot_check": {
+            "sets": [[names[i] for i in range(len(names)) if (int(t) >> i) & 1] for t in checked],
+            "samples": 1,
+            "max_abs_difference": deviation,
+        },
+    }
 
 
 def _mean(arrays: list[np.ndarray]) -> np.ndarray:
@@ -230,6 +289,7 @@ def _audit_method(
             subsets, measured.interactions, measured.full, order, game.exact
         ).section(),
         "evidence": worst_sets(scores, subsets, measured.interactions, shares, prep.players, tolerances),
+        "evaluations": measured.evaluations,
     }
     if game.exact and order < n:
         all_scores = score(measured.main.per_player, n)[0]
@@ -311,7 +371,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
                 )
             )
     report_progress(0.05, "attributing the inputs")
-    maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg))
+    played = SubInputGame(players.n, game.subsets, game.values, game.interactions)
+    maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg), played)
     entries = []
     for k, method in enumerate(methods):
         fraction, message = 0.15 + 0.85 * k / len(methods), f"auditing {method.name}"
