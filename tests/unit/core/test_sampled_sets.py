@@ -68,7 +68,7 @@ def _audit(n: int, sets) -> object:  # type: ignore[no-untyped-def]
     floor = np.zeros_like(values)
     ones = np.ones(1)
     return score_allocation(
-        family.subsets, n, values, interactions, None, per_player, recovered, floor, ORDER,
+        family.subsets, n, values, interactions, per_player, recovered, floor, ORDER,
         0 * ones, ones, design(sets),
     )  # fmt: skip
 
