@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from workers.errors import InvalidInput, NotFound, ResourceExhausted
+from xaudit.contract.errors import InvalidInput, NotFound, ResourceExhausted
 
 __all__ = ["CHUNK_BYTES", "BlobStore", "BlobWriter", "is_sha256"]
 

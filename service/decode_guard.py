@@ -3,7 +3,7 @@
 grpc answers a request whose bytes do not parse as its message type with INTERNAL ("Exception
 deserializing request!") before any interceptor's behaviour runs. This interceptor wraps each
 method's deserializer so a parse failure yields a marker, and raises
-:class:`~workers.errors.InvalidInput` when the handler would see it (the errors interceptor, further
+:class:`~xaudit.contract.errors.InvalidInput` when the handler would see it (the errors interceptor, further
 out, turns it into the status). Place it innermost: after authentication, so strangers learn nothing.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 
 from service.handlers import rewrap
-from workers.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["DecodeGuardInterceptor"]
 

@@ -35,7 +35,7 @@ from service.records import (
     tensor_rows,
 )
 from service.schema import job_tensors, jobs, metadata, models, reports, results
-from workers.errors import FailedPrecondition, NotFound
+from xaudit.contract.errors import FailedPrecondition, NotFound
 
 # Records are re-exported: callers import them from the store.
 __all__ = [

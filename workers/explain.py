@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workers.errors import NotApplicable
 from workers.methods import AttributionContext, attribute, get_method
 from workers.metrics import observe_method
 from workers.prepare import Prepared
+from xaudit.contract.errors import NotApplicable
 
 __all__ = ["ExplainResult", "explain"]
 

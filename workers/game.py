@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.errors import ResourceExhausted
 from workers.interactions import moebius_dense_limited, shapley_from_interactions, subsets_up_to
 from workers.models.base import ModelAdapter
 from workers.players import Players, subset_bits
 from workers.targets import Target
+from xaudit.contract.errors import ResourceExhausted
 
 __all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_inputs", "play"]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from workers.errors import InvalidInput
-from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
 __all__ = ["add_job_options", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
 
@@ -164,7 +164,7 @@ def _parse_value(text: str) -> Any:
 
 def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
-    from workers.spec import resolve_method_names
+    from xaudit.contract.spec import resolve_method_names
 
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players

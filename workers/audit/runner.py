@@ -16,7 +16,6 @@ from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs
-from workers.errors import NotApplicable
 from workers.explain import explain
 from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
@@ -24,7 +23,8 @@ from workers.interactions import interaction_orders, popcounts
 from workers.methods import Method, derived_seed, get_method
 from workers.metrics import record_verdict
 from workers.prepare import Prepared
-from workers.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
+from xaudit.contract.errors import NotApplicable
+from xaudit.contract.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",

@@ -18,9 +18,9 @@ import torch
 from zennit.core import Hook
 from zennit.rules import AlphaBeta, Epsilon, ZBox, ZPlus
 
-from workers.errors import InvalidInput
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods._zennit import lrp_relevance
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon"]
 

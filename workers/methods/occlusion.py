@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from workers.errors import InvalidInput
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods._perturbation import removal_deltas
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["Occlusion1", "OcclusionPatch", "patch_windows"]
 

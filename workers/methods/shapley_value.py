@@ -6,9 +6,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from workers.errors import NotApplicable
 from workers.game import MAX_EXACT_PLAYERS, play
 from workers.methods._base import AttributionContext, Capabilities, Method
+from xaudit.contract.errors import NotApplicable
 
 __all__ = ["ShapleyValue"]
 

@@ -16,7 +16,7 @@ from onnx import defs, numpy_helper
 from onnx2torch import convert
 from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter
 
-from workers.errors import InvalidModel
+from xaudit.contract.errors import InvalidModel
 
 __all__ = ["onnx_to_torch"]
 
