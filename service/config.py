@@ -62,6 +62,9 @@ class ServerConfig:
     requeue_after_seconds: float = 300.0
     # WatchJob polls the store (works across replicas) at this period.
     watch_poll_seconds: float = 0.1
+    # Blob files no model record needs (what a crash leaves) are removed this often, once this old.
+    orphan_sweep_seconds: float = 600.0
+    orphan_grace_seconds: float = 3600.0
     # Report signing keys: None means <home>/keys; a key file, when given, is used and never generated.
     signing_key_dir: Path | None = None
     signing_key_file: Path | None = None

@@ -15,6 +15,7 @@ from service.config import ServerConfig
 from service.decode_guard import DecodeGuardInterceptor
 from service.dispatch import Dispatcher, Sender, celery_sender
 from service.errors_interceptor import ErrorsInterceptor
+from service.housekeeping import Housekeeper
 from service.jobs import JobService, ReportSealer
 from service.metrics import counted_signer, watch_store
 from service.metrics_interceptor import metrics_interceptors
@@ -62,6 +63,7 @@ class Server:
         dispatcher: Dispatcher,
         health_servicer: health.HealthServicer,
         closers: list[Any],
+        housekeeper: Housekeeper | None = None,
     ) -> None:
         self.config = config
         self.grpc = grpc_server
@@ -71,6 +73,7 @@ class Server:
         self.dispatcher = dispatcher
         self._health = health_servicer
         self._closers = closers
+        self._housekeeper = housekeeper
         # Set by create_server when authentication is on: what the embedded local worker presents.
         self.worker_token: str | None = None
 
@@ -81,6 +84,8 @@ class Server:
     def start(self) -> None:
         self.grpc.start()
         self.dispatcher.start()
+        if self._housekeeper is not None:
+            self._housekeeper.start()
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         logger.info("xaudit serving on %s (store %s)", self.address, self.config.resolved_store_url)
@@ -88,6 +93,8 @@ class Server:
     def stop(self, grace: float | None = None) -> None:
         self._health.enter_graceful_shutdown()
         self.dispatcher.stop()
+        if self._housekeeper is not None:
+            self._housekeeper.stop()
         self.grpc.stop(self.config.grace_seconds if grace is None else grace).wait()
         for close in self._closers:
             try:
@@ -153,6 +160,9 @@ def create_server(
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-    built = Server(config, server, port, jobs, dispatcher, health_servicer, closers)
+    housekeeper = Housekeeper(
+        blobs, store.model_digests, config.orphan_sweep_seconds, config.orphan_grace_seconds
+    )
+    built = Server(config, server, port, jobs, dispatcher, health_servicer, closers, housekeeper)
     built.worker_token = authenticator.internal_worker_token  # for the embedded local worker only
     return built, port

@@ -14,6 +14,7 @@ from service.blobs import BlobStore
 from service.convert import decode_page_token, encode_page_token, job_to_proto, state_to_proto
 from service.jobs import JobService
 from service.metrics import counted_chunks, record_failed, record_started
+from service.store import Lease
 from service.uploads import receive_model
 from service.validation import check_input_names, format_to_proto, submission_from_request
 from xaudit.contract.tensors import decode_tensor, encode_tensor
@@ -29,6 +30,10 @@ MAX_PAGE = 500
 def tenant_of(context: grpc.ServicerContext) -> str:
     """The caller's tenant, as service.auth's interceptor established it for this call."""
     return authenticated_tenant(context)
+
+
+def _lease(request: Any) -> Lease:
+    return Lease(request.worker_id, request.lease_secret)
 
 
 class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
@@ -125,11 +130,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         self._config = jobs.config
 
     def FetchJob(self, request: worker_pb2.FetchJobRequest, context: Any) -> worker_pb2.JobPayload:
-        job, claimed = self._store.claim(request.job_id, request.worker_id, self._config.lease_seconds)
-        record_started(job, claimed)
-        reply = worker_pb2.JobPayload(job_id=job.id, claimed=claimed, state=state_to_proto(job.state))
-        if not claimed:
+        job, secret = self._store.claim(request.job_id, request.worker_id, self._config.lease_seconds)
+        record_started(job, bool(secret))
+        reply = worker_pb2.JobPayload(job_id=job.id, claimed=bool(secret), state=state_to_proto(job.state))
+        if not secret:
             return reply
+        reply.lease_secret = secret
         reply.spec_json = job.spec_json
         reply.model_sha256 = job.model_sha256
         reply.model_format = format_to_proto(job.model_format)
@@ -148,7 +154,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
 
     def Heartbeat(self, request: worker_pb2.HeartbeatRequest, context: Any) -> worker_pb2.HeartbeatResponse:
         stop = self._store.heartbeat(
-            request.job_id, request.worker_id, request.progress, request.message, self._config.lease_seconds
+            request.job_id, _lease(request), request.progress, request.message, self._config.lease_seconds
         )
         return worker_pb2.HeartbeatResponse(cancel=stop)
 
@@ -161,6 +167,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
                 tensors[name] = decode_tensor(getattr(request, name), finite=False)
         accepted = self._jobs.complete(
             request.job_id,
+            _lease(request),
             request.report or None,
             tensors,
             dict(request.not_applicable),
@@ -169,6 +176,6 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         return worker_pb2.CompleteJobResponse(accepted=accepted)
 
     def FailJob(self, request: worker_pb2.FailJobRequest, context: Any) -> worker_pb2.FailJobResponse:
-        accepted = self._store.fail(request.job_id, request.worker_id, request.code, request.message)
+        accepted = self._store.fail(request.job_id, _lease(request), request.code, request.message)
         record_failed(self._store, request.job_id, request.code, accepted)
         return worker_pb2.FailJobResponse(accepted=accepted)
