@@ -11,17 +11,20 @@ from typing import Any
 
 import numpy as np
 
+from workers.audit.checks import GameCheck, game_checks
 from workers.audit.evidence import worst_sets
 from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
+from workers.audit.unaudited import unaudited_mass
 from workers.errors import NotApplicable
-from workers.explain import explain
+from workers.explain import explain, job_params
 from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
 from workers.interactions import interaction_orders, popcounts
 from workers.methods import Method, derived_seed, get_method
+from workers.methods.references import choose_references
 from workers.metrics import record_verdict
 from workers.prepare import Prepared
 from workers.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
@@ -29,7 +32,6 @@ from workers.subgames import SubInputGame
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",
-    "AUDIT_BACKGROUND_CAP",
     "MAX_HIDDEN_SHARE",
     "STOCHASTIC_REPEATS",
     "AuditResult",
@@ -41,8 +43,6 @@ logger = logging.getLogger(__name__)
 # Up to this many players every sub-input is attributed (2^n per sample): exact remainder-free
 # coverage and the all-order view. Above it, only sub-inputs with |T| <= audit order.
 ALL_ORDER_MAX_PLAYERS = 10
-# Background samples used as references when auditing distribution-baseline methods.
-AUDIT_BACKGROUND_CAP = 4
 # Most of the effect mass may sit under a method's noise floor; then nothing about its allocation is
 # shown and it cannot be judged reliable (raise its steps or samples to lower the floor).
 MAX_HIDDEN_SHARE = 0.5
@@ -72,7 +72,7 @@ class _Measured:
 
     values: np.ndarray  # (B, m)
     interactions: np.ndarray  # (B, m)
-    remainder: np.ndarray | None  # (B,)
+    full: np.ndarray  # (B,) v(N)
     main: SubInputAttributions
     coarse_shift: np.ndarray | None  # (B, k) change of sum_i a_i(x_T) at half resolution
     repeats: np.ndarray | None  # (R, B, m, n)
@@ -96,7 +96,7 @@ def _measure(
     background_games: list[tuple[np.ndarray, GameResult]],
     tick: Callable[[], None],
 ) -> _Measured:
-    params = dict(prep.spec.method_params.get(method.name, {}))
+    params = job_params(prep, method.name)
     merged = method.params_from(params)
     parts = _constituents(method, prep, game, background_games)
     subsets = game.subsets
@@ -125,8 +125,8 @@ def _measure(
                 checked, deviation = _spot_check(method, prep, params, seed, baselines, subsets, main)
         mains.append(main)
         if method.resolution is not None:
-            coarse_params = dict(params, **{method.resolution: max(1, int(merged[method.resolution]) // 2)})
-            coarse = run(baselines, coarse_params, seed, subsets[probes]).per_player
+            probe_params = dict(params, **{method.resolution: _probe_resolution(method, merged)})
+            coarse = run(baselines, probe_params, seed, subsets[probes]).per_player
             coarses.append(coarse.sum(axis=2) - main.per_player[:, probes].sum(axis=2))
         if method.capabilities.stochastic:
             others = [
@@ -142,12 +142,21 @@ def _measure(
     return _Measured(
         values=_mean([g.values for _, g in parts]),
         interactions=_mean([g.interactions for _, g in parts]),
-        remainder=None if game.exact else _mean([g.remainder for _, g in parts]),
+        full=_mean([g.full for _, g in parts]),
         main=main,
         coarse_shift=_mean(coarses) if coarses else None,
         repeats=_mean(repeats) if repeats else None,
         evaluations=_evaluations(prep, parts, derived, checked, deviation),
     )
+
+
+def _probe_resolution(method: Method, params: dict[str, Any]) -> int:
+    """Half the method's resolution, never below what it accepts; where halving is impossible,
+    double it (the shift then measures the error of the audited run just as well)."""
+    assert method.resolution is not None
+    current = int(params[method.resolution])
+    probe = max(method.min_resolution(params), current // 2)
+    return probe if probe < current else 2 * current
 
 
 def _spot_check(
@@ -235,7 +244,7 @@ def _audit_method(
     def score(per_player: np.ndarray, max_order: int) -> tuple[AllocationScores, np.ndarray]:
         shares = moebius_shares(subsets, per_player, n)
         return score_allocation(
-            subsets, n, measured.values, measured.interactions, measured.remainder,
+            subsets, n, measured.values, measured.interactions,
             per_player, shares, floor.per_set, max_order,
             measured.main.absent_mass, measured.main.total_mass,
         ), shares  # fmt: skip
@@ -276,6 +285,9 @@ def _audit_method(
             "repeats": STOCHASTIC_REPEATS if measured.repeats is not None else 1,
         },
         "by_order": scores.by_order,
+        "unaudited": unaudited_mass(
+            subsets, measured.interactions, measured.full, order, game.exact
+        ).section(),
         "evidence": worst_sets(scores, subsets, measured.interactions, shares, prep.players, tolerances),
         "evaluations": measured.evaluations,
     }
@@ -290,7 +302,9 @@ def _audit_method(
     return entry
 
 
-def _game_section(prep: Prepared, game: GameResult, order: int) -> dict[str, Any]:
+def _game_section(
+    prep: Prepared, game: GameResult, order: int, checks: tuple[GameCheck, ...]
+) -> dict[str, Any]:
     players = prep.players
     sizes = popcounts(game.subsets)
     mean_effect = game.interactions.mean(axis=0)
@@ -312,6 +326,8 @@ def _game_section(prep: Prepared, game: GameResult, order: int) -> dict[str, Any
         "reference_values": game.empty,
         "efficiency_error": float(game.efficiency_error.max()) if game.exact else 0.0,
         "unexplained_high_order": None if game.exact else game.remainder,
+        "unaudited": unaudited_mass(game.subsets, game.interactions, game.full, order, game.exact).section(),
+        "checks": [c.section() for c in checks],
         "mass_by_order": [
             {"order": k, "mass": float(mass)}
             for k, mass in enumerate(
@@ -343,8 +359,10 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     game = play(prep.model, prep.inputs, prep.baselines, players, prep.target, prep.classes, order=enumerated)
     methods = [get_method(name) for name in spec.methods]
     background_games: list[tuple[np.ndarray, GameResult]] = []
-    if prep.background is not None and any(m.capabilities.baseline == "distribution" for m in methods):
-        for reference in prep.background[:AUDIT_BACKGROUND_CAP]:
+    references = None if prep.background is None else choose_references(prep.background, spec.seed)
+    if references is not None and any(m.capabilities.baseline == "distribution" for m in methods):
+        # Exactly the references the maps average over (workers.methods.references).
+        for reference in references.references:
             refs = np.broadcast_to(reference[None], prep.inputs.shape).copy()
             background_games.append(
                 (
@@ -412,10 +430,11 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             "seed": spec.seed,
             "noise_z": DEFAULT_Z,
             "background_samples": len(background_games),
+            "background_given": 0 if references is None else references.given,
             "stochastic_repeats": STOCHASTIC_REPEATS,
         },
         "environment": environment(str(prep.model.device), prep.model.execution_providers),
-        "game": _game_section(prep, game, order),
+        "game": _game_section(prep, game, order, game_checks(prep, game)),
         "methods": entries,
         "summary": {
             verdict: [e["name"] for e in entries if e["verdict"] == verdict]

@@ -23,10 +23,10 @@ def moebius_shares(subsets: np.ndarray, per_player: np.ndarray, n: int) -> np.nd
 class AllocationScores:
     """Numerators and denominators per sample, so that scores pool over samples by mass."""
 
-    dropped: np.ndarray  # (B,) mass not handed out (+ unexplained remainder when order-limited)
+    dropped: np.ndarray  # (B,) audited mass not handed out
     excess: np.ndarray  # (B,) mass handed out more than once
     out_of_set: np.ndarray  # (B,) mass given outside S, plus attribution at the reference itself
-    mass: np.ndarray  # (B,) audited effect mass sum |I(S)| (+ |remainder|)
+    mass: np.ndarray  # (B,) audited effect mass sum |I(S)|
     excluded_mass: np.ndarray  # (B,) effect mass under the noise floor, left out of the ratios
     absent: np.ndarray  # (B,) attribution mass given to absent units on sub-inputs
     attribution_mass: np.ndarray  # (B,) all attribution mass on sub-inputs
@@ -92,7 +92,6 @@ def score_allocation(
     n: int,
     values: np.ndarray,
     interactions: np.ndarray,
-    remainder: np.ndarray | None,
     per_player: np.ndarray,
     shares: np.ndarray,
     floor: np.ndarray,
@@ -104,7 +103,8 @@ def score_allocation(
 
     values, interactions: (B, m) over ``subsets``; per_player a_i(x_T) and shares A_i(S): (B, m, n);
     floor: (B, m). Sets with 1 <= |S| <= max_order and |I(S)| above the floor are judged.
-    ``remainder`` (B,): unexplained high-order effect when only low orders were enumerated.
+    Effects of orders above ``max_order`` are the audit's unaudited mass
+    (:mod:`workers.audit.unaudited`), never a method's dropped mass.
     ``absent_mass``, ``attribution_mass`` (B,): measured on the sub-inputs themselves
     (:class:`workers.audit.subinputs.SubInputAttributions`; for distribution methods averaged over
     constituents, where averaging the attributions first could cancel signs).
@@ -126,9 +126,6 @@ def score_allocation(
     empty = subsets == 0
     at_reference = np.abs(shares[:, empty, :]).sum(axis=(1, 2))
     dropped = set_dropped.sum(axis=1)
-    if remainder is not None:
-        dropped = dropped + np.abs(remainder)
-        mass = mass + np.abs(remainder)
     residual = per_player.sum(axis=2) - (values - values[:, :1])
     by_order = []
     for k in range(1, max_order + 1):
