@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -16,6 +17,7 @@ from workers.audit.evidence import worst_sets
 from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
+from workers.audit.sets import AuditedSets, choose_sets, design
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
 from workers.audit.unaudited import unaudited_mass
 from workers.errors import NotApplicable
@@ -236,17 +238,19 @@ def _audit_method(
     background_games: list[tuple[np.ndarray, GameResult]],
     order: int,
     tick: Callable[[], None],
+    sets: AuditedSets | None = None,
 ) -> dict[str, Any]:
     measured = _measure(method, prep, game, background_games, tick)
     n, subsets = prep.players.n, game.subsets
     floor = estimate_floor(subsets, measured.values, measured.coarse_shift, measured.repeats, DEFAULT_Z)
+    index, survey = (None, None) if sets is None else (sets.family, design(sets))
 
     def score(per_player: np.ndarray, max_order: int) -> tuple[AllocationScores, np.ndarray]:
-        shares = moebius_shares(subsets, per_player, n)
+        shares = moebius_shares(subsets, per_player, n, index)
         return score_allocation(
             subsets, n, measured.values, measured.interactions,
             per_player, shares, floor.per_set, max_order,
-            measured.main.absent_mass, measured.main.total_mass,
+            measured.main.absent_mass, measured.main.total_mass, survey,
         ), shares  # fmt: skip
 
     scores, shares = score(measured.main.per_player, order)
@@ -286,7 +290,7 @@ def _audit_method(
         },
         "by_order": scores.by_order,
         "unaudited": unaudited_mass(
-            subsets, measured.interactions, measured.full, order, game.exact
+            subsets, measured.interactions, measured.full, order, game.exact, game.weights
         ).section(),
         "evidence": worst_sets(scores, subsets, measured.interactions, shares, prep.players, tolerances),
         "evaluations": measured.evaluations,
@@ -303,7 +307,11 @@ def _audit_method(
 
 
 def _game_section(
-    prep: Prepared, game: GameResult, order: int, checks: tuple[GameCheck, ...]
+    prep: Prepared,
+    game: GameResult,
+    order: int,
+    checks: tuple[GameCheck, ...],
+    sets: AuditedSets | None = None,
 ) -> dict[str, Any]:
     players = prep.players
     sizes = popcounts(game.subsets)
@@ -326,14 +334,22 @@ def _game_section(
         "reference_values": game.empty,
         "efficiency_error": float(game.efficiency_error.max()) if game.exact else 0.0,
         "unexplained_high_order": None if game.exact else game.remainder,
-        "unaudited": unaudited_mass(game.subsets, game.interactions, game.full, order, game.exact).section(),
+        "unaudited": unaudited_mass(
+            game.subsets, game.interactions, game.full, order, game.exact, game.weights
+        ).section(),
         "checks": [c.section() for c in checks],
         "mass_by_order": [
             {"order": k, "mass": float(mass)}
             for k, mass in enumerate(
-                interaction_orders(game.subsets, game.interactions, game.order).mean(axis=0), 1
+                interaction_orders(
+                    game.subsets,
+                    game.interactions if game.weights is None else game.interactions * game.weights,
+                    game.order,
+                ).mean(axis=0),
+                1,
             )
         ],
+        "audited_sets": None if sets is None else sets.section(),
         "top_interactions": [
             {
                 "set": [players.names[i] for i in mem],
@@ -355,8 +371,26 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     spec, players = prep.spec, prep.players
     order = max(1, min(spec.audit_order, players.n))
     enumerated = players.n if players.n <= ALL_ORDER_MAX_PLAYERS else order
+    # Above the all-order limit: the sets of each order up to the audit order, all of them when few,
+    # a seeded sample otherwise, and only their sub-inputs (workers.audit.sets).
+    sets = None if players.n <= ALL_ORDER_MAX_PLAYERS else choose_sets(players.n, order, spec.seed)
+    family = None if sets is None else sets.subsets
+
+    def play_against(baselines: np.ndarray) -> GameResult:
+        played = play(
+            prep.model,
+            prep.inputs,
+            baselines,
+            players,
+            prep.target,
+            prep.classes,
+            order=enumerated,
+            family=family,
+        )
+        return played if sets is None else dataclasses.replace(played, weights=sets.weights)
+
     report_progress(0.01, "evaluating the masking game")
-    game = play(prep.model, prep.inputs, prep.baselines, players, prep.target, prep.classes, order=enumerated)
+    game = play_against(prep.baselines)
     methods = [get_method(name) for name in spec.methods]
     background_games: list[tuple[np.ndarray, GameResult]] = []
     references = None if prep.background is None else choose_references(prep.background, spec.seed)
@@ -364,12 +398,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         # Exactly the references the maps average over (workers.methods.references).
         for reference in references.references:
             refs = np.broadcast_to(reference[None], prep.inputs.shape).copy()
-            background_games.append(
-                (
-                    refs,
-                    play(prep.model, prep.inputs, refs, players, prep.target, prep.classes, order=enumerated),
-                )
-            )
+            background_games.append((refs, play_against(refs)))
     report_progress(0.05, "attributing the inputs")
     played = SubInputGame(players.n, game.subsets, game.values, game.interactions)
     maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg), played)
@@ -388,7 +417,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         else:
             try:
                 tick = functools.partial(report_progress, fraction, message)
-                entry = _audit_method(method, prep, game, background_games, order, tick)
+                entry = _audit_method(method, prep, game, background_games, order, tick, sets)
             except NotApplicable as exc:
                 entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
         entry["among_fourteen"] = method.name in FOURTEEN_METHODS
@@ -434,7 +463,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             "stochastic_repeats": STOCHASTIC_REPEATS,
         },
         "environment": environment(str(prep.model.device), prep.model.execution_providers),
-        "game": _game_section(prep, game, order, game_checks(prep, game)),
+        "game": _game_section(prep, game, order, game_checks(prep, game), sets),
         "methods": entries,
         "summary": {
             verdict: [e["name"] for e in entries if e["verdict"] == verdict]
