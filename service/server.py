@@ -11,6 +11,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from service.auth import Authenticator, AuthInterceptor, bind_port, check_exposure
 from service.blobs import BlobStore
+from service.capacity import Capacity, CapacityInterceptor, CapacityLimits
 from service.config import ServerConfig
 from service.decode_guard import DecodeGuardInterceptor
 from service.dispatch import Dispatcher, Sender, celery_sender
@@ -120,13 +121,18 @@ def create_server(
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
+    limits = CapacityLimits(
+        config.grpc_threads, config.max_streams, config.max_streams_per_tenant, config.worker_threads
+    )
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.grpc_threads, thread_name_prefix="xaudit-rpc"),
+        # Threads for every class of call at its cap (service.capacity): workers always find one.
+        futures.ThreadPoolExecutor(max_workers=limits.pool_threads, thread_name_prefix="xaudit-rpc"),
         # Errors outside auth: its Unauthenticated / PermissionDenied become statuses.
         interceptors=[
             *metrics_interceptors(),
             ErrorsInterceptor(),
             AuthInterceptor(authenticator),
+            CapacityInterceptor(Capacity(limits)),  # streams counted per authenticated tenant
             DecodeGuardInterceptor(),  # undecodable bytes: INVALID_ARGUMENT, not grpc's INTERNAL
         ],
         options=options,
