@@ -22,6 +22,7 @@ from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
 from workers.interactions import interaction_orders, popcounts
 from workers.methods import Method, derived_seed, get_method
+from workers.methods._isolation import judged_alone
 from workers.metrics import record_verdict
 from workers.prepare import Prepared
 from workers.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
@@ -370,7 +371,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         else:
             try:
                 tick = functools.partial(report_progress, fraction, message)
-                entry = _audit_method(method, prep, game, background_games, order, tick)
+                with judged_alone(method.name):
+                    entry = _audit_method(method, prep, game, background_games, order, tick)
             except NotApplicable as exc:
                 entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
         entry["among_fourteen"] = method.name in FOURTEEN_METHODS
