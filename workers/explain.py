@@ -16,7 +16,7 @@ from workers.metrics import observe_method
 from workers.prepare import Prepared
 from workers.subgames import SubInputGame, subset_positions
 
-__all__ = ["ExplainResult", "explain"]
+__all__ = ["ExplainResult", "explain", "job_params", "method_context"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +30,16 @@ class ExplainResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def job_params(prep: Prepared, name: str) -> dict[str, object]:
+    """The job's parameters of method ``name``, with those fixed per job (e.g. Deep Taylor's input
+    bounds) bound from all of the job's inputs and references: the maps and the audit use these."""
+    given = dict(prep.spec.method_params.get(name, {}))
+    references = (prep.baselines,) if prep.background is None else (prep.baselines, prep.background)
+    return get_method(name).bind(given, prep.inputs, references)
+
+
 def method_context(prep: Prepared, name: str) -> AttributionContext:
-    params = dict(prep.spec.method_params.get(name, {}))
-    return AttributionContext(prep.model, prep.players, prep.target, params, prep.spec.seed)
+    return AttributionContext(prep.model, prep.players, prep.target, job_params(prep, name), prep.spec.seed)
 
 
 def _from_game(prep: Prepared, name: str, game: SubInputGame | None) -> np.ndarray | None:

@@ -59,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        from clients.cli.options import apply_threads_option
+
+        apply_threads_option(args)
         code: int = args.func(args)
         return code
     except XauditError as exc:

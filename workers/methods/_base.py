@@ -54,6 +54,17 @@ class Method(ABC):
     # The paper's theoretical expectation (Deng et al., Table 1): context for readers, never a verdict.
     paper_context: ClassVar[str] = ""
 
+    def min_resolution(self, params: Mapping[str, Any]) -> int:
+        """The smallest value of ``resolution`` this method accepts under ``params``."""
+        return 1
+
+    def bind(
+        self, params: Mapping[str, Any], inputs: np.ndarray, references: tuple[np.ndarray, ...]
+    ) -> dict[str, Any]:
+        """Parameters fixed once per job from all of its inputs and references (the same for the
+        maps and for every batch of sub-inputs the audit attributes). The default: as given."""
+        return dict(params)
+
     @abstractmethod
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray

@@ -1,7 +1,7 @@
 """Converters for ONNX operators that onnx2torch lacks and that exported public models use.
 
 Registered in onnx2torch's public converter registry on import (workers.models.onnx_to_torch
-imports this module). Each one is checked against onnxruntime in tests/unit/core/test_converters.py.
+imports this module). Each one is checked against onnxruntime in tests/unit/models/test_onnx_support.py.
 """
 
 from __future__ import annotations
@@ -9,17 +9,21 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes
-from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter
-from onnx2torch.onnx_graph import OnnxGraph
-from onnx2torch.onnx_node import OnnxNode
-from onnx2torch.utils.common import (
+from torch import nn
+
+from workers.light_imports import onnx2torch as _light_onnx2torch
+
+_light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
+from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes  # noqa: E402
+from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter  # noqa: E402
+from onnx2torch.onnx_graph import OnnxGraph  # noqa: E402
+from onnx2torch.onnx_node import OnnxNode  # noqa: E402
+from onnx2torch.utils.common import (  # noqa: E402
     OnnxMapping,
     OperationConverterResult,
     get_const_value,
     onnx_mapping_from_node,
 )
-from torch import nn
 
 __all__ = ["ADDED_OPERATORS"]
 

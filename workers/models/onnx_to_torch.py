@@ -18,16 +18,20 @@ import numpy as np
 import onnx
 import torch
 from onnx import defs, numpy_helper
-from onnx2torch import convert
-from onnx2torch.node_converters.registry import (
+
+from workers.errors import InvalidModel
+from workers.light_imports import onnx2torch as _light_onnx2torch
+
+_light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
+from onnx2torch import convert  # noqa: E402
+from onnx2torch.node_converters.registry import (  # noqa: E402
     _CONVERTER_REGISTRY,
     OperationDescription,
     add_converter,
     get_converter,
 )
 
-import workers.models.onnx_converters  # noqa: F401  (registers the converters onnx2torch lacks)
-from workers.errors import InvalidModel
+import workers.models.onnx_converters  # noqa: E402, F401  (registers the converters onnx2torch lacks)
 
 __all__ = ["onnx_to_torch", "unconvertible_nodes"]
 
