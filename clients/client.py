@@ -62,6 +62,17 @@ def default_server() -> str:
     return os.environ.get("XAUDIT_SERVER") or DEFAULT_SERVER
 
 
+def _self_contained(path: Path) -> bytes:
+    """An ONNX file with its side files (model.onnx.data) read in from its directory: the service
+    reads no paths, so one self-contained model is sent."""
+    data = path.read_bytes()
+    try:
+        from workers.onnx_external import inline_external_data
+    except ImportError:  # a thin install without the onnx package: the service explains what to do
+        return data
+    return inline_external_data(path, data)
+
+
 class XauditClient:
     """A connection to one xaudit server. Thread-safe (one gRPC channel); close it or use ``with``.
 
@@ -136,6 +147,9 @@ class XauditClient:
         try:
             size = path.stat().st_size
             fmt = format or guess_format(read_head(path), path.name)
+            if fmt == "onnx":
+                data = _self_contained(path)
+                return self._upload(data, len(data), fmt, name or path.name)
             with path.open("rb") as fh:
                 return self._upload(fh, size, fmt, name or path.name)
         except FileNotFoundError:

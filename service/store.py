@@ -411,6 +411,16 @@ class JobStore:
             ).rowcount
         return done == 1
 
+    def redispatch_queued(self) -> int:
+        """Every queued job is due to be sent again (the broker may have lost its message)."""
+        with self.engine.begin() as conn:
+            n = conn.execute(
+                jobs.update()
+                .where(jobs.c.state == QUEUED, jobs.c.dispatched_at.is_not(None))
+                .values(dispatched_at=None)
+            ).rowcount
+        return int(n)
+
     def release_dispatch(self, job_id: str) -> None:
         """The send failed: the job is due again."""
         with self.engine.begin() as conn:

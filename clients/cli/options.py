@@ -132,7 +132,13 @@ def read_file(path: Path, what: str) -> bytes:
 
 
 def read_model(path: Path) -> bytes:
-    return read_file(path, "model")
+    """The model's bytes; an ONNX model's external data files are read in from its directory."""
+    data = read_file(path, "model")
+    if data[:2] == b"PK":  # TorchScript
+        return data
+    from workers.onnx_external import inline_external_data
+
+    return inline_external_data(path, data)
 
 
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:

@@ -25,6 +25,7 @@ from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
 from workers.interactions import interaction_orders, popcounts
 from workers.methods import Method, derived_seed, get_method
+from workers.methods._isolation import judged_alone
 from workers.methods.references import choose_references
 from workers.metrics import record_verdict
 from workers.prepare import Prepared
@@ -417,7 +418,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         else:
             try:
                 tick = functools.partial(report_progress, fraction, message)
-                entry = _audit_method(method, prep, game, background_games, order, tick, sets)
+                with judged_alone(method.name):
+                    entry = _audit_method(method, prep, game, background_games, order, tick, sets)
             except NotApplicable as exc:
                 entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
         entry["among_fourteen"] = method.name in FOURTEEN_METHODS
