@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, choose_sets
-from workers.errors import ResourceExhausted
 from workers.methods import get_method
+from xaudit.contract.errors import ResourceExhausted
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",

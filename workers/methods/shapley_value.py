@@ -9,13 +9,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from workers.errors import InvalidInput
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
 from workers.models.base import ModelAdapter
 from workers.players import Players
 from workers.shapley_estimate import estimate_shapley
 from workers.subgames import SubInputGame, restricted_shapley
 from workers.targets import Target
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["ShapleyValue"]
 
@@ -79,5 +79,7 @@ def _permutations(given: object) -> int:
     except ValueError:
         value = 0
     if isinstance(given, bool) or not 2 <= value <= MAX_PERMUTATIONS:
-        raise InvalidInput(f"shapley_value.permutations must be an integer in 2..{MAX_PERMUTATIONS}, got {given!r}")
+        raise InvalidInput(
+            f"shapley_value.permutations must be an integer in 2..{MAX_PERMUTATIONS}, got {given!r}"
+        )
     return value

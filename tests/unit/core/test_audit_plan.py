@@ -9,7 +9,7 @@ from clients.cli.plan import plan_text
 from workers.audit import plan as plan_module
 from workers.audit import runner
 from workers.audit.plan import Budget, Throughput, plan_audit
-from workers.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.errors import InvalidInput, ResourceExhausted
 
 METHODS = ("integrated_gradients", "deeplift_rescale", "gradient_x_input", "occlusion_1", "shapley_value")
 
