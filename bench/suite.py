@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 ASSETS = ROOT / "workers" / "assets"
 
 SECTIONS = ("shapley", "game", "methods", "audit", "startup", "gpu")
@@ -200,7 +200,7 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
 
     from bench._common import paired_medians
     from workers.audit.subinputs import attribute_sub_inputs
-    from workers.errors import NotApplicable
+    from xaudit.contract.errors import NotApplicable
     from workers.interactions import subsets_up_to
     from workers.methods import get_method
     from workers.models import load_model
@@ -324,7 +324,7 @@ def section_audit(players: list[int]) -> None:
 
 
 def _env() -> dict[str, str]:
-    path = os.pathsep.join([str(ROOT), str(ROOT / "clients" / "_proto"), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(ROOT), str(ROOT / "proto"), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path}
 
 

@@ -43,7 +43,7 @@ from service.records import (
 )
 from service.schema import ADDED_COLUMNS, job_tensors, jobs, metadata, models, reports, results
 from service.text import clean, shown
-from workers.errors import FailedPrecondition, NotFound
+from xaudit.contract.errors import FailedPrecondition, NotFound
 
 # Records are re-exported: callers import them from the store.
 __all__ = [
@@ -410,6 +410,16 @@ class JobStore:
                 .values(dispatched_at=now)
             ).rowcount
         return done == 1
+
+    def redispatch_queued(self) -> int:
+        """Every queued job is due to be sent again (the broker may have lost its message)."""
+        with self.engine.begin() as conn:
+            n = conn.execute(
+                jobs.update()
+                .where(jobs.c.state == QUEUED, jobs.c.dispatched_at.is_not(None))
+                .values(dispatched_at=None)
+            ).rowcount
+        return int(n)
 
     def release_dispatch(self, job_id: str) -> None:
         """The send failed: the job is due again."""

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workers.errors import ResourceExhausted
 from workers.interactions import (
     family_index,
     moebius_dense_limited,
@@ -18,6 +17,7 @@ from workers.interactions import (
 )
 from workers.players import Players, full_mask, subset_bits
 from workers.targets import Target
+from xaudit.contract.errors import ResourceExhausted
 
 if TYPE_CHECKING:  # the model stack (torch, onnx) loads only when a model does
     from workers.models.base import ModelAdapter

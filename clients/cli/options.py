@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from workers.errors import InvalidInput
-from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
 __all__ = ["add_job_options", "add_threads_option", "apply_threads_option", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
 
@@ -132,7 +132,13 @@ def read_file(path: Path, what: str) -> bytes:
 
 
 def read_model(path: Path) -> bytes:
-    return read_file(path, "model")
+    """The model's bytes; an ONNX model's external data files are read in from its directory."""
+    data = read_file(path, "model")
+    if data[:2] == b"PK":  # TorchScript
+        return data
+    from workers.onnx_external import inline_external_data
+
+    return inline_external_data(path, data)
 
 
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
@@ -195,7 +201,7 @@ def _parse_value(text: str) -> Any:
 
 def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
-    from workers.spec import resolve_method_names
+    from xaudit.contract.spec import resolve_method_names
 
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players

@@ -20,17 +20,18 @@ from workers.audit.scores import AllocationScores, moebius_shares, score_allocat
 from workers.audit.sets import AuditedSets, choose_sets, design
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
 from workers.audit.unaudited import unaudited_mass
-from workers.errors import NotApplicable
 from workers.explain import explain, job_params
 from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
 from workers.interactions import interaction_orders, popcounts
 from workers.methods import Method, derived_seed, get_method
+from workers.methods._isolation import judged_alone
 from workers.methods.references import choose_references
 from workers.metrics import record_verdict
 from workers.prepare import Prepared
-from workers.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
 from workers.subgames import SubInputGame
+from xaudit.contract.errors import NotApplicable
+from xaudit.contract.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",
@@ -417,7 +418,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         else:
             try:
                 tick = functools.partial(report_progress, fraction, message)
-                entry = _audit_method(method, prep, game, background_games, order, tick, sets)
+                with judged_alone(method.name):
+                    entry = _audit_method(method, prep, game, background_games, order, tick, sets)
             except NotApplicable as exc:
                 entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
         entry["among_fourteen"] = method.name in FOURTEEN_METHODS

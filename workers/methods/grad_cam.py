@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.errors import InvalidInput, NotApplicable
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
+from xaudit.contract.errors import InvalidInput, NotApplicable
 
 __all__ = ["GradCam", "conv_layers"]
 

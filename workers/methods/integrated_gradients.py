@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from workers.errors import InvalidInput
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["IntegratedGradients", "min_steps", "path_integral"]
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.errors import InvalidInput
 from workers.methods._base import AttributionContext, Capabilities, Method
+from xaudit.contract.errors import InvalidInput
 
 if TYPE_CHECKING:  # the catalogue loads neither torch nor zennit
     import torch

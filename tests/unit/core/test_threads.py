@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput
 from workers.threads import CONCURRENCY_ENV, THREADS_ENV, available_cpus, choose
 
 
