@@ -200,12 +200,12 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
 
     from bench._common import paired_medians
     from workers.audit.subinputs import attribute_sub_inputs
-    from xaudit.contract.errors import NotApplicable
     from workers.interactions import subsets_up_to
     from workers.methods import get_method
     from workers.models import load_model
     from workers.players import parse_players
     from workers.targets import parse_target
+    from xaudit.contract.errors import NotApplicable
 
     data, inputs, background = _digits()
     model = load_model(data, "onnx", device)
