@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from service.store import JobStore
 from service.tokens import TenantPolicy
-from workers.errors import PermissionDenied, ResourceExhausted
+from xaudit.contract.errors import PermissionDenied, ResourceExhausted
 
 __all__ = ["Quotas"]
 

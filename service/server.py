@@ -8,7 +8,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 from service.auth import Authenticator, AuthInterceptor, bind_port, check_exposure
 from service.blobs import BlobStore
@@ -24,7 +23,8 @@ from service.metrics_interceptor import metrics_interceptors
 from service.quotas import Quotas
 from service.servicer import AuditServicer, WorkerServicer
 from service.store import JobStore
-from workers.errors import Unavailable
+from xaudit.contract.errors import Unavailable
+from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 __all__ = ["Server", "create_server", "default_signer"]
 

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
-from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 from service.auth import tenant_of as authenticated_tenant
 from service.blobs import BlobStore
@@ -15,9 +14,10 @@ from service.convert import decode_page_token, encode_page_token, job_to_proto, 
 from service.jobs import JobService
 from service.metrics import counted_chunks, record_started
 from service.store import Lease
-from service.tensors import decode_tensor, encode_tensor
 from service.uploads import receive_model
 from service.validation import check_input_names, format_to_proto, submission_from_request
+from xaudit.contract.tensors import decode_tensor, encode_tensor
+from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 __all__ = ["AuditServicer", "WorkerServicer", "tenant_of"]
 

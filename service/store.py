@@ -43,7 +43,7 @@ from service.records import (
 )
 from service.schema import ADDED_COLUMNS, job_tensors, jobs, metadata, models, reports, results
 from service.text import clean, shown
-from workers.errors import FailedPrecondition, NotFound
+from xaudit.contract.errors import FailedPrecondition, NotFound
 
 # Records are re-exported: callers import them from the store.
 __all__ = [

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.errors import ResourceExhausted
 from workers.interactions import (
     family_index,
     moebius_dense_limited,
@@ -18,6 +17,7 @@ from workers.interactions import (
 from workers.models.base import ModelAdapter
 from workers.players import Players, full_mask, subset_bits
 from workers.targets import Target
+from xaudit.contract.errors import ResourceExhausted
 
 __all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_inputs", "play"]
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import pytest
 import redis as redis_client
-from xaudit.v1 import audit_pb2
 
 from service.store import JobStore
 from tests.integration.conftest import (
@@ -30,6 +29,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.security._infra import RedisServer
 from tests.integration.service._helpers import inputs, mlp_onnx, request, stub, upload, wait_done
+from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
