@@ -23,6 +23,7 @@ EXIT_ERROR = 2
 COMMANDS: tuple[str, ...] = (
     "explain",
     "audit",
+    "inspect",
     "methods",
     "verify",
     "keys",
