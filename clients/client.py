@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
-from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 from clients._errors import translate_rpc_error
 from clients._requests import guess_format, model_chunks, read_head, spec_with_options, submit_request
@@ -34,8 +33,9 @@ from clients._types import (
     ModelRef,
     SigningKey,
 )
-from workers.errors import InvalidInput, Unavailable
-from workers.spec import JobSpec
+from xaudit.contract.errors import InvalidInput, Unavailable
+from xaudit.contract.spec import JobSpec
+from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 __all__ = [
     "DEFAULT_SERVER",

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workers.errors import NotApplicable
 from workers.methods import AttributionContext, Method, attribute, get_method
 from workers.methods._isolation import judged_alone
 from workers.metrics import observe_method
 from workers.prepare import Prepared
 from workers.subgames import SubInputGame, subset_positions
+from xaudit.contract.errors import NotApplicable
 
 __all__ = ["ExplainResult", "explain", "job_params", "method_context"]
 

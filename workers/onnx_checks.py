@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import onnx
 
-from workers.errors import InvalidModel
+from xaudit.contract.errors import InvalidModel
 
 
 def detect_format(data: bytes) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path, PurePosixPath
 
 import onnx
 
-from workers.errors import InvalidModel, ResourceExhausted
 from workers.onnx_checks import external_tensors
+from xaudit.contract.errors import InvalidModel, ResourceExhausted
 
 __all__ = ["MAX_INLINED_BYTES", "inline_external_data"]
 

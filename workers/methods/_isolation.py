@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from workers.errors import InvalidModel, NotApplicable, XauditError
+from xaudit.contract.errors import InvalidModel, NotApplicable, XauditError
 
 __all__ = ["judged_alone"]
 

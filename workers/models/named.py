@@ -19,12 +19,12 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from workers.errors import InvalidInput, InvalidModel, NotApplicable
 from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_model import _session
 from workers.models.onnx_to_torch import onnx_to_torch
 from workers.onnx_checks import parse_onnx
+from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 
 __all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph", "SampleBound", "batch_axis", "held_row"]
 

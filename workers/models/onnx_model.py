@@ -8,12 +8,12 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from workers.errors import InvalidModel
 from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_to_torch import onnx_to_torch
 from workers.onnx_checks import parse_onnx
 from workers.threads import ort_session_options
+from xaudit.contract.errors import InvalidModel
 
 __all__ = ["OnnxModel", "parse_onnx"]
 

@@ -19,8 +19,8 @@ import onnx
 import torch
 from onnx import defs, numpy_helper
 
-from workers.errors import InvalidModel
 from workers.light_imports import onnx2torch as _light_onnx2torch
+from xaudit.contract.errors import InvalidModel
 
 _light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
 from onnx2torch import convert  # noqa: E402
