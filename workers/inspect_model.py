@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workers.errors import NotApplicable, XauditError
 from workers.methods import ALL_METHODS, get_method
 from workers.methods._isolation import judged_alone
 from workers.models.base import ModelAdapter
+from xaudit.contract.errors import NotApplicable, XauditError
 
 __all__ = ["ModelCheck", "inspect_model"]
 
