@@ -48,7 +48,8 @@ from typing import IO, Any
 import numpy as np
 
 from workers.confine import landlock_abi
-from workers.errors import (
+from workers.jobs import JobResult, Progress
+from xaudit.contract.errors import (
     Cancelled,
     DeadlineExceeded,
     FailedPrecondition,
@@ -57,8 +58,7 @@ from workers.errors import (
     XauditError,
     error_for_code,
 )
-from workers.jobs import JobResult, Progress
-from workers.spec import JobSpec
+from xaudit.contract.spec import JobSpec
 
 __all__ = ["SandboxLimits", "allow_unconfined", "isolated_formats", "prewarm", "run_sandboxed"]
 

@@ -9,14 +9,47 @@ from typing import Any
 
 import numpy as np
 
-from workers.errors import InvalidInput
-from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
-__all__ = ["add_job_options", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
+__all__ = ["add_job_options", "add_threads_option", "apply_threads_option", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
+
+
+def _thread_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    """``--threads N``: compute threads per process (default: the CPUs given, shared among workers)."""
+    parser.add_argument(
+        "--threads",
+        type=_thread_count,
+        metavar="N",
+        help="torch and onnxruntime threads per compute process (default: the CPUs this process may use, "
+        "divided among worker processes; env XAUDIT_THREADS; never more than the CPUs)",
+    )
+
+
+def apply_threads_option(args: argparse.Namespace) -> None:
+    """Pass ``--threads`` on through the environment, to this process and to every process it starts
+    (embedded service, worker, sandbox child): workers.threads reads it."""
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        import os
+
+        os.environ["XAUDIT_THREADS"] = str(threads)
 
 
 def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
-    parser.add_argument("--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file")
+    parser.add_argument(
+        "--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file"
+    )
     parser.add_argument(
         "--input",
         required=True,
@@ -25,7 +58,10 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="inputs .npy, batch axis first; for a model with several inputs, NAME=FILE.npy once per input",
     )
     parser.add_argument(
-        "--explain", default="", metavar="NAME", help="the named input whose units are the players (the others are held)"
+        "--explain",
+        default="",
+        metavar="NAME",
+        help="the named input whose units are the players (the others are held)",
     )
     parser.add_argument(
         "--vocab",
@@ -51,8 +87,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="zeros (default), mean, blur[:SIGMA], constant:V, token:ID (token inputs) or FILE.npy",
     )
     parser.add_argument(
-        "--background", type=Path, help="background set .npy (samples first) for expected_gradients, deepshap, "
-        "prediction_difference"
+        "--background",
+        type=Path,
+        help="background set .npy (samples first) for expected_gradients, deepshap, prediction_difference",
     )
     parser.add_argument(
         "--target",
@@ -60,7 +97,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="predicted (logit of the predicted class, or a scalar output as is), class:K, prob[:K], logodds[:K], "
         "output:NAME[INDEX]",
     )
-    parser.add_argument("--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list")
+    parser.add_argument(
+        "--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list"
+    )
     parser.add_argument(
         "--param",
         action="append",
@@ -68,10 +107,21 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         metavar="METHOD.KEY=VALUE",
         help="a method parameter, e.g. integrated_gradients.steps=32 (repeatable)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)"
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if audit:
-        parser.add_argument("--audit-order", type=int, default=3, help="largest set size judged set by set (default 3)")
+        parser.add_argument(
+            "--audit-order", type=int, default=3, help="largest set size judged set by set (default 3)"
+        )
+        parser.add_argument(
+            "--budget",
+            default="",
+            metavar="EVALUATIONS|SECONDSs",
+            help="cap on the audit's work above 10 players: model evaluations (e.g. 2e6) or seconds on this "
+            "device (e.g. 600s); sets are sampled to fit (default: up to 2048 sets per order)",
+        )
         parser.add_argument(
             "--tolerance",
             action="append",
@@ -87,7 +137,9 @@ def read_npy(path: Path, what: str) -> np.ndarray:
     except FileNotFoundError:
         raise InvalidInput(f"{what} file not found: {path}") from None
     except Exception as exc:
-        raise InvalidInput(f"{what} file {path} is not a readable .npy array ({type(exc).__name__})") from None
+        raise InvalidInput(
+            f"{what} file {path} is not a readable .npy array ({type(exc).__name__})"
+        ) from None
 
 
 def read_file(path: Path, what: str) -> bytes:
@@ -101,7 +153,13 @@ def read_file(path: Path, what: str) -> bytes:
 
 
 def read_model(path: Path) -> bytes:
-    return read_file(path, "model")
+    """The model's bytes; an ONNX model's external data files are read in from its directory."""
+    data = read_file(path, "model")
+    if data[:2] == b"PK":  # TorchScript
+        return data
+    from workers.onnx_external import inline_external_data
+
+    return inline_external_data(path, data)
 
 
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
@@ -162,9 +220,24 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def parse_budget(text: str) -> tuple[int, float]:
+    """``--budget``: model evaluations (``2e6``) or seconds (``600s``, ``10m``) -> (evaluations, seconds)."""
+    text = text.strip().lower()
+    if not text:
+        return 0, 0.0
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1])
+    try:
+        number = float(text[:-1] if scale else text)
+    except ValueError:
+        number = -1.0
+    if not number > 0 or number != number or number == float("inf"):
+        raise InvalidInput(f"--budget '{text}': expected model evaluations (e.g. 2e6) or seconds (e.g. 600s)")
+    return (0, number * scale) if scale else (int(number), 0.0)
+
+
 def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
-    from workers.spec import resolve_method_names
+    from xaudit.contract.spec import resolve_method_names
 
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players
@@ -177,7 +250,9 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         except FileNotFoundError:
             raise InvalidInput(f"group file not found: {path}") from None
         except (ValueError, KeyError, TypeError):
-            raise InvalidInput(f'group file {path} must be JSON {{"groups": [...], "names": [...]}}') from None
+            raise InvalidInput(
+                f'group file {path} must be JSON {{"groups": [...], "names": [...]}}'
+            ) from None
         group_names = tuple(str(n) for n in raw.get("names", []))
     elif players.startswith("mask:"):
         tensors["player_mask"] = read_npy(Path(players.split(":", 1)[1]), "player mask")
@@ -208,11 +283,14 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     for item in getattr(args, "tolerance", []):
         name, sep, value = item.partition("=")
         if not sep or name not in CRITERIA:
-            raise InvalidInput(f"--tolerance '{item}': expected CRITERION=VALUE with one of {', '.join(CRITERIA)}")
+            raise InvalidInput(
+                f"--tolerance '{item}': expected CRITERION=VALUE with one of {', '.join(CRITERIA)}"
+            )
         try:
             tolerances[name] = float(value)
         except ValueError:
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
+    evaluations, seconds = parse_budget(getattr(args, "budget", ""))
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=players,
@@ -221,6 +299,8 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         methods=methods,
         method_params=params,
         audit_order=getattr(args, "audit_order", 3),
+        budget_evaluations=evaluations,
+        budget_seconds=seconds,
         tolerances=tolerances,
         seed=args.seed,
         device=args.device,

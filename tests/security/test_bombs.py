@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from xaudit.v1 import audit_pb2
 
 from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.service._helpers import (
@@ -30,6 +29,7 @@ from tests.integration.service._helpers import (
     wait_state,
 )
 from tests.security._attacks import file_reader_torchscript, onnx_loop_bomb, onnx_memory_bomb
+from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

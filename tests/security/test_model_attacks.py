@@ -24,10 +24,10 @@ import torch
 from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
 from tests.security._attacks import file_reader_torchscript, file_writer_torchscript, onnx_loop_bomb
 from workers.confine import landlock_abi
-from workers.errors import Cancelled, InvalidInput, InvalidModel
 from workers.models import load_model
 from workers.sandbox import SandboxLimits, run_sandboxed
-from workers.spec import JobSpec
+from xaudit.contract.errors import Cancelled, InvalidInput, InvalidModel
+from xaudit.contract.spec import JobSpec
 
 pytestmark = pytest.mark.integration
 

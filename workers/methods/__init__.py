@@ -12,10 +12,10 @@ from functools import cache
 
 import numpy as np
 
-from workers.errors import NotApplicable, UnknownMethod
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
-from workers.methods._embedding import run_method
-from workers.spec import ALL_METHODS, resolve_method_names
+from workers.methods.references import choose_references
+from xaudit.contract.errors import NotApplicable, UnknownMethod
+from xaudit.contract.spec import ALL_METHODS, resolve_method_names
 
 __all__ = [
     "ALL_METHODS",
@@ -62,8 +62,6 @@ def get_method(name: str) -> Method:
     return method
 
 
-
-
 def attribute(
     method: Method,
     ctx: AttributionContext,
@@ -73,6 +71,8 @@ def attribute(
     background: np.ndarray | None = None,
 ) -> np.ndarray:
     """Run ``method``; distribution-baseline methods average their constituents over ``background``."""
+    from workers.methods._embedding import run_method  # loads the model stack only when computing
+
     if ctx.model.per_sample:  # held-fixed inputs differ per sample: one sample per call
         rows = [slice(s, s + 1) for s in range(len(inputs))]
         return np.concatenate(
@@ -92,11 +92,12 @@ def attribute(
         return run_method(method, ctx, inputs, baselines, classes)
     if background is None:
         raise NotApplicable(method.name, "it needs a background set of samples (--background)")
+    references = choose_references(background, ctx.seed).references
     total = np.zeros(inputs.shape, dtype=np.float64)
-    for m, reference in enumerate(background):
+    for m, reference in enumerate(references):
         sub = AttributionContext(
             ctx.model, ctx.players, ctx.target, ctx.params, derived_seed(ctx.seed, "bg", m)
         )
         refs = np.broadcast_to(reference[None], inputs.shape)
         total += run_method(method, sub, inputs, refs, classes)
-    return (total / len(background)).astype(np.float32)
+    return (total / len(references)).astype(np.float32)

@@ -6,14 +6,18 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import torch
 
-from workers.models.base import ModelAdapter
 from workers.players import Players
+from workers.subgames import SubInputGame
 from workers.targets import Target
+
+if TYPE_CHECKING:  # method metadata (the catalogue) loads no torch
+    import torch
+
+    from workers.models.base import ModelAdapter
 
 __all__ = ["AttributionContext", "Capabilities", "Method", "derived_seed", "to_numpy", "to_tensor"]
 
@@ -53,6 +57,17 @@ class Method(ABC):
     # The paper's theoretical expectation (Deng et al., Table 1): context for readers, never a verdict.
     paper_context: ClassVar[str] = ""
 
+    def min_resolution(self, params: Mapping[str, Any]) -> int:
+        """The smallest value of ``resolution`` this method accepts under ``params``."""
+        return 1
+
+    def bind(
+        self, params: Mapping[str, Any], inputs: np.ndarray, references: tuple[np.ndarray, ...]
+    ) -> dict[str, Any]:
+        """Parameters fixed once per job from all of its inputs and references (the same for the
+        maps and for every batch of sub-inputs the audit attributes). The default: as given."""
+        return dict(params)
+
     @abstractmethod
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
@@ -60,12 +75,18 @@ class Method(ABC):
         """Element attributions (k, *sample_shape) float32 for inputs (k, *sample_shape) with per-row
         references and target classes."""
 
+    def from_game(self, params: Mapping[str, Any], players: Players, game: SubInputGame) -> np.ndarray | None:
+        """Per-player attributions (B, m, n) on every sub-input x_T of ``game``, read off the game's
+        values where this method is a function of the game (v_T(U) = v(U ∩ T), see
+        :mod:`workers.subgames`); None where it is not, and the audit runs the method on x_T."""
+        return None
+
     def params(self, ctx: AttributionContext) -> dict[str, Any]:
         return self.params_from(ctx.params)
 
     def params_from(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults overridden by ``given``; unknown names are refused."""
-        from workers.errors import InvalidInput
+        from xaudit.contract.errors import InvalidInput
 
         unknown = sorted(set(given) - set(self.defaults))
         if unknown:
@@ -82,6 +103,8 @@ def derived_seed(seed: int, *parts: object) -> int:
 
 
 def to_tensor(array: np.ndarray, device: torch.device, requires_grad: bool = False) -> torch.Tensor:
+    import torch
+
     t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(device)
     return t.requires_grad_(requires_grad)
 

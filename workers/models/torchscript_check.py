@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import torch
 
-from workers.errors import InvalidModel
+from xaudit.contract.errors import InvalidModel
 
 __all__ = ["ALLOWED_PRIM", "REFUSED_ATEN", "check_archive", "check_module", "refused_operator"]
 

@@ -9,10 +9,10 @@ import warnings
 import numpy as np
 import torch
 
-from workers.errors import InvalidInput, InvalidModel, NotApplicable
 from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.torchscript_check import check_archive, check_module
+from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 
 __all__ = ["TorchScriptModel"]
 

@@ -8,9 +8,9 @@ import signal
 import numpy as np
 import pytest
 
-from workers.errors import InvalidModel, ResourceExhausted
 from workers.jobs import JobResult
 from workers.sandbox import SandboxLimits, _child_env, _death_reason, _decode_result, _encode_result
+from xaudit.contract.errors import InvalidModel, ResourceExhausted
 
 
 def test_result_round_trip() -> None:
