@@ -51,7 +51,12 @@ _READ_WRITE_DEVICE = _FS_READ_FILE | _FS_WRITE_FILE
 _SYSTEM_READ = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/sys/devices/system/cpu")
 _DEVICES_READ = ("/dev/null", "/dev/urandom", "/dev/random", "/dev/zero", "/proc/cpuinfo")
 # GPU device files (compute needs read, write and ioctl on them); absent on CPU machines.
-_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidia1")
+_GPU_DEVICES = (
+    "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+    *(f"/dev/nvidia{i}" for i in range(16)),
+)  # fmt: skip
+# What the CUDA driver reads at initialisation (hardware description, no secret); only on GPU hosts.
+_GPU_READ = ("/proc/driver/nvidia", "/sys/bus/pci", "/sys/devices", "/dev/nvidia-caps")
 
 NOBODY = 65534
 
@@ -222,7 +227,8 @@ def _landlock(abi: int, readable: Iterable[str]) -> None:
 def code_directories() -> list[str]:
     """Where this interpreter imports from (absolute directories only: never the working directory)."""
     out: list[str] = []
-    for entry in [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *_SYSTEM_READ]:
+    gpu = _GPU_READ if os.path.exists(_GPU_DEVICES[0]) else ()
+    for entry in [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *_SYSTEM_READ, *gpu]:
         if entry and os.path.isabs(entry):
             path = str(Path(entry).resolve())
             if os.path.isdir(path) and path not in out:
