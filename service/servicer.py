@@ -15,7 +15,7 @@ from service.jobs import JobService
 from service.metrics import counted_chunks, record_started
 from service.store import Lease
 from service.uploads import receive_model
-from service.validation import check_input_names, format_to_proto, submission_from_request
+from service.validation import check_input_names, format_to_proto, page_size, submission_from_request
 from xaudit.contract.tensors import decode_tensor, encode_tensor
 from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
@@ -79,7 +79,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
         return job_to_proto(self._store.get_job(tenant_of(context), request.job_id))
 
     def ListJobs(self, request: audit_pb2.ListJobsRequest, context: Any) -> audit_pb2.ListJobsResponse:
-        size = min(request.page_size or 50, MAX_PAGE)
+        size = page_size(request.page_size, 50, MAX_PAGE)
         page = self._store.list_jobs(tenant_of(context), size + 1, decode_page_token(request.page_token))
         token = encode_page_token(page[size - 1]) if len(page) > size else ""
         return audit_pb2.ListJobsResponse(jobs=[job_to_proto(j) for j in page[:size]], next_page_token=token)
