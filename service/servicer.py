@@ -8,11 +8,12 @@ from typing import Any
 
 import grpc
 
+from service.auth import current_identity
 from service.auth import tenant_of as authenticated_tenant
 from service.blobs import BlobStore
 from service.convert import decode_page_token, encode_page_token, job_to_proto, state_to_proto
 from service.jobs import JobService
-from service.metrics import counted_chunks, record_started
+from service.metrics import counted_chunks
 from service.store import Lease
 from service.uploads import receive_model
 from service.validation import check_input_names, format_to_proto, page_size, submission_from_request
@@ -131,8 +132,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         self._config = jobs.config
 
     def FetchJob(self, request: worker_pb2.FetchJobRequest, context: Any) -> worker_pb2.JobPayload:
-        job, secret = self._store.claim(request.job_id, request.worker_id, self._config.lease_seconds)
-        record_started(self._jobs.metrics, job, bool(secret))
+        job, secret = self._jobs.claim(request.job_id, request.worker_id, current_identity())
         reply = worker_pb2.JobPayload(job_id=job.id, claimed=bool(secret), state=state_to_proto(job.state))
         if not secret:
             return reply
@@ -147,6 +147,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         return reply
 
     def FetchBlob(self, request: worker_pb2.FetchBlobRequest, context: Any) -> Iterator[worker_pb2.BlobChunk]:
+        self._jobs.check_blob(request.sha256, current_identity())
         total = self._blobs.size(request.sha256)
         first = True
         for chunk in self._blobs.chunks(request.sha256):
