@@ -12,7 +12,28 @@ import numpy as np
 from workers.errors import InvalidInput
 from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
-__all__ = ["add_job_options", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
+__all__ = [
+    "add_job_options",
+    "check_methods",
+    "check_writable",
+    "job_from_args",
+    "positive_int",
+    "read_file",
+    "read_inputs",
+    "read_model",
+    "read_npy",
+]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1 (refused, never clamped)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
@@ -71,7 +92,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if audit:
-        parser.add_argument("--audit-order", type=int, default=3, help="largest set size judged set by set (default 3)")
+        parser.add_argument(
+            "--audit-order", type=positive_int, default=3, help="largest set size judged set by set (default 3, at least 1)"
+        )
         parser.add_argument(
             "--tolerance",
             action="append",
@@ -100,8 +123,58 @@ def read_file(path: Path, what: str) -> bytes:
         raise InvalidInput(f"{what} file {path} cannot be read ({exc.strerror})") from None
 
 
+# What a model file starts with: ONNX is a protobuf (first byte a field tag, 0x08 ir_version),
+# TorchScript a zip archive ("PK").
+_TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript")
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() or c in "\r\n\t" for c in text)
+
+
 def read_model(path: Path) -> bytes:
-    return read_file(path, "model")
+    """The model's bytes, after a look at what they are: a text file or a .pt that is no TorchScript
+    archive is named as such here, rather than reported later as a bad ONNX model."""
+    data = read_file(path, "model")
+    if not data:
+        raise InvalidInput(f"model file {path} is empty")
+    head = data[:512]
+    if path.suffix.lower() in _TORCHSCRIPT_SUFFIXES and not data.startswith(b"PK"):
+        kind = "a text file" if _looks_like_text(head) else "not a zip archive"
+        raise InvalidInput(
+            f"model file {path} is {kind}, not a TorchScript model (torch.jit.save writes a zip archive)"
+        )
+    if not data.startswith(b"PK") and _looks_like_text(head):
+        raise InvalidInput(f"model file {path} is a text file, not an ONNX or TorchScript model")
+    return data
+
+
+def check_writable(path: Path | None) -> None:
+    """Fail now, not after the audit, when an output cannot be written (a missing directory)."""
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise InvalidInput(f"cannot write {path}: directory {parent} does not exist")
+
+
+def check_methods(text: str) -> None:
+    """Unknown method names, with the nearest known one ("did you mean")."""
+    import difflib
+
+    from workers.spec import ALL_METHODS
+
+    for name in (n.strip() for n in text.split(",")):
+        if name and name not in ALL_METHODS and name not in ("all", "all+extras"):
+            close = difflib.get_close_matches(name, ALL_METHODS, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(ALL_METHODS)}"
+            from workers.errors import UnknownMethod
+
+            raise UnknownMethod(f"unknown method '{name}'{hint} (xaudit methods lists them)")
 
 
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
@@ -166,6 +239,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
     from workers.spec import resolve_method_names
 
+    check_methods(args.methods)
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players
     group_names: tuple[str, ...] = ()
