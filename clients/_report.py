@@ -82,7 +82,7 @@ def settings_line(
     if isinstance(used, int) and used:
         text = f"background {used} samples"
         if background_given is not None and background_given > used:
-            text += f" (the first {used} of the {background_given} given)"
+            text += f" ({used} of the {background_given} given, a seeded subset)"
         parts.append(text)
     parts.append(f"baseline {config.get('baseline', '?')}, target {config.get('target', '?')}")
     return "settings: " + "; ".join(parts)

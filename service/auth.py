@@ -2,7 +2,8 @@
 
 Identity comes from a bearer token (``authorization: Bearer xat_...`` looked up by its sha256 in the
 tokens file, service/tokens.py), else from a verified mTLS client certificate (its common name is
-the tenant). Every method needs one scope (table below); the health service needs none; reflection
+the tenant). Every RPC declares the scope it needs in its .proto (``option (required_scope)``, read here from
+the descriptors; a served method without one is refused); the health service needs none; reflection
 needs any valid identity; the internal WorkerService needs the ``worker`` scope. Missing or unknown
 credentials: UNAUTHENTICATED; a missing scope: PERMISSION_DENIED (raised here, mapped to a status
 by the errors interceptor, which runs outside this one).
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from xaudit.v1 import audit_pb2, worker_pb2
+from google.protobuf.descriptor import FileDescriptor
+from xaudit.v1 import audit_pb2, options_pb2, worker_pb2
 
 from service.config import DEFAULT_TENANT, ServerConfig
 from service.handlers import rewrap
@@ -42,6 +44,7 @@ __all__ = [
     "bind_port",
     "check_exposure",
     "current_identity",
+    "declared_scopes",
     "tenant_of",
 ]
 
@@ -50,26 +53,37 @@ logger = logging.getLogger(__name__)
 ANONYMOUS = Identity(DEFAULT_TENANT, frozenset(SCOPES), "anonymous")
 _INTERNAL_WORKER = Identity("(internal)", frozenset({"worker"}), "internal")
 
-_AUDIT = audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name
-_WORKER = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
-_READ = ("GetJob", "ListJobs", "WatchJob", "GetReport", "GetAttributions", "GetSigningKeys")
-_SUBMIT = ("UploadModel", "SubmitAudit", "SubmitAttribution", "CancelJob")
-
-# Full method name -> the scope it needs. "" = any authenticated identity; None = no credentials.
-METHOD_SCOPES: dict[str, str | None] = {
-    **{f"/{_AUDIT}/{m}": "read" for m in _READ},
-    **{f"/{_AUDIT}/{m}": "submit" for m in _SUBMIT},
-    **{
-        f"/{_WORKER}/{m.name}": "worker"
-        for m in worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].methods
-    },
+_EXTERNAL_SCOPES: dict[str, str | None] = {
     "/grpc.health.v1.Health/Check": None,
     "/grpc.health.v1.Health/Watch": None,
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": "",
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": "",
 }
-# Anything not in the table (a service added later) needs admin until someone decides otherwise.
-_DEFAULT_SCOPE = "admin"
+
+
+def declared_scopes(*files: FileDescriptor) -> dict[str, str]:
+    """Full method name -> the scope its RPC declares in the .proto (``option (required_scope)``).
+    A method without one, or with a scope that does not exist, is an error: there is no default."""
+    table: dict[str, str] = {}
+    for file in files:
+        for service in file.services_by_name.values():
+            for method in service.methods:
+                scope = method.GetOptions().Extensions[options_pb2.required_scope]
+                if scope not in SCOPES:
+                    raise ValueError(
+                        f"RPC {method.full_name} declares no valid scope ({scope!r}): add "
+                        f"option (required_scope) = one of {', '.join(SCOPES)} to its .proto"
+                    )
+                table[f"/{service.full_name}/{method.name}"] = scope
+    return table
+
+
+# Full method name -> the scope it needs. "" = any authenticated identity; None = no credentials.
+# A method missing here is refused (PERMISSION_DENIED): a new RPC gets no scope by accident.
+METHOD_SCOPES: dict[str, str | None] = {
+    **declared_scopes(audit_pb2.DESCRIPTOR, worker_pb2.DESCRIPTOR),
+    **_EXTERNAL_SCOPES,
+}
 
 _current: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("xaudit_identity", default=None)
 
@@ -214,12 +228,21 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         handler = continuation(details)
         method = details.method
-        scope = METHOD_SCOPES.get(method, _DEFAULT_SCOPE)
-        if handler is None or scope is None:
+        if handler is None:
             return handler
+        if method not in METHOD_SCOPES:
 
-        def check(context: Any) -> Identity:
-            return _authorise(self._auth, scope, method, context)
+            def check(context: Any) -> Identity:
+                logger.error("%s is served but declares no scope: refused", method)
+                raise PermissionDenied(f"{method.rsplit('/', 1)[-1]} declares no scope: refused")
+
+        else:
+            scope = METHOD_SCOPES[method]
+            if scope is None:
+                return handler
+
+            def check(context: Any) -> Identity:
+                return _authorise(self._auth, scope, method, context)
 
         return rewrap(
             handler,

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from service.text import shown
 from workers.errors import InvalidInput, NotFound, ResourceExhausted
 
 __all__ = ["CHUNK_BYTES", "BlobStore", "BlobWriter", "is_sha256"]
@@ -98,7 +99,7 @@ class BlobStore:
 
     def path(self, sha256: str) -> Path:
         if not is_sha256(sha256):
-            raise InvalidInput(f"'{sha256}' is not a sha256 digest (64 lowercase hex characters)")
+            raise InvalidInput(f"'{shown(sha256)}' is not a sha256 digest (64 lowercase hex characters)")
         return self.root / sha256[:2] / sha256
 
     def writer(self) -> BlobWriter:

@@ -1,10 +1,14 @@
-"""Undecodable request bytes become INVALID_ARGUMENT instead of grpc's own INTERNAL.
+"""Undecodable request bytes, and text the store cannot keep, become INVALID_ARGUMENT.
 
 grpc answers a request whose bytes do not parse as its message type with INTERNAL ("Exception
 deserializing request!") before any interceptor's behaviour runs. This interceptor wraps each
 method's deserializer so a parse failure yields a marker, and raises
 :class:`~workers.errors.InvalidInput` when the handler would see it (the errors interceptor, further
-out, turns it into the status). Place it innermost: after authentication, so strangers learn nothing.
+out, turns it into the status). Then every string of a client request is checked
+(service.text.check_message_text: no NUL or control characters, bounded lengths); worker requests
+have their ids checked, and their free text is cleaned by the store instead (a failure caused by a
+model's odd names must still be recordable). Place it innermost: after authentication, so strangers
+learn nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import grpc
 
 from service.handlers import rewrap
+from service.text import check_message_text, check_text
 from workers.errors import InvalidInput
 
 __all__ = ["DecodeGuardInterceptor"]
@@ -43,10 +48,22 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
     return parse
 
 
+_WORKER_PREFIX = "/xaudit.v1.WorkerService/"
+_WORKER_IDS = ("job_id", "worker_id", "sha256", "lease_secret")
+MAX_ID = 256  # jobs.lease_owner (service.schema); job ids and digests are shorter still
+
+
 def _check(request: Any, method: str) -> Any:
     if isinstance(request, _Undecodable):
         logger.info("%s: undecodable request (%s)", method, request.reason)
         raise InvalidInput(f"the request to {method.rsplit('/', 1)[-1]} is not a valid protobuf message")
+    if method.startswith(_WORKER_PREFIX):
+        for name in _WORKER_IDS:
+            value = getattr(request, name, None)
+            if isinstance(value, str):
+                check_text(value, name, MAX_ID)
+    elif hasattr(request, "ListFields"):
+        check_message_text(request)
     return request
 
 

@@ -15,9 +15,10 @@ import numpy as np
 from service.config import ServerConfig
 from service.metrics import record_finished, record_submitted
 from service.quotas import Quotas
-from service.store import JobRecord, JobStore, NewJob
+from service.store import JobRecord, JobStore, Lease, NewJob
 from service.validation import Submission
 from workers.celery_app import queue_for
+from workers.errors import PermissionDenied
 from workers.spec import config_digest, tensor_digest
 
 __all__ = ["SIGNED_CONTENT_TYPE", "UNSIGNED_CONTENT_TYPE", "JobService", "ReportSealer"]
@@ -84,6 +85,7 @@ class JobService:
     def complete(
         self,
         job_id: str,
+        lease: Lease,
         report: bytes | None,
         tensors: Mapping[str, np.ndarray],
         not_applicable: Mapping[str, str],
@@ -93,8 +95,13 @@ class JobService:
         if job.terminal:
             logger.info("job %s already %s: result dropped", job_id, job.state)
             return False
+        if not self.store.holds(job_id, lease):  # checked before anything is signed
+            logger.warning(
+                "job %s: result from %s, which does not hold its lease, refused", job_id, lease.owner
+            )
+            raise PermissionDenied(f"job {job_id}: this worker does not hold the job's lease")
         sealed = self._seal(job, report) if report else None
-        accepted = self.store.complete(job_id, sealed, tensors, not_applicable, compute_seconds)
+        accepted = self.store.complete(job_id, lease, sealed, tensors, not_applicable, compute_seconds)
         record_finished(job, "succeeded", accepted)
         logger.info("job %s: %s", job_id, "succeeded" if accepted else "already finished, result dropped")
         return accepted

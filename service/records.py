@@ -19,6 +19,7 @@ __all__ = [
     "SUCCEEDED",
     "TERMINAL_STATES",
     "JobRecord",
+    "Lease",
     "ModelRecord",
     "NewJob",
     "array_from_row",
@@ -73,6 +74,14 @@ class JobRecord:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who holds a running job: the worker id it claimed with, and the secret the claim handed it."""
+
+    owner: str
+    secret: str
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(JobRecord))

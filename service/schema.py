@@ -19,7 +19,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-__all__ = ["job_tensors", "jobs", "metadata", "models", "reports", "results"]
+__all__ = ["ADDED_COLUMNS", "job_tensors", "jobs", "metadata", "models", "reports", "results"]
 
 metadata = MetaData()
 
@@ -58,6 +58,8 @@ jobs = Table(
     # Set when the job was handed to the broker; NULL: (re-)dispatch pending.
     Column("dispatched_at", Float),
     Column("lease_owner", String(256)),
+    # sha256 of the secret handed to the lease owner with the claim (never the secret itself).
+    Column("lease_secret", String(64)),
     Column("lease_expires_at", Float),
     Column("attempts", Integer, nullable=False, default=0),
     Column("cancel_requested", Boolean, nullable=False, default=False),
@@ -68,6 +70,7 @@ jobs = Table(
     Index("ix_jobs_tenant_created", "tenant", "created_at", "id"),
     Index("ix_jobs_state", "state"),
 )
+
 
 def _tensor_table(name: str) -> Table:
     """Named tensors of a job: (job_id, name) -> datatype, shape, raw little-endian bytes."""
@@ -97,3 +100,6 @@ reports = Table(
 
 # Result tensors: attribution maps by method name, plus target_values / target_classes.
 results = _tensor_table("results")
+
+# Columns added after a release: (table, column, SQL type), added to an existing store at start.
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (("jobs", "lease_secret", "VARCHAR(64)"),)

@@ -12,10 +12,12 @@ from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 from service.auth import Authenticator, AuthInterceptor, bind_port, check_exposure
 from service.blobs import BlobStore
+from service.capacity import Capacity, CapacityInterceptor, CapacityLimits
 from service.config import ServerConfig
 from service.decode_guard import DecodeGuardInterceptor
 from service.dispatch import Dispatcher, Sender, celery_sender
 from service.errors_interceptor import ErrorsInterceptor
+from service.housekeeping import Housekeeper
 from service.jobs import JobService, ReportSealer
 from service.metrics import counted_signer, watch_store
 from service.metrics_interceptor import metrics_interceptors
@@ -62,6 +64,7 @@ class Server:
         dispatcher: Dispatcher,
         health_servicer: health.HealthServicer,
         closers: list[Any],
+        housekeeper: Housekeeper | None = None,
     ) -> None:
         self.config = config
         self.grpc = grpc_server
@@ -71,6 +74,7 @@ class Server:
         self.dispatcher = dispatcher
         self._health = health_servicer
         self._closers = closers
+        self._housekeeper = housekeeper
         # Set by create_server when authentication is on: what the embedded local worker presents.
         self.worker_token: str | None = None
 
@@ -81,6 +85,8 @@ class Server:
     def start(self) -> None:
         self.grpc.start()
         self.dispatcher.start()
+        if self._housekeeper is not None:
+            self._housekeeper.start()
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         logger.info("xaudit serving on %s (store %s)", self.address, self.config.resolved_store_url)
@@ -88,6 +94,8 @@ class Server:
     def stop(self, grace: float | None = None) -> None:
         self._health.enter_graceful_shutdown()
         self.dispatcher.stop()
+        if self._housekeeper is not None:
+            self._housekeeper.stop()
         self.grpc.stop(self.config.grace_seconds if grace is None else grace).wait()
         for close in self._closers:
             try:
@@ -113,13 +121,18 @@ def create_server(
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
+    limits = CapacityLimits(
+        config.grpc_threads, config.max_streams, config.max_streams_per_tenant, config.worker_threads
+    )
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.grpc_threads, thread_name_prefix="xaudit-rpc"),
+        # Threads for every class of call at its cap (service.capacity): workers always find one.
+        futures.ThreadPoolExecutor(max_workers=limits.pool_threads, thread_name_prefix="xaudit-rpc"),
         # Errors outside auth: its Unauthenticated / PermissionDenied become statuses.
         interceptors=[
             *metrics_interceptors(),
             ErrorsInterceptor(),
             AuthInterceptor(authenticator),
+            CapacityInterceptor(Capacity(limits)),  # streams counted per authenticated tenant
             DecodeGuardInterceptor(),  # undecodable bytes: INVALID_ARGUMENT, not grpc's INTERNAL
         ],
         options=options,
@@ -153,6 +166,9 @@ def create_server(
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-    built = Server(config, server, port, jobs, dispatcher, health_servicer, closers)
+    housekeeper = Housekeeper(
+        blobs, store.model_digests, config.orphan_sweep_seconds, config.orphan_grace_seconds
+    )
+    built = Server(config, server, port, jobs, dispatcher, health_servicer, closers, housekeeper)
     built.worker_token = authenticator.internal_worker_token  # for the embedded local worker only
     return built, port

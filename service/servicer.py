@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from service.blobs import BlobStore
 from service.convert import decode_page_token, encode_page_token, job_to_proto, state_to_proto
 from service.jobs import JobService
 from service.metrics import counted_chunks, record_failed, record_started
+from service.store import Lease
 from service.tensors import decode_tensor, encode_tensor
 from service.uploads import receive_model
 from service.validation import check_input_names, format_to_proto, submission_from_request
@@ -29,6 +29,10 @@ MAX_PAGE = 500
 def tenant_of(context: grpc.ServicerContext) -> str:
     """The caller's tenant, as service.auth's interceptor established it for this call."""
     return authenticated_tenant(context)
+
+
+def _lease(request: Any) -> Lease:
+    return Lease(request.worker_id, request.lease_secret)
 
 
 class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
@@ -83,15 +87,17 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
     def WatchJob(self, request: audit_pb2.WatchJobRequest, context: Any) -> Iterator[audit_pb2.Job]:
         tenant = tenant_of(context)
         last: audit_pb2.Job | None = None
-        while context.is_active():
-            job = self._store.get_job(tenant, request.job_id)
-            msg = job_to_proto(job)
-            if msg != last:
-                yield msg
-                last = msg
-            if job.terminal:
-                return
-            time.sleep(self._config.watch_poll_seconds)
+        with self._store.events.subscribe(request.job_id) as changes:
+            context.add_callback(changes.wake)  # the client left: stop waiting at once
+            while context.is_active():
+                job = self._store.get_job(tenant, request.job_id)
+                msg = job_to_proto(job)
+                if msg != last:
+                    yield msg
+                    last = msg
+                if job.terminal:
+                    return
+                changes.wait(self._config.watch_poll_seconds)
 
     def CancelJob(self, request: audit_pb2.CancelJobRequest, context: Any) -> audit_pb2.Job:
         return job_to_proto(self._store.cancel(tenant_of(context), request.job_id))
@@ -125,11 +131,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         self._config = jobs.config
 
     def FetchJob(self, request: worker_pb2.FetchJobRequest, context: Any) -> worker_pb2.JobPayload:
-        job, claimed = self._store.claim(request.job_id, request.worker_id, self._config.lease_seconds)
-        record_started(job, claimed)
-        reply = worker_pb2.JobPayload(job_id=job.id, claimed=claimed, state=state_to_proto(job.state))
-        if not claimed:
+        job, secret = self._store.claim(request.job_id, request.worker_id, self._config.lease_seconds)
+        record_started(job, bool(secret))
+        reply = worker_pb2.JobPayload(job_id=job.id, claimed=bool(secret), state=state_to_proto(job.state))
+        if not secret:
             return reply
+        reply.lease_secret = secret
         reply.spec_json = job.spec_json
         reply.model_sha256 = job.model_sha256
         reply.model_format = format_to_proto(job.model_format)
@@ -148,7 +155,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
 
     def Heartbeat(self, request: worker_pb2.HeartbeatRequest, context: Any) -> worker_pb2.HeartbeatResponse:
         stop = self._store.heartbeat(
-            request.job_id, request.worker_id, request.progress, request.message, self._config.lease_seconds
+            request.job_id, _lease(request), request.progress, request.message, self._config.lease_seconds
         )
         return worker_pb2.HeartbeatResponse(cancel=stop)
 
@@ -161,6 +168,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
                 tensors[name] = decode_tensor(getattr(request, name), finite=False)
         accepted = self._jobs.complete(
             request.job_id,
+            _lease(request),
             request.report or None,
             tensors,
             dict(request.not_applicable),
@@ -169,6 +177,6 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         return worker_pb2.CompleteJobResponse(accepted=accepted)
 
     def FailJob(self, request: worker_pb2.FailJobRequest, context: Any) -> worker_pb2.FailJobResponse:
-        accepted = self._store.fail(request.job_id, request.worker_id, request.code, request.message)
+        accepted = self._store.fail(request.job_id, _lease(request), request.code, request.message)
         record_failed(self._store, request.job_id, request.code, accepted)
         return worker_pb2.FailJobResponse(accepted=accepted)

@@ -3,13 +3,18 @@
 SQLite by default (WAL, one file under the data dir); PostgreSQL through a
 ``postgresql+psycopg://`` URL for several front-end replicas. Every state change is one conditional
 UPDATE, so concurrent replicas and redelivered tasks cannot produce two results for one job.
-Every lookup a client can cause is scoped by tenant; the worker-facing calls are keyed by job id
-only (workers are trusted, internal).
+Every lookup a client can cause is scoped by tenant. The worker-facing calls are keyed by job id and
+bound to the lease: a claim hands its worker a fresh secret (only its hash is stored), and
+heartbeats, completions and failures change the job only for that worker with that secret.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import math
+import secrets
 import time
 import uuid
 from collections.abc import Mapping
@@ -19,6 +24,7 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from service.events import JobEvents
 from service.records import (
     ACTIVE_STATES,
     CANCELLED,
@@ -28,13 +34,15 @@ from service.records import (
     SUCCEEDED,
     TERMINAL_STATES,
     JobRecord,
+    Lease,
     ModelRecord,
     NewJob,
     array_from_row,
     job_from_row,
     tensor_rows,
 )
-from service.schema import job_tensors, jobs, metadata, models, reports, results
+from service.schema import ADDED_COLUMNS, job_tensors, jobs, metadata, models, reports, results
+from service.text import clean, shown
 from workers.errors import FailedPrecondition, NotFound
 
 # Records are re-exported: callers import them from the store.
@@ -45,6 +53,7 @@ __all__ = [
     "TERMINAL_STATES",
     "JobRecord",
     "JobStore",
+    "Lease",
     "ModelRecord",
     "NewJob",
 ]
@@ -68,11 +77,28 @@ def _make_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+def _secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _add_columns(engine: Engine) -> None:
+    """Columns added since a store was created (service.schema.ADDED_COLUMNS), added in place."""
+    inspector = sa.inspect(engine)
+    for table, column, sql_type in ADDED_COLUMNS:
+        if column not in {c["name"] for c in inspector.get_columns(table)}:
+            with engine.begin() as conn:
+                conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+            logger.info("job store: added column %s.%s", table, column)
+
+
 class JobStore:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = _make_engine(url)
         metadata.create_all(self.engine)
+        _add_columns(self.engine)
+        # Every change made through this store is published here (WatchJob waits on it).
+        self.events = JobEvents()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -90,13 +116,30 @@ class JobStore:
             pass  # uploaded before (or concurrently): same bytes, same record
         return self.get_model(tenant, sha256)
 
+    def has_model(self, tenant: str, sha256: str) -> bool:
+        with self.engine.connect() as conn:
+            query = sa.select(models.c.sha256).where(models.c.tenant == tenant, models.c.sha256 == sha256)
+            return conn.execute(query).first() is not None
+
+    def forget_model(self, tenant: str, sha256: str) -> None:
+        """Remove a model record whose blob could not be stored (the upload failed after recording)."""
+        with self.engine.begin() as conn:
+            conn.execute(models.delete().where(models.c.tenant == tenant, models.c.sha256 == sha256))
+
+    def model_digests(self) -> set[str]:
+        """Every stored model's digest, all tenants: the blobs that must be kept."""
+        with self.engine.connect() as conn:
+            return {r[0] for r in conn.execute(sa.select(models.c.sha256).distinct())}
+
     def get_model(self, tenant: str, sha256: str) -> ModelRecord:
         with self.engine.connect() as conn:
             row = conn.execute(
                 sa.select(models).where(models.c.tenant == tenant, models.c.sha256 == sha256)
             ).first()
         if row is None:
-            raise NotFound(f"unknown model {sha256 or '(empty digest)'}: upload it first (UploadModel)")
+            raise NotFound(
+                f"unknown model {shown(sha256) or '(empty digest)'}: upload it first (UploadModel)"
+            )
         return ModelRecord(**row._asdict())
 
     # -- jobs, client side ----------------------------------------------------------------------
@@ -155,7 +198,7 @@ class JobStore:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id)).first()
         if row is None:
-            raise NotFound(f"unknown job '{job_id}'")
+            raise NotFound(f"unknown job '{shown(job_id)}'")
         return job_from_row(row)
 
     def list_jobs(self, tenant: str, limit: int, after: tuple[float, str] | None = None) -> list[JobRecord]:
@@ -184,6 +227,7 @@ class JobStore:
                 .where(jobs.c.tenant == tenant, jobs.c.id == job_id, jobs.c.state == RUNNING)
                 .values(cancel_requested=True, message="cancelling")
             )
+        self.events.publish([job_id])
         return self.get_job(tenant, job_id)
 
     def get_report(self, tenant: str, job_id: str) -> tuple[bytes, str]:
@@ -220,12 +264,14 @@ class JobStore:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
         if row is None:
-            raise NotFound(f"unknown job '{job_id}'")
+            raise NotFound(f"unknown job '{shown(job_id)}'")
         return job_from_row(row)
 
-    def claim(self, job_id: str, worker_id: str, lease_seconds: float) -> tuple[JobRecord, bool]:
-        """Give the job to ``worker_id`` if it is queued, or running on a lease that expired."""
+    def claim(self, job_id: str, worker_id: str, lease_seconds: float) -> tuple[JobRecord, str]:
+        """Give the job to ``worker_id`` if it is queued, or running on a lease that expired. Returns the
+        job and the lease's secret ("" when not claimed): only its holder can finish the job."""
         now = time.time()
+        secret = secrets.token_urlsafe(24)
         with self.engine.begin() as conn:
             claimable = sa.or_(
                 jobs.c.state == QUEUED, sa.and_(jobs.c.state == RUNNING, jobs.c.lease_expires_at < now)
@@ -236,13 +282,28 @@ class JobStore:
                 .values(
                     state=RUNNING,
                     lease_owner=worker_id,
+                    lease_secret=_secret_hash(secret),
                     lease_expires_at=now + lease_seconds,
                     attempts=jobs.c.attempts + 1,
                     started_at=sa.func.coalesce(jobs.c.started_at, now),
                     message="started",
                 )
             ).rowcount
-        return self.job_by_id(job_id), done == 1
+        if done == 1:
+            self.events.publish([job_id])
+        return self.job_by_id(job_id), secret if done == 1 else ""
+
+    def holds(self, job_id: str, lease: Lease) -> bool:
+        """Whether ``lease`` is the live claim on this running job (owner and secret both match)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(jobs.c.lease_owner, jobs.c.lease_secret).where(
+                    jobs.c.id == job_id, jobs.c.state == RUNNING
+                )
+            ).first()
+        if row is None or row.lease_owner != lease.owner or row.lease_secret is None:
+            return False
+        return hmac.compare_digest(row.lease_secret, _secret_hash(lease.secret))
 
     def job_tensors(self, job_id: str) -> dict[str, np.ndarray]:
         with self.engine.connect() as conn:
@@ -250,48 +311,52 @@ class JobStore:
             return {r.name: array_from_row(r) for r in rows}
 
     def heartbeat(
-        self, job_id: str, worker_id: str, progress: float, message: str, lease_seconds: float
+        self, job_id: str, lease: Lease, progress: float, message: str, lease_seconds: float
     ) -> bool:
         """Renew the lease and record progress; True means stop (cancelled, or the lease was lost)."""
         now = time.time()
         with self.engine.begin() as conn:
             owned = conn.execute(
                 jobs.update()
-                .where(jobs.c.id == job_id, jobs.c.state == RUNNING, jobs.c.lease_owner == worker_id)
+                .where(jobs.c.id == job_id, jobs.c.state == RUNNING, _held(lease))
                 .values(
-                    progress=min(max(progress, 0.0), 1.0),
-                    message=message[:500],
+                    progress=min(max(progress, 0.0), 1.0) if math.isfinite(progress) else 0.0,
+                    message=clean(message, 500),
                     lease_expires_at=now + lease_seconds,
                 )
             ).rowcount
             if owned != 1:
                 return True
             flag = conn.execute(sa.select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar_one()
+        self.events.publish([job_id])
         return bool(flag)
 
     def complete(
         self,
         job_id: str,
+        lease: Lease,
         report: tuple[bytes, str] | None,
         tensors: Mapping[str, np.ndarray],
         not_applicable: Mapping[str, str],
         compute_seconds: float,
     ) -> bool:
-        """Store the result once: False (and nothing written) when the job is already terminal."""
+        """Store the result once, from the lease holder: False (and nothing written) when the job is
+        terminal already or ``lease`` is not its live claim."""
         now = time.time()
         with self.engine.begin() as conn:
             done = conn.execute(
                 jobs.update()
-                .where(jobs.c.id == job_id, jobs.c.state.in_(ACTIVE_STATES))
+                .where(jobs.c.id == job_id, jobs.c.state == RUNNING, _held(lease))
                 .values(
                     state=SUCCEEDED,
                     progress=1.0,
                     message="done",
                     finished_at=now,
                     compute_seconds=compute_seconds,
-                    not_applicable=dict(not_applicable),
+                    not_applicable={clean(k, 64): clean(v, 2000) for k, v in not_applicable.items()},
                     report_available=True,
                     lease_owner=None,
+                    lease_secret=None,
                     lease_expires_at=None,
                 )
             ).rowcount
@@ -306,26 +371,30 @@ class JobStore:
             rows = tensor_rows(job_id, tensors)
             if rows:
                 conn.execute(results.insert(), rows)
+        self.events.publish([job_id])
         return True
 
-    def fail(self, job_id: str, worker_id: str, code: str, message: str) -> bool:
-        """Record a worker's failure; ignored unless ``worker_id`` holds the job (a worker that lost
+    def fail(self, job_id: str, lease: Lease, code: str, message: str) -> bool:
+        """Record a worker's failure; ignored unless ``lease`` is the job's live claim (a worker that lost
         its lease must not fail the job another worker now runs)."""
         state = CANCELLED if code == "CANCELLED" else FAILED
         with self.engine.begin() as conn:
             done = conn.execute(
                 jobs.update()
-                .where(jobs.c.id == job_id, jobs.c.state.in_(ACTIVE_STATES), jobs.c.lease_owner == worker_id)
+                .where(jobs.c.id == job_id, jobs.c.state == RUNNING, _held(lease))
                 .values(
                     state=state,
-                    error_code="" if state == CANCELLED else code,
-                    error_message="" if state == CANCELLED else message[:2000],
+                    error_code="" if state == CANCELLED else clean(code, 32),
+                    error_message="" if state == CANCELLED else clean(message, 2000),
                     message="cancelled" if state == CANCELLED else "failed",
                     finished_at=time.time(),
                     lease_owner=None,
+                    lease_secret=None,
                     lease_expires_at=None,
                 )
             ).rowcount
+        if done == 1:
+            self.events.publish([job_id])
         return done == 1
 
     # -- dispatch bookkeeping -------------------------------------------------------------------
@@ -362,7 +431,7 @@ class JobStore:
         """Running jobs whose lease expired: back to the queue (or cancelled / failed). Returns the count."""
         now = time.time()
         expired = sa.and_(jobs.c.state == RUNNING, jobs.c.lease_expires_at < now)
-        cleared = {"lease_owner": None, "lease_expires_at": None}
+        cleared = {"lease_owner": None, "lease_secret": None, "lease_expires_at": None}
         with self.engine.begin() as conn:
             n = conn.execute(
                 jobs.update()
@@ -386,9 +455,15 @@ class JobStore:
                 .where(expired)
                 .values(state=QUEUED, dispatched_at=None, message="worker lost: queued again", **cleared)
             ).rowcount
+        if n or requeued:
+            self.events.publish_all()
         if requeued:
             logger.warning("%d running job(s) lost their worker's lease: queued again", requeued)
         return int(n + requeued)
+
+
+def _held(lease: Lease) -> sa.ColumnElement[bool]:
+    return sa.and_(jobs.c.lease_owner == lease.owner, jobs.c.lease_secret == _secret_hash(lease.secret))
 
 
 def _due(cutoff: float) -> sa.ColumnElement[bool]:

@@ -1,4 +1,9 @@
-"""UploadModel: hash while receiving, enforce the cap, validate, store content-addressed."""
+"""UploadModel: hash while receiving, enforce the cap, validate, record, then store content-addressed.
+
+The model's record is written before its blob is moved into place: a request the store refuses
+leaves no blob behind (nothing outside every quota), and a blob on disk always has a record. The
+orphan sweep (service.housekeeping) removes what a crash may still leave.
+"""
 
 from __future__ import annotations
 
@@ -56,6 +61,14 @@ def receive_model(
         name = check_model(writer.read_back(), fmt)
         if quotas is not None:
             quotas.check_model(tenant, name, writer.size)
-        sha256 = writer.commit()
+        sha256 = writer.sha256
+        new = not store.has_model(tenant, sha256)
+        record = store.record_model(tenant, sha256, name, writer.size, meta.name[:256])
+        try:
+            writer.commit()
+        except BaseException:
+            if new:  # no record without its blob either
+                store.forget_model(tenant, sha256)
+            raise
     logger.info("stored model %s (%s, %d bytes) for tenant %s", sha256, name, writer.size, tenant)
-    return store.record_model(tenant, sha256, name, writer.size, meta.name[:256])
+    return record

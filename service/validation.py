@@ -14,6 +14,7 @@ import numpy as np
 from xaudit.v1 import audit_pb2
 
 from service.tensors import decode_tensor
+from service.text import shown
 from workers.errors import InvalidInput, InvalidModel
 from workers.spec import ATTACHMENTS, CRITERIA, DEFAULT_TOLERANCES, FOURTEEN_METHODS, JobSpec
 
@@ -82,6 +83,31 @@ def check_model(data: bytes, fmt: str | None) -> str:
     return name
 
 
+MAX_BLUR_SIGMA = 1e4  # pixels: far past any image's size, far from float overflow
+
+
+def _baseline(text: str) -> str:
+    """Numbers inside a baseline spec, bounded before the job is recorded (the worker parses the
+    rest): a finite constant, a positive bounded blur sigma, a token id that fits an int64."""
+    kind, _, arg = text.partition(":")
+    kind = kind.lower()
+    try:
+        if kind == "blur" and arg:
+            sigma = float(arg)
+            if not (math.isfinite(sigma) and 0 < sigma <= MAX_BLUR_SIGMA):
+                raise InvalidInput(f"baseline '{shown(text)}': sigma must be in (0, {MAX_BLUR_SIGMA:g}]")
+        elif kind == "constant":
+            if not math.isfinite(float(arg)):
+                raise InvalidInput(f"baseline '{shown(text)}': the constant must be a finite number")
+        elif kind == "token":
+            _bounded_int(arg)
+    except InvalidInput as exc:
+        raise InvalidInput(f"baseline '{shown(text)}': {exc}") from None
+    except ValueError:
+        raise InvalidInput(f"baseline '{shown(text)}': '{shown(arg, 24)}' is not a number") from None
+    return text
+
+
 @dataclass(frozen=True)
 class Submission:
     spec: JobSpec
@@ -89,11 +115,57 @@ class Submission:
     idempotency_key: str  # empty: derive from the content
 
 
-def _param_value(text: str) -> Any:
+MAX_PARAM_TEXT = 256  # one method parameter's JSON text
+MAX_PARAM_DEPTH = 2  # a list of numbers at most: parameters are scalars or short lists
+MAX_INT_DIGITS = 18  # fits an int64 column and every loop bound
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise InvalidInput(f"integer {shown(text, 24)} has more than {MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise InvalidInput(f"number {shown(text, 24)} is not finite")
+    return value
+
+
+def _depth(text: str) -> int:
+    """Bracket nesting of JSON text, counted before parsing (a deep document never reaches json)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (c == "\\", c != '"')
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def _param_value(name: str, text: str) -> Any:
+    if len(text) > MAX_PARAM_TEXT:
+        raise InvalidInput(f"parameter {name}: {len(text)} characters; the limit is {MAX_PARAM_TEXT}")
+    if _depth(text) > MAX_PARAM_DEPTH:
+        raise InvalidInput(f"parameter {name}: nested deeper than {MAX_PARAM_DEPTH} levels")
     try:
-        return json.loads(text)
+        return json.loads(
+            text,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+            parse_constant=lambda c: _finite_float(c),
+        )
     except json.JSONDecodeError:
         return text
+    except InvalidInput as exc:
+        raise InvalidInput(f"parameter {name}: {exc}") from None
 
 
 def _methods(request: audit_pb2.SubmitRequest) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
@@ -107,7 +179,9 @@ def _methods(request: audit_pb2.SubmitRequest) -> tuple[tuple[str, ...], dict[st
         if m.params:
             if m.name.strip() in ("all", "all+extras"):
                 raise InvalidInput(f"method '{m.name}': parameters belong to a single named method")
-            params.setdefault(m.name.strip(), {}).update({k: _param_value(v) for k, v in m.params.items()})
+            params.setdefault(m.name.strip(), {}).update(
+                {k: _param_value(f"{m.name.strip()}.{k}", v) for k, v in m.params.items()}
+            )
     return names, params
 
 
@@ -186,7 +260,7 @@ def submission_from_request(
         tensors[name] = decode_tensor(
             attachment, what=f"attachment '{name}'", max_elements=max_elements, max_dims=max_dims
         )
-    baseline = request.baseline.strip() or "zeros"
+    baseline = _baseline(request.baseline.strip() or "zeros")
     if baseline.split(":", 1)[0].lower() == "tensor" and "baseline" not in tensors:
         raise InvalidInput("baseline 'tensor' needs a 'baseline' attachment")
     target = request.target.strip() or "predicted"

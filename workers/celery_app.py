@@ -148,6 +148,7 @@ def _die_with_parent_in_pool_children() -> None:
 def run_worker(config: WorkerConfig) -> None:
     """Run a Celery worker (prefork pool: time limits only work there) until it is stopped."""
     from workers import tasks
+    from workers.threads import CONCURRENCY_ENV
 
     unknown = sorted(set(config.queues) - set(QUEUES))
     if unknown:
@@ -168,6 +169,8 @@ def run_worker(config: WorkerConfig) -> None:
     import workers.jobs
     import workers.models.onnx_model  # noqa: F401
 
+    # Pool children divide the CPUs among themselves (workers.threads).
+    os.environ[CONCURRENCY_ENV] = str(config.concurrency)
     argv = [
         "worker",
         f"--queues={','.join(config.queues)}",

@@ -13,8 +13,9 @@ from workers.errors import NotApplicable
 from workers.methods import AttributionContext, attribute, get_method
 from workers.metrics import observe_method
 from workers.prepare import Prepared
+from workers.subgames import SubInputGame, subset_positions
 
-__all__ = ["ExplainResult", "explain"]
+__all__ = ["ExplainResult", "explain", "job_params", "method_context"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,12 +29,39 @@ class ExplainResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def job_params(prep: Prepared, name: str) -> dict[str, object]:
+    """The job's parameters of method ``name``, with those fixed per job (e.g. Deep Taylor's input
+    bounds) bound from all of the job's inputs and references: the maps and the audit use these."""
+    given = dict(prep.spec.method_params.get(name, {}))
+    references = (prep.baselines,) if prep.background is None else (prep.baselines, prep.background)
+    return get_method(name).bind(given, prep.inputs, references)
+
+
 def method_context(prep: Prepared, name: str) -> AttributionContext:
-    params = dict(prep.spec.method_params.get(name, {}))
-    return AttributionContext(prep.model, prep.players, prep.target, params, prep.spec.seed)
+    return AttributionContext(prep.model, prep.players, prep.target, job_params(prep, name), prep.spec.seed)
 
 
-def explain(prep: Prepared, methods: tuple[str, ...], progress: Progress | None = None) -> ExplainResult:
+def _from_game(prep: Prepared, name: str, game: SubInputGame | None) -> np.ndarray | None:
+    """The map of a game-derived method read off a game played on the inputs themselves (with the
+    job's reference), when that game includes the full set; None otherwise."""
+    method = get_method(name)
+    if game is None or method.capabilities.baseline != "single":
+        return None
+    full = subset_positions(game.subsets, np.array([2**game.n - 1], dtype=np.uint64))
+    if full is None:
+        return None
+    per_player = method.from_game(dict(prep.spec.method_params.get(name, {})), prep.players, game)
+    return None if per_player is None else prep.players.spread(per_player[:, int(full[0])])
+
+
+def explain(
+    prep: Prepared,
+    methods: tuple[str, ...],
+    progress: Progress | None = None,
+    game: SubInputGame | None = None,
+) -> ExplainResult:
+    """Maps of ``methods`` on the inputs; methods that are functions of the game read ``game`` (played
+    on ``prep.inputs`` against ``prep.baselines``) instead of evaluating the model again."""
     result = ExplainResult()
     for k, name in enumerate(methods):
         if progress:
@@ -41,8 +69,18 @@ def explain(prep: Prepared, methods: tuple[str, ...], progress: Progress | None 
         method = get_method(name)
         started = time.perf_counter()
         try:
-            result.attributions[name] = attribute(
-                method, method_context(prep, name), prep.inputs, prep.baselines, prep.classes, prep.background
+            derived = _from_game(prep, name, game)
+            result.attributions[name] = (
+                derived
+                if derived is not None
+                else attribute(
+                    method,
+                    method_context(prep, name),
+                    prep.inputs,
+                    prep.baselines,
+                    prep.classes,
+                    prep.background,
+                )
             )
         except NotApplicable as exc:
             logger.info("%s", exc)

@@ -108,8 +108,11 @@ class BlobCache:
 class _Heartbeat:
     """Renews the lease every ``interval`` seconds and forwards progress; remembers a cancel request."""
 
-    def __init__(self, stub: Any, job_id: str, wid: str, interval: float, config: RuntimeConfig) -> None:
+    def __init__(
+        self, stub: Any, job_id: str, wid: str, secret: str, interval: float, config: RuntimeConfig
+    ) -> None:
         self._stub, self._job_id, self._wid, self._interval = stub, job_id, wid, interval
+        self._secret = secret
         self._config = config
         self._state = (0.0, "started")
         self._wake = threading.Event()
@@ -136,7 +139,11 @@ class _Heartbeat:
     def _send(self) -> None:
         fraction, message = self._state
         request = worker_pb2.HeartbeatRequest(
-            job_id=self._job_id, worker_id=self._wid, progress=fraction, message=message
+            job_id=self._job_id,
+            worker_id=self._wid,
+            progress=fraction,
+            message=message,
+            lease_secret=self._secret,
         )
         try:
             reply = self._stub.Heartbeat(request, timeout=self._config.rpc_timeout_s)
@@ -205,7 +212,8 @@ def _run_claimed(stub: Any, payload: Any, wid: str, config: RuntimeConfig) -> st
     logger.info("job %s: attempt %d on %s", job_id, payload.attempt, wid)
     interval = payload.heartbeat_interval_seconds or 5.0
     code, message = "", ""
-    with _Heartbeat(stub, job_id, wid, interval, config) as beat:
+    secret = payload.lease_secret  # proves this worker's lease in every later call about the job
+    with _Heartbeat(stub, job_id, wid, secret, interval, config) as beat:
         try:
             model = BlobCache(config.cache_dir).get(payload.model_sha256, stub, config)
             spec = JobSpec.from_json(payload.spec_json)
@@ -234,7 +242,9 @@ def _run_claimed(stub: Any, payload: Any, wid: str, config: RuntimeConfig) -> st
                 )
     if code:
         logger.info("job %s: %s: %s", job_id, code, message)
-        request = worker_pb2.FailJobRequest(job_id=job_id, worker_id=wid, code=code, message=message)
+        request = worker_pb2.FailJobRequest(
+            job_id=job_id, worker_id=wid, code=code, message=message, lease_secret=secret
+        )
         _retrying(
             lambda: stub.FailJob(request, timeout=config.rpc_timeout_s, wait_for_ready=True),
             "FailJob",
@@ -251,6 +261,7 @@ def _run_claimed(stub: Any, payload: Any, wid: str, config: RuntimeConfig) -> st
         attributions=tensors,
         not_applicable=result.not_applicable,
         compute_seconds=seconds,
+        lease_secret=secret,
     )
     if result.target_values is not None:
         done.target_values.CopyFrom(
@@ -260,11 +271,17 @@ def _run_claimed(stub: Any, payload: Any, wid: str, config: RuntimeConfig) -> st
         done.target_classes.CopyFrom(
             encode_tensor("target_classes", np.asarray(result.target_classes, np.int64))
         )
-    reply = _retrying(
-        lambda: stub.CompleteJob(done, timeout=config.rpc_timeout_s, wait_for_ready=True),
-        "CompleteJob",
-        config,
-    )
+    try:
+        reply = _retrying(
+            lambda: stub.CompleteJob(done, timeout=config.rpc_timeout_s, wait_for_ready=True),
+            "CompleteJob",
+            config,
+        )
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
+            raise
+        logger.warning("job %s: lease lost before the result was stored (%s)", job_id, exc.details())
+        return "lost"
     logger.info(
         "job %s: done in %.2fs (%s)", job_id, seconds, "stored" if reply.accepted else "already finished"
     )

@@ -11,7 +11,13 @@ import sys
 from pathlib import Path
 
 from clients.cli._output import add_json_option, print_outcome
-from clients.cli.options import add_job_options, check_writable, job_from_args, read_model
+from clients.cli.options import (
+    add_job_options,
+    add_threads_option,
+    check_writable,
+    job_from_args,
+    read_model,
+)
 from clients.cli.progress import progress_bar
 
 __all__ = ["register"]
@@ -20,6 +26,7 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("audit", help="audit attribution methods locally and write the report JSON")
     add_job_options(parser, audit=True)
+    add_threads_option(parser)
     parser.add_argument(
         "--out", required=True, type=Path, help="where to write the report (xaudit.report/v1 JSON)"
     )

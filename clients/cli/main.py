@@ -118,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     quiet_third_party(args.verbose)
     try:
+        from clients.cli.options import apply_threads_option
+
+        apply_threads_option(args)
         code: int = args.func(args)
         sys.stdout.flush()
         return code

@@ -14,6 +14,8 @@ from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
 __all__ = [
     "add_job_options",
+    "add_threads_option",
+    "apply_threads_option",
     "check_methods",
     "check_writable",
     "job_from_args",
@@ -34,6 +36,38 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+
+def _thread_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    """``--threads N``: compute threads per process (default: the CPUs given, shared among workers)."""
+    parser.add_argument(
+        "--threads",
+        type=_thread_count,
+        metavar="N",
+        help="torch and onnxruntime threads per compute process (default: the CPUs this process may use, "
+        "divided among worker processes; env XAUDIT_THREADS; never more than the CPUs)",
+    )
+
+
+def apply_threads_option(args: argparse.Namespace) -> None:
+    """Pass ``--threads`` on through the environment, to this process and to every process it starts
+    (embedded service, worker, sandbox child): workers.threads reads it."""
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        import os
+
+        os.environ["XAUDIT_THREADS"] = str(threads)
 
 
 def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:

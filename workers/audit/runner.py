@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -11,24 +12,28 @@ from typing import Any
 
 import numpy as np
 
+from workers.audit.checks import GameCheck, game_checks
 from workers.audit.evidence import worst_sets
 from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
-from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs
+from workers.audit.sets import AuditedSets, choose_sets, design
+from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
+from workers.audit.unaudited import unaudited_mass
 from workers.errors import NotApplicable
-from workers.explain import explain
+from workers.explain import explain, job_params
 from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
 from workers.interactions import interaction_orders, popcounts
 from workers.methods import Method, derived_seed, get_method
+from workers.methods.references import choose_references
 from workers.metrics import record_verdict
 from workers.prepare import Prepared
 from workers.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
+from workers.subgames import SubInputGame
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",
-    "AUDIT_BACKGROUND_CAP",
     "MAX_HIDDEN_SHARE",
     "STOCHASTIC_REPEATS",
     "AuditResult",
@@ -40,8 +45,6 @@ logger = logging.getLogger(__name__)
 # Up to this many players every sub-input is attributed (2^n per sample): exact remainder-free
 # coverage and the all-order view. Above it, only sub-inputs with |T| <= audit order.
 ALL_ORDER_MAX_PLAYERS = 10
-# Background samples used as references when auditing distribution-baseline methods.
-AUDIT_BACKGROUND_CAP = 4
 # Most of the effect mass may sit under a method's noise floor; then nothing about its allocation is
 # shown and it cannot be judged reliable (raise its steps or samples to lower the floor).
 MAX_HIDDEN_SHARE = 0.5
@@ -49,6 +52,9 @@ MAX_HIDDEN_SHARE = 0.5
 STOCHASTIC_REPEATS = 2
 # Sub-inputs per sample re-attributed at half resolution to estimate discretisation noise.
 RESOLUTION_PROBES = 64
+# Sub-inputs (of the first sample) on which a game-derived method is also run on the model, to
+# check the derivation against re-evaluation; the largest difference goes into the report.
+SPOT_CHECKS = 1
 PAPER_CONTEXT_LABEL = "theoretical expectation from Deng et al., TPAMI 2024, Table 1: context for the reader, not used for the verdict"
 
 Progress = Callable[[float, str], None]
@@ -68,10 +74,11 @@ class _Measured:
 
     values: np.ndarray  # (B, m)
     interactions: np.ndarray  # (B, m)
-    remainder: np.ndarray | None  # (B,)
+    full: np.ndarray  # (B,) v(N)
     main: SubInputAttributions
     coarse_shift: np.ndarray | None  # (B, k) change of sum_i a_i(x_T) at half resolution
     repeats: np.ndarray | None  # (R, B, m, n)
+    evaluations: dict[str, Any]  # how the sub-input attributions were obtained
 
 
 def _constituents(
@@ -91,7 +98,7 @@ def _measure(
     background_games: list[tuple[np.ndarray, GameResult]],
     tick: Callable[[], None],
 ) -> _Measured:
-    params = dict(prep.spec.method_params.get(method.name, {}))
+    params = job_params(prep, method.name)
     merged = method.params_from(params)
     parts = _constituents(method, prep, game, background_games)
     subsets = game.subsets
@@ -107,13 +114,21 @@ def _measure(
     probes = np.random.default_rng(derived_seed(prep.spec.seed, "probes")).permutation(len(subsets))
     probes = np.sort(probes[:RESOLUTION_PROBES])
     mains, coarses, repeats = [], [], []
-    for c, (baselines, _) in enumerate(parts):
+    derived, deviation, checked = 0, 0.0, np.zeros(0, dtype=np.uint64)
+    for c, (baselines, part_game) in enumerate(parts):
         seed = derived_seed(prep.spec.seed, method.name, c)
-        main = run(baselines, params, seed)
+        sub_game = SubInputGame(prep.players.n, subsets, part_game.values, part_game.interactions)
+        from_game = sub_inputs_from_game(method, params, prep.players, sub_game)
+        if from_game is None:
+            main = run(baselines, params, seed)
+        else:
+            main, derived = from_game, derived + 1
+            if c == 0:
+                checked, deviation = _spot_check(method, prep, params, seed, baselines, subsets, main)
         mains.append(main)
         if method.resolution is not None:
-            coarse_params = dict(params, **{method.resolution: max(1, int(merged[method.resolution]) // 2)})
-            coarse = run(baselines, coarse_params, seed, subsets[probes]).per_player
+            probe_params = dict(params, **{method.resolution: _probe_resolution(method, merged)})
+            coarse = run(baselines, probe_params, seed, subsets[probes]).per_player
             coarses.append(coarse.sum(axis=2) - main.per_player[:, probes].sum(axis=2))
         if method.capabilities.stochastic:
             others = [
@@ -129,11 +144,66 @@ def _measure(
     return _Measured(
         values=_mean([g.values for _, g in parts]),
         interactions=_mean([g.interactions for _, g in parts]),
-        remainder=None if game.exact else _mean([g.remainder for _, g in parts]),
+        full=_mean([g.full for _, g in parts]),
         main=main,
         coarse_shift=_mean(coarses) if coarses else None,
         repeats=_mean(repeats) if repeats else None,
+        evaluations=_evaluations(prep, parts, derived, checked, deviation),
     )
+
+
+def _probe_resolution(method: Method, params: dict[str, Any]) -> int:
+    """Half the method's resolution, never below what it accepts; where halving is impossible,
+    double it (the shift then measures the error of the audited run just as well)."""
+    assert method.resolution is not None
+    current = int(params[method.resolution])
+    probe = max(method.min_resolution(params), current // 2)
+    return probe if probe < current else 2 * current
+
+
+def _spot_check(
+    method: Method,
+    prep: Prepared,
+    params: dict[str, Any],
+    seed: int,
+    baselines: np.ndarray,
+    subsets: np.ndarray,
+    derived: SubInputAttributions,
+) -> tuple[np.ndarray, float]:
+    """Run the method on the model on SPOT_CHECKS sub-inputs of the first sample; the largest
+    difference from the game-derived attributions."""
+    rng = np.random.default_rng(derived_seed(prep.spec.seed, "spot-check", method.name))
+    picks = np.sort(rng.permutation(len(subsets))[:SPOT_CHECKS])
+    again = attribute_sub_inputs(
+        method, prep.model, prep.players, prep.target, params, seed,
+        prep.inputs[:1], baselines[:1], prep.classes[:1], subsets[picks],
+    )  # fmt: skip
+    return subsets[picks], float(np.abs(again.per_player[0] - derived.per_player[0, picks]).max())
+
+
+def _evaluations(
+    prep: Prepared,
+    parts: list[tuple[np.ndarray, GameResult]],
+    derived: int,
+    checked: np.ndarray,
+    deviation: float,
+) -> dict[str, Any]:
+    """The report's account of where a method's sub-input attributions came from."""
+    sub_inputs = len(parts) * parts[0][1].values.size
+    if not derived:
+        return {"source": "model", "sub_inputs": sub_inputs, "game_values_reused": 0}
+    names = prep.players.names
+    return {
+        "source": "game",
+        "sub_inputs": sub_inputs,
+        # Each x_T's game is the main game restricted to T: every value it needs was evaluated for the game.
+        "game_values_reused": sum(g.values.size for _, g in parts),
+        "spot_check": {
+            "sets": [[names[i] for i in range(len(names)) if (int(t) >> i) & 1] for t in checked],
+            "samples": 1,
+            "max_abs_difference": deviation,
+        },
+    }
 
 
 def _mean(arrays: list[np.ndarray]) -> np.ndarray:
@@ -168,17 +238,19 @@ def _audit_method(
     background_games: list[tuple[np.ndarray, GameResult]],
     order: int,
     tick: Callable[[], None],
+    sets: AuditedSets | None = None,
 ) -> dict[str, Any]:
     measured = _measure(method, prep, game, background_games, tick)
     n, subsets = prep.players.n, game.subsets
     floor = estimate_floor(subsets, measured.values, measured.coarse_shift, measured.repeats, DEFAULT_Z)
+    index, survey = (None, None) if sets is None else (sets.family, design(sets))
 
     def score(per_player: np.ndarray, max_order: int) -> tuple[AllocationScores, np.ndarray]:
-        shares = moebius_shares(subsets, per_player, n)
+        shares = moebius_shares(subsets, per_player, n, index)
         return score_allocation(
-            subsets, n, measured.values, measured.interactions, measured.remainder,
+            subsets, n, measured.values, measured.interactions,
             per_player, shares, floor.per_set, max_order,
-            measured.main.absent_mass, measured.main.total_mass,
+            measured.main.absent_mass, measured.main.total_mass, survey,
         ), shares  # fmt: skip
 
     scores, shares = score(measured.main.per_player, order)
@@ -217,7 +289,11 @@ def _audit_method(
             "repeats": STOCHASTIC_REPEATS if measured.repeats is not None else 1,
         },
         "by_order": scores.by_order,
+        "unaudited": unaudited_mass(
+            subsets, measured.interactions, measured.full, order, game.exact, game.weights
+        ).section(),
         "evidence": worst_sets(scores, subsets, measured.interactions, shares, prep.players, tolerances),
+        "evaluations": measured.evaluations,
     }
     if game.exact and order < n:
         all_scores = score(measured.main.per_player, n)[0]
@@ -230,7 +306,13 @@ def _audit_method(
     return entry
 
 
-def _game_section(prep: Prepared, game: GameResult, order: int) -> dict[str, Any]:
+def _game_section(
+    prep: Prepared,
+    game: GameResult,
+    order: int,
+    checks: tuple[GameCheck, ...],
+    sets: AuditedSets | None = None,
+) -> dict[str, Any]:
     players = prep.players
     sizes = popcounts(game.subsets)
     mean_effect = game.interactions.mean(axis=0)
@@ -252,12 +334,22 @@ def _game_section(prep: Prepared, game: GameResult, order: int) -> dict[str, Any
         "reference_values": game.empty,
         "efficiency_error": float(game.efficiency_error.max()) if game.exact else 0.0,
         "unexplained_high_order": None if game.exact else game.remainder,
+        "unaudited": unaudited_mass(
+            game.subsets, game.interactions, game.full, order, game.exact, game.weights
+        ).section(),
+        "checks": [c.section() for c in checks],
         "mass_by_order": [
             {"order": k, "mass": float(mass)}
             for k, mass in enumerate(
-                interaction_orders(game.subsets, game.interactions, game.order).mean(axis=0), 1
+                interaction_orders(
+                    game.subsets,
+                    game.interactions if game.weights is None else game.interactions * game.weights,
+                    game.order,
+                ).mean(axis=0),
+                1,
             )
         ],
+        "audited_sets": None if sets is None else sets.section(),
         "top_interactions": [
             {
                 "set": [players.names[i] for i in mem],
@@ -279,21 +371,37 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     spec, players = prep.spec, prep.players
     order = max(1, min(spec.audit_order, players.n))
     enumerated = players.n if players.n <= ALL_ORDER_MAX_PLAYERS else order
+    # Above the all-order limit: the sets of each order up to the audit order, all of them when few,
+    # a seeded sample otherwise, and only their sub-inputs (workers.audit.sets).
+    sets = None if players.n <= ALL_ORDER_MAX_PLAYERS else choose_sets(players.n, order, spec.seed)
+    family = None if sets is None else sets.subsets
+
+    def play_against(baselines: np.ndarray) -> GameResult:
+        played = play(
+            prep.model,
+            prep.inputs,
+            baselines,
+            players,
+            prep.target,
+            prep.classes,
+            order=enumerated,
+            family=family,
+        )
+        return played if sets is None else dataclasses.replace(played, weights=sets.weights)
+
     report_progress(0.01, "evaluating the masking game")
-    game = play(prep.model, prep.inputs, prep.baselines, players, prep.target, prep.classes, order=enumerated)
+    game = play_against(prep.baselines)
     methods = [get_method(name) for name in spec.methods]
     background_games: list[tuple[np.ndarray, GameResult]] = []
-    if prep.background is not None and any(m.capabilities.baseline == "distribution" for m in methods):
-        for reference in prep.background[:AUDIT_BACKGROUND_CAP]:
+    references = None if prep.background is None else choose_references(prep.background, spec.seed)
+    if references is not None and any(m.capabilities.baseline == "distribution" for m in methods):
+        # Exactly the references the maps average over (workers.methods.references).
+        for reference in references.references:
             refs = np.broadcast_to(reference[None], prep.inputs.shape).copy()
-            background_games.append(
-                (
-                    refs,
-                    play(prep.model, prep.inputs, refs, players, prep.target, prep.classes, order=enumerated),
-                )
-            )
+            background_games.append((refs, play_against(refs)))
     report_progress(0.05, "attributing the inputs")
-    maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg))
+    played = SubInputGame(players.n, game.subsets, game.values, game.interactions)
+    maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg), played)
     entries = []
     for k, method in enumerate(methods):
         fraction, message = 0.15 + 0.85 * k / len(methods), f"auditing {method.name}"
@@ -309,7 +417,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         else:
             try:
                 tick = functools.partial(report_progress, fraction, message)
-                entry = _audit_method(method, prep, game, background_games, order, tick)
+                entry = _audit_method(method, prep, game, background_games, order, tick, sets)
             except NotApplicable as exc:
                 entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
         entry["among_fourteen"] = method.name in FOURTEEN_METHODS
@@ -351,10 +459,11 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             "seed": spec.seed,
             "noise_z": DEFAULT_Z,
             "background_samples": len(background_games),
+            "background_given": 0 if references is None else references.given,
             "stochastic_repeats": STOCHASTIC_REPEATS,
         },
         "environment": environment(str(prep.model.device), prep.model.execution_providers),
-        "game": _game_section(prep, game, order),
+        "game": _game_section(prep, game, order, game_checks(prep, game), sets),
         "methods": entries,
         "summary": {
             verdict: [e["name"] for e in entries if e["verdict"] == verdict]

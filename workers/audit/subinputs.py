@@ -12,9 +12,10 @@ from workers.methods import AttributionContext, Method, derived_seed
 from workers.methods._embedding import run_method
 from workers.models.base import ModelAdapter
 from workers.players import Players, subset_bits
+from workers.subgames import SubInputGame
 from workers.targets import Target
 
-__all__ = ["SubInputAttributions", "attribute_sub_inputs"]
+__all__ = ["SubInputAttributions", "attribute_sub_inputs", "from_per_player", "sub_inputs_from_game"]
 
 # Elements of stacked sub-inputs handed to a method in one call: bounds memory for large inputs.
 _MAX_ELEMENTS_PER_CALL = 16 * 1024 * 1024
@@ -58,7 +59,6 @@ def attribute_sub_inputs(
     )
     if model.per_sample:  # held-fixed inputs differ per sample (workers.inputs)
         samples_per_call = 1
-    player_present = subset_bits(subsets, n)  # (m, n)
     out = np.empty((n_samples, m, n))
     for start in range(0, n_samples, samples_per_call):
         stop = min(n_samples, start + samples_per_call)
@@ -75,5 +75,20 @@ def attribute_sub_inputs(
         out[start:stop] = players.sum_per_player(elements).reshape(stop - start, m, n)
         if tick is not None:
             tick()
-    absent = np.abs(out) * (~player_present)[None]
-    return SubInputAttributions(out, absent.sum(axis=(1, 2)), np.abs(out).sum(axis=(1, 2)))
+    return from_per_player(out, subsets, n)
+
+
+def from_per_player(per_player: np.ndarray, subsets: np.ndarray, n: int) -> SubInputAttributions:
+    """Absent-unit and total mass measured on (B, m, n) sub-input attributions."""
+    magnitude = np.abs(per_player)
+    absent = (magnitude * (~subset_bits(subsets, n))[None]).sum(axis=(1, 2))
+    return SubInputAttributions(per_player, absent, magnitude.sum(axis=(1, 2)))
+
+
+def sub_inputs_from_game(
+    method: Method, params: dict[str, object], players: Players, game: SubInputGame
+) -> SubInputAttributions | None:
+    """The method's attributions on every x_T read off the game (no model evaluation), or None where
+    the method is not a function of the game or the sets are not downward closed."""
+    per_player = method.from_game(params, players, game)
+    return None if per_player is None else from_per_player(per_player, game.subsets, players.n)

@@ -15,6 +15,7 @@ import numpy as np
 from workers.errors import NotApplicable, UnknownMethod
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
 from workers.methods._embedding import run_method
+from workers.methods.references import choose_references
 from workers.spec import ALL_METHODS, resolve_method_names
 
 __all__ = [
@@ -62,8 +63,6 @@ def get_method(name: str) -> Method:
     return method
 
 
-
-
 def attribute(
     method: Method,
     ctx: AttributionContext,
@@ -92,11 +91,12 @@ def attribute(
         return run_method(method, ctx, inputs, baselines, classes)
     if background is None:
         raise NotApplicable(method.name, "it needs a background set of samples (--background)")
+    references = choose_references(background, ctx.seed).references
     total = np.zeros(inputs.shape, dtype=np.float64)
-    for m, reference in enumerate(background):
+    for m, reference in enumerate(references):
         sub = AttributionContext(
             ctx.model, ctx.players, ctx.target, ctx.params, derived_seed(ctx.seed, "bg", m)
         )
         refs = np.broadcast_to(reference[None], inputs.shape)
         total += run_method(method, sub, inputs, refs, classes)
-    return (total / len(background)).astype(np.float32)
+    return (total / len(references)).astype(np.float32)

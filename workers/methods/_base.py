@@ -13,6 +13,7 @@ import torch
 
 from workers.models.base import ModelAdapter
 from workers.players import Players
+from workers.subgames import SubInputGame
 from workers.targets import Target
 
 __all__ = ["AttributionContext", "Capabilities", "Method", "derived_seed", "to_numpy", "to_tensor"]
@@ -53,12 +54,29 @@ class Method(ABC):
     # The paper's theoretical expectation (Deng et al., Table 1): context for readers, never a verdict.
     paper_context: ClassVar[str] = ""
 
+    def min_resolution(self, params: Mapping[str, Any]) -> int:
+        """The smallest value of ``resolution`` this method accepts under ``params``."""
+        return 1
+
+    def bind(
+        self, params: Mapping[str, Any], inputs: np.ndarray, references: tuple[np.ndarray, ...]
+    ) -> dict[str, Any]:
+        """Parameters fixed once per job from all of its inputs and references (the same for the
+        maps and for every batch of sub-inputs the audit attributes). The default: as given."""
+        return dict(params)
+
     @abstractmethod
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         """Element attributions (k, *sample_shape) float32 for inputs (k, *sample_shape) with per-row
         references and target classes."""
+
+    def from_game(self, params: Mapping[str, Any], players: Players, game: SubInputGame) -> np.ndarray | None:
+        """Per-player attributions (B, m, n) on every sub-input x_T of ``game``, read off the game's
+        values where this method is a function of the game (v_T(U) = v(U ∩ T), see
+        :mod:`workers.subgames`); None where it is not, and the audit runs the method on x_T."""
+        return None
 
     def params(self, ctx: AttributionContext) -> dict[str, Any]:
         return self.params_from(ctx.params)

@@ -111,9 +111,12 @@ def _vjp(fn: LinearMap, grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def affine_backward(maps: AffineMaps, delta_in: torch.Tensor, out: Pair) -> torch.Tensor:
-    """Multiplier of the layer input: [da>0](W+^T g+ + W-^T g-) + [da<0](W+^T g- + W-^T g+).
+    """Multiplier of the layer input: [da>0](W+^T g+ + W-^T g-) + [da<0](W+^T g- + W-^T g+)
+    + [da=0] W^T (g+ + g-)/2.
 
-    With a plain pair this is the ordinary gradient W^T g (linear layers not followed by a ReLU).
+    An input with no difference feeds neither part, but a change in it would (the published rule:
+    the mean of the two, see docs/science.md). With a plain pair this is the ordinary gradient
+    W^T g (linear layers not followed by a ReLU).
     """
 
     def vjp(fn: LinearMap | None, g: torch.Tensor) -> torch.Tensor:
@@ -123,8 +126,7 @@ def affine_backward(maps: AffineMaps, delta_in: torch.Tensor, out: Pair) -> torc
         return vjp(maps.pos, out.pos) + vjp(maps.neg, out.pos)
     same = vjp(maps.pos, out.pos) + vjp(maps.neg, out.neg)  # a term w*da keeps da's sign where w > 0
     flipped = vjp(maps.pos, out.neg) + vjp(maps.neg, out.pos)
-    zero = torch.zeros_like(delta_in)
-    return torch.where(delta_in > 0, same, torch.where(delta_in < 0, flipped, zero))
+    return torch.where(delta_in > 0, same, torch.where(delta_in < 0, flipped, 0.5 * (same + flipped)))
 
 
 def collapse(pair: Pair, delta: torch.Tensor) -> torch.Tensor:

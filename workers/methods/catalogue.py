@@ -2,7 +2,7 @@
 
 ``xaudit methods`` prints it and docs/methods.md is this output (a test keeps them equal). The table
 lives torch-free in :mod:`workers.method_table`; :func:`table_matches_registry` says whether it still
-mirrors the registry.
+mirrors the registry (a test fails when it does not: `python -m workers.methods.catalogue` prints fresh rows).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from workers.method_table import METHOD_TABLE, MethodRow, methods_markdown
 from workers.methods import ALL_METHODS, get_method
 
-__all__ = ["methods_markdown", "registry_rows", "table_matches_registry"]
+__all__ = ["methods_markdown", "registry_rows", "table_matches_registry", "table_rows_source"]
 
 
 def registry_rows() -> tuple[MethodRow, ...]:
@@ -35,3 +35,13 @@ def registry_rows() -> tuple[MethodRow, ...]:
 
 def table_matches_registry() -> bool:
     return registry_rows() == METHOD_TABLE
+
+
+def table_rows_source() -> str:
+    """The ``METHOD_TABLE`` rows as Python, to paste into workers/method_table.py when a method
+    changes (``python -m workers.methods.catalogue``)."""
+    return "".join(f"    {row!r},\n" for row in registry_rows())
+
+
+if __name__ == "__main__":
+    print(table_rows_source(), end="")

@@ -8,16 +8,18 @@ sub-inputs (tests compare both).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from captum.attr._utils.approximation_methods import approximation_parameters
 
+from workers.errors import InvalidInput
 from workers.methods._autograd import target_gradients_tensor
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
 
-__all__ = ["IntegratedGradients"]
+__all__ = ["IntegratedGradients", "min_steps", "path_integral"]
 
 # Path points evaluated per chunk of inputs: bounds memory (points x sample size).
 _POINTS_PER_CHUNK = 8192
@@ -32,25 +34,54 @@ class IntegratedGradients(Method):
         "splits each Taylor term by the degree of x_i in it; expected to pass all three"
     )
 
+    def min_resolution(self, params: Mapping[str, Any]) -> int:
+        return min_steps(str(self.params_from(params)["quadrature"]))
+
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         p = self.params(ctx)
-        steps = int(p["steps"])
-        step_sizes, alphas = approximation_parameters(str(p["quadrature"]))
-        device = ctx.model.device
-        alpha = torch.tensor(alphas(steps), dtype=torch.float32, device=device)
-        weight = torch.tensor(step_sizes(steps), dtype=torch.float32, device=device)
-        x, b = to_tensor(inputs, device), to_tensor(baselines, device)
-        cls = torch.as_tensor(classes, dtype=torch.long, device=device)
-        out = torch.empty_like(x)
-        rows = max(1, _POINTS_PER_CHUNK // steps)
-        along_path = (steps,) + (1,) * x.ndim  # broadcasts over (rows, *sample_shape)
-        for start in range(0, x.shape[0], rows):
-            xc, bc = x[start : start + rows], b[start : start + rows]
-            delta = xc - bc
-            points = (bc[None] + alpha.reshape(along_path) * delta[None]).reshape(-1, *x.shape[1:])
-            grads = target_gradients_tensor(ctx, points, cls[start : start + rows].repeat(steps))
-            summed = (grads.reshape(steps, *xc.shape) * weight.reshape(along_path)).sum(0)
-            out[start : start + rows] = summed * delta
-        return to_numpy(out)
+        return path_integral(
+            ctx, self.name, int(p["steps"]), str(p["quadrature"]), inputs, baselines, classes
+        )
+
+
+def min_steps(quadrature: str) -> int:
+    """Captum's Riemann rules need two nodes, Gauss-Legendre one."""
+    return 2 if quadrature.startswith("riemann") else 1
+
+
+def path_integral(
+    ctx: AttributionContext,
+    method: str,
+    steps: int,
+    quadrature: str,
+    inputs: np.ndarray,
+    baselines: np.ndarray,
+    classes: np.ndarray,
+) -> np.ndarray:
+    """(x - b) times the quadrature of the target's gradient along the straight path from b to x."""
+    if steps < min_steps(quadrature):
+        raise InvalidInput(
+            f"{method}: quadrature {quadrature} needs steps >= {min_steps(quadrature)}, not {steps}"
+        )
+    try:
+        step_sizes, alphas = approximation_parameters(quadrature)
+    except ValueError:
+        raise InvalidInput(f"{method}: unknown quadrature '{quadrature}'") from None
+    device = ctx.model.device
+    alpha = torch.tensor(alphas(steps), dtype=torch.float32, device=device)
+    weight = torch.tensor(step_sizes(steps), dtype=torch.float32, device=device)
+    x, b = to_tensor(inputs, device), to_tensor(baselines, device)
+    cls = torch.as_tensor(classes, dtype=torch.long, device=device)
+    out = torch.empty_like(x)
+    rows = max(1, _POINTS_PER_CHUNK // steps)
+    along_path = (steps,) + (1,) * x.ndim  # broadcasts over (rows, *sample_shape)
+    for start in range(0, x.shape[0], rows):
+        xc, bc = x[start : start + rows], b[start : start + rows]
+        delta = xc - bc
+        points = (bc[None] + alpha.reshape(along_path) * delta[None]).reshape(-1, *x.shape[1:])
+        grads = target_gradients_tensor(ctx, points, cls[start : start + rows].repeat(steps))
+        summed = (grads.reshape(steps, *xc.shape) * weight.reshape(along_path)).sum(0)
+        out[start : start + rows] = summed * delta
+    return to_numpy(out)

@@ -11,16 +11,20 @@ explained class, so it is in the target's units.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from zennit.core import Hook
-from zennit.rules import AlphaBeta, Epsilon, ZBox, ZPlus
 
 from workers.errors import InvalidInput
+from workers.light_imports import zennit as _light_zennit
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods._zennit import lrp_relevance
+
+_light_zennit()  # before any zennit import: keeps torchvision out
+from zennit.core import Hook  # noqa: E402
+from zennit.rules import AlphaBeta, Epsilon, ZBox, ZPlus  # noqa: E402
 
 __all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon"]
 
@@ -85,8 +89,9 @@ class DeepTaylor(Method):
 
     Both rules follow Montavon et al. 2017 exactly: z+ ignores biases (Zennit's ZPlus would otherwise
     let positive biases absorb relevance), z-beta cancels them by construction. ``low``/``high`` are
-    the input domain's bounds; by default the min and max over this call's inputs and references,
-    so the bounds of a batch depend on what is in it: pass them explicitly for comparable runs.
+    the input domain's bounds; by default the min and max over the job's inputs and references,
+    fixed once per job (:meth:`bind`) so that every batch, and every sub-input the audit attributes,
+    uses the same rule as the shipped map.
     """
 
     name = "deep_taylor"
@@ -95,6 +100,17 @@ class DeepTaylor(Method):
     paper_context: ClassVar[str] = (
         "hands effects of negatively contributing sets to positively contributing units outside them"
     )
+
+    def bind(
+        self, params: Mapping[str, Any], inputs: np.ndarray, references: tuple[np.ndarray, ...]
+    ) -> dict[str, Any]:
+        bound = dict(params)
+        arrays = (inputs, *references)
+        if bound.get("low") is None:
+            bound["low"] = float(min(a.min() for a in arrays))
+        if bound.get("high") is None:
+            bound["high"] = float(max(a.max() for a in arrays))
+        return bound
 
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray

@@ -7,6 +7,7 @@ element the whole difference instead).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -14,6 +15,8 @@ import numpy as np
 from workers.errors import InvalidInput
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods._perturbation import removal_deltas
+from workers.players import Players
+from workers.subgames import SubInputGame, restricted_removals
 
 __all__ = ["Occlusion1", "OcclusionPatch", "patch_windows"]
 
@@ -30,6 +33,10 @@ class Occlusion1(Method):
     ) -> np.ndarray:
         removed = np.eye(ctx.players.n, dtype=bool)
         return ctx.players.spread(removal_deltas(ctx, inputs, baselines, classes, removed))
+
+    def from_game(self, params: Mapping[str, Any], players: Players, game: SubInputGame) -> np.ndarray | None:
+        self.params_from(params)
+        return restricted_removals(game, np.eye(players.n, dtype=bool))
 
 
 def _parse_pair(value: Any, what: str) -> tuple[int, int]:
@@ -71,11 +78,21 @@ class OcclusionPatch(Method):
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
-        p = self.params(ctx)
-        windows = patch_windows(
-            ctx.players.layout, _parse_pair(p["window"], "window"), _parse_pair(p["stride"], "stride")
-        )
+        windows = self._windows(self.params(ctx), ctx.players)
         deltas = removal_deltas(ctx, inputs, baselines, classes, windows)  # (k, w)
-        coverage = windows.sum(axis=0)  # windows per player
-        per_player = deltas @ windows.astype(np.float64) / np.maximum(coverage, 1)
-        return ctx.players.spread(per_player)
+        return ctx.players.spread(_mean_over_windows(deltas, windows))
+
+    def from_game(self, params: Mapping[str, Any], players: Players, game: SubInputGame) -> np.ndarray | None:
+        windows = self._windows(self.params_from(params), players)
+        deltas = restricted_removals(game, windows)  # (B, m, w)
+        return None if deltas is None else _mean_over_windows(deltas, windows)
+
+    @staticmethod
+    def _windows(p: Mapping[str, Any], players: Players) -> np.ndarray:
+        return patch_windows(players.layout, _parse_pair(p["window"], "window"), _parse_pair(p["stride"], "stride"))
+
+
+def _mean_over_windows(deltas: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    """(..., w) window differences -> (..., n): each player gets the mean of the windows covering it."""
+    coverage = windows.sum(axis=0)  # windows per player
+    return deltas @ windows.astype(np.float64) / np.maximum(coverage, 1)

@@ -3,12 +3,15 @@ over references drawn from the background set."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods.occlusion import Occlusion1
+from workers.players import Players
+from workers.subgames import SubInputGame
 
 __all__ = ["PredictionDifference"]
 
@@ -22,3 +25,7 @@ class PredictionDifference(Method):
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         return Occlusion1().attribute(ctx, inputs, baselines, classes)
+
+    def from_game(self, params: Mapping[str, Any], players: Players, game: SubInputGame) -> np.ndarray | None:
+        # One constituent: ``game`` is played against one background reference.
+        return Occlusion1().from_game(params, players, game)

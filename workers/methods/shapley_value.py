@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
 from workers.errors import NotApplicable
 from workers.game import MAX_EXACT_PLAYERS, play
 from workers.methods._base import AttributionContext, Capabilities, Method
+from workers.players import Players
+from workers.subgames import SubInputGame, restricted_shapley
 
 __all__ = ["ShapleyValue"]
 
@@ -25,3 +28,7 @@ class ShapleyValue(Method):
             raise NotApplicable(self.name, f"exact Shapley values need at most {MAX_EXACT_PLAYERS} players")
         game = play(ctx.model, inputs, baselines, ctx.players, ctx.target, classes)
         return ctx.players.spread(game.shapley())
+
+    def from_game(self, params: Mapping[str, Any], players: Players, game: SubInputGame) -> np.ndarray | None:
+        self.params_from(params)
+        return restricted_shapley(game)

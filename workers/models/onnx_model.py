@@ -13,6 +13,7 @@ from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_to_torch import onnx_to_torch
 from workers.onnx_checks import parse_onnx
+from workers.threads import ort_session_options
 
 __all__ = ["OnnxModel", "parse_onnx"]
 
@@ -22,7 +23,7 @@ def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
     wanted = ["CPUExecutionProvider"]
     if device.type == "cuda":
         wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    options = ort.SessionOptions()
+    options = ort_session_options(ort.SessionOptions())  # threads and spinning: workers.threads
     options.log_severity_level = 3
     try:
         session = ort.InferenceSession(data, sess_options=options, providers=wanted)

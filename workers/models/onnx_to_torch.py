@@ -13,10 +13,17 @@ import logging
 import onnx
 import torch
 from onnx import defs, numpy_helper
-from onnx2torch import convert
-from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter
 
 from workers.errors import InvalidModel
+from workers.light_imports import onnx2torch as _light_onnx2torch
+
+_light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
+from onnx2torch import convert  # noqa: E402
+from onnx2torch.node_converters.registry import (  # noqa: E402
+    _CONVERTER_REGISTRY,
+    OperationDescription,
+    add_converter,
+)
 
 __all__ = ["onnx_to_torch"]
 

@@ -30,7 +30,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     paths = {"model": root / "m.onnx", "x": root / "x.npy", "bg": root / "bg.npy", "text": root / "notes.pt"}
     paths["model"].write_bytes(to_onnx(relu_mlp(0, features=4), torch.from_numpy(X)))
     np.save(paths["x"], X)
-    np.save(paths["bg"], np.random.default_rng(1).normal(size=(40, 4)).astype(np.float32))
+    from workers.methods.references import MAX_EXACT_REFERENCES
+
+    bg = np.random.default_rng(1).normal(size=(MAX_EXACT_REFERENCES + 8, 4)).astype(np.float32)
+    np.save(paths["bg"], bg)
     paths["text"].write_text("these are my notes, not a model\n")
     return paths
 
@@ -59,8 +62,8 @@ def test_audit_prints_verdicts_reasons_settings_and_paths_on_stdout(files, tmp_p
     assert "players features (4)" in settings[0]
     assert "--audit-order 9 cut to the 4 players" in settings[0]
     report = json.loads(out.read_text())
-    used = report["config"]["background_samples"]
-    assert used < 40 and f"background {used} samples (the first {used} of the 40 given)" in settings[0]
+    used, given = report["config"]["background_samples"], len(np.load(files["bg"]))
+    assert used < given and f"background {used} samples ({used} of the {given} given" in settings[0]
     assert f"report: {out.resolve()}" in lines and f"html: {page.resolve()}" in lines
     assert "METHOD" not in captured.err  # progress and logs only on stderr
 

@@ -22,7 +22,7 @@ FORMATS = ("onnx", "torchscript")
 NOT_APPLICABLE = {("grad_cam", "mlp"): "the model has no convolution layer"}
 FAST = {
     "integrated_gradients": {"steps": 16},
-    "expected_gradients": {"samples_per_reference": 4},
+    "expected_gradients": {"steps": 8},
     "smoothgrad": {"samples": 4},
 }
 

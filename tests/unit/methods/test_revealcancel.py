@@ -25,7 +25,9 @@ def revealcancel_ref(layers: list[Dense], x: np.ndarray, x0: np.ndarray, c: int)
     Linear rule (3.5.1): a term w_ij * da_i counts towards dz_j+ when positive, towards dz_j- when
     negative. RevealCancel (3.5.3): dy+ = 1/2 (f(z0 + dz+) - f(z0)) + 1/2 (f(z0 + dz- + dz+) - f(z0 + dz-)),
     dy- symmetric, m+ = dy+/dz+, m- = dy-/dz-. Chain rule for multipliers (3.3): the multiplier of
-    a_i through unit j is w_ij m+_j when w_ij da_i > 0 and w_ij m-_j when it is < 0.
+    a_i through unit j is w_ij m+_j when w_ij da_i > 0 and w_ij m-_j when it is < 0; when da_i = 0
+    it is w_ij (m+_j + m-_j) / 2 (the authors' code, Dense and Conv layers). A part that is absent
+    (dz+ = 0 or dz- = 0) has multiplier 0.
     """
     acts, acts0, rules = [x], [x0], []
     for w, b, relu in layers:
@@ -65,6 +67,8 @@ def revealcancel_ref(layers: list[Dense], x: np.ndarray, x0: np.ndarray, c: int)
                     m_in[i] += w[i, j] * m_pos[j] * m_out[j]
                 elif w[i, j] * (a[i] - a0[i]) < 0:
                     m_in[i] += w[i, j] * m_neg[j] * m_out[j]
+                elif a[i] == a0[i]:  # no difference: the mean of both multipliers (zero-difference rule)
+                    m_in[i] += w[i, j] * 0.5 * (m_pos[j] + m_neg[j]) * m_out[j]
         m_out = m_in
     return (x - x0) * m_out
 
@@ -232,3 +236,31 @@ def test_chunked_rows_give_the_same_attributions(monkeypatch: pytest.MonkeyPatch
     whole = _attribute(ctx, x, x0, classes)
     monkeypatch.setattr(module, "CHUNK", 3)
     np.testing.assert_allclose(_attribute(ctx, x, x0, classes), whole, rtol=1e-6, atol=1e-9)
+
+
+def _zero_difference_model() -> nn.Sequential:
+    """h = relu(W1 x + b1), g = relu(W2 h + b2), out = W3 g (weights as nn.Linear stores them: out x in)."""
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1), nn.ReLU(), nn.Linear(1, 2))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[2.0, -3.0], [1.0, 0.0]]))
+        model[0].bias.copy_(torch.tensor([-0.5, 0.0]))
+        model[2].weight.copy_(torch.tensor([[1.0, 1.0]]))
+        model[2].bias.copy_(torch.tensor([-0.2]))
+        model[4].weight.copy_(torch.tensor([[1.0], [-1.0]]))
+        model[4].bias.zero_()
+    return model.eval()
+
+
+def test_zero_difference_unit_passes_the_mean_multiplier() -> None:
+    # At x = (1, 1), x0 = 0: h1 has dz+ = 2, dz- = -3, z0 = -0.5, so dh1 = 0 but dh1+ = 0.75 and
+    # dh1- = -0.75 cancel (m+ = 0.375, m- = 0.25). g has dz+ = 1 (from h2), dz- absent: m+ = 0.8,
+    # m- = 0. h1's difference is zero, so it gets W2 (m+ + m-)/2 = 0.4, and x gets
+    # (2 * 0.375 * 0.4 + 1 * 0.8, -3 * 0.25 * 0.4) = (1.1, -0.3); dropping h1 would give (0.8, 0).
+    model = _zero_difference_model()
+    x, x0 = torch.tensor([[1.0, 1.0]]), torch.zeros(1, 2)
+    classes = np.array([0])
+    got = _attribute(context(model, x), x, x0, classes)
+    np.testing.assert_allclose(got, [[1.1, -0.3]], rtol=1e-6, atol=1e-7)
+    ref = revealcancel_ref(dense_layers(model, (2,)), x.numpy()[0].astype(np.float64), np.zeros(2), 0)
+    np.testing.assert_allclose(ref, [1.1, -0.3], rtol=1e-7, atol=1e-7)  # float32 weights (0.2)
+    assert got.sum() == pytest.approx(0.8, abs=1e-6)  # summation-to-delta: g(x) - g(x0) = 0.8

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.store import JobStore, NewJob
+from service.store import JobStore, Lease, NewJob
 from workers.errors import FailedPrecondition, NotFound
 
 
@@ -39,14 +39,21 @@ def test_idempotency_key_returns_the_same_job_per_tenant(store: JobStore) -> Non
 
 def test_claim_heartbeat_complete_exactly_once(store: JobStore) -> None:
     job, _ = store.create_job(_new(store))
-    _, claimed = store.claim(job.id, "w1", lease_seconds=30)
+    _, secret = store.claim(job.id, "w1", lease_seconds=30)
     _, claimed_again = store.claim(job.id, "w2", lease_seconds=30)
-    assert claimed and not claimed_again  # a live lease is not taken over
-    assert store.heartbeat(job.id, "w1", 0.5, "half way", 30) is False
-    assert store.heartbeat(job.id, "w2", 0.5, "not mine", 30) is True  # w2 holds nothing: stop
+    assert secret and not claimed_again  # a live lease is not taken over
+    w1 = Lease("w1", secret)
+    assert store.heartbeat(job.id, w1, 0.5, "half way", 30) is False
+    assert store.heartbeat(job.id, Lease("w2", secret), 0.5, "not mine", 30) is True  # w2 holds nothing
+    assert store.heartbeat(job.id, Lease("w1", "guessed"), 0.5, "no secret", 30) is True
     tensors = {"saliency": np.zeros((2, 3), np.float32)}
-    assert store.complete(job.id, (b"report-1", "application/json"), tensors, {}, 1.0)
-    assert not store.complete(job.id, (b"report-2", "application/json"), tensors, {}, 1.0)
+    # Neither another worker id with the secret, nor the owner's id without it, finishes the job.
+    assert not store.complete(job.id, Lease("w2", secret), (b"forged", "application/json"), tensors, {}, 1.0)
+    assert not store.complete(job.id, Lease("w1", ""), (b"forged", "application/json"), tensors, {}, 1.0)
+    assert not store.fail(job.id, Lease("w1", "guessed"), "INTERNAL", "forged")
+    assert store.holds(job.id, w1) and not store.holds(job.id, Lease("w1", "x"))
+    assert store.complete(job.id, w1, (b"report-1", "application/json"), tensors, {}, 1.0)
+    assert not store.complete(job.id, w1, (b"report-2", "application/json"), tensors, {}, 1.0)
     assert store.count_results(job.id) == (1, 1)
     assert store.get_report("default", job.id) == (b"report-1", "application/json")
     final = store.get_job("default", job.id)
@@ -72,13 +79,13 @@ def test_expired_lease_requeues_then_fails_after_max_attempts(store: JobStore) -
 
 def test_expired_lease_of_an_old_worker_can_be_claimed_directly(store: JobStore) -> None:
     job, _ = store.create_job(_new(store))
-    store.claim(job.id, "w1", lease_seconds=-1)
-    _, claimed = store.claim(job.id, "w2", lease_seconds=30)
-    assert claimed
+    _, old = store.claim(job.id, "w1", lease_seconds=-1)
+    _, new = store.claim(job.id, "w2", lease_seconds=30)
+    assert new
     # The old worker's failure must not fail the job the new worker runs.
-    assert not store.fail(job.id, "w1", "INTERNAL", "boom")
+    assert not store.fail(job.id, Lease("w1", old), "INTERNAL", "boom")
     assert store.get_job("default", job.id).state == "RUNNING"
-    assert store.fail(job.id, "w2", "INVALID_ARGUMENT", "bad players")
+    assert store.fail(job.id, Lease("w2", new), "INVALID_ARGUMENT", "bad players")
     failed = store.get_job("default", job.id)
     assert (failed.state, failed.error_code, failed.error_message) == (
         "FAILED",
@@ -95,10 +102,10 @@ def test_cancel_queued_and_running(store: JobStore) -> None:
     _, claimed = store.claim(queued.id, "w", 30)
     assert not claimed  # a cancelled job is never started
     running, _ = store.create_job(_new(store, key="r"))
-    store.claim(running.id, "w", 30)
+    _, secret = store.claim(running.id, "w", 30)
     assert store.cancel("default", running.id).state == "RUNNING"
-    assert store.heartbeat(running.id, "w", 0.1, "x", 30) is True
-    assert store.fail(running.id, "w", "CANCELLED", "cancelled")
+    assert store.heartbeat(running.id, Lease("w", secret), 0.1, "x", 30) is True
+    assert store.fail(running.id, Lease("w", secret), "CANCELLED", "cancelled")
     assert store.get_job("default", running.id).state == "CANCELLED"
 
 
@@ -123,3 +130,18 @@ def test_tensors_round_trip(store: JobStore) -> None:
     for name, array in arrays.items():
         assert back[name].dtype == array.dtype
         np.testing.assert_array_equal(back[name], array)
+
+
+def test_worker_text_with_nul_is_cleaned_not_refused(store: JobStore) -> None:
+    job, _ = store.create_job(_new(store))
+    _, secret = store.claim(job.id, "w", 30)
+    assert store.heartbeat(job.id, Lease("w", secret), float("nan"), "step\x00one", 30) is False
+    assert store.fail(job.id, Lease("w", secret), "INVALID_ARGUMENT", "node 'a\x00b' is odd")
+    failed = store.get_job("default", job.id)
+    assert "\x00" not in failed.error_message and failed.error_message.startswith("node 'a")
+
+
+def test_an_unknown_id_is_echoed_clipped(store: JobStore) -> None:
+    with pytest.raises(NotFound) as info:
+        store.get_job("default", "x" * 5000)
+    assert len(str(info.value)) < 200

@@ -68,3 +68,43 @@ def test_torchscript_is_checked_as_an_archive_never_loaded() -> None:
         check_model(plain.getvalue(), "torchscript")
     with pytest.raises(InvalidModel, match="empty"):
         check_model(b"", None)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[" * 5000 + "]" * 5000, "characters"),  # a RecursionError in json without the checks
+        ("[" * 100 + "]" * 100, "nested deeper"),
+        ("[[[1]]]", "nested deeper"),
+        ("9" * 5000, "characters"),  # Python refuses to parse 4300+ digits: ValueError without the check
+        ("9" * 40, "more than 18 digits"),
+        ("1e999", "not finite"),
+        ("NaN", "not finite"),
+    ],
+)
+def test_absurd_method_parameters_are_invalid_input(value: str, message: str) -> None:
+    methods = [audit_pb2.MethodSpec(name="integrated_gradients", params={"steps": value})]
+    with pytest.raises(InvalidInput, match=message):
+        submission_from_request(_req(methods=methods), "attribution", **CAPS)
+
+
+@pytest.mark.parametrize(
+    "baseline", ["blur:1e308", "blur:inf", "blur:-1", "constant:1e400", "token:" + "9" * 30]
+)
+def test_absurd_baseline_numbers_are_invalid_input(baseline: str) -> None:
+    with pytest.raises(InvalidInput, match="baseline"):
+        submission_from_request(_req(baseline=baseline), "audit", **CAPS)
+
+
+def test_request_text_guard_refuses_nul_and_absurd_lengths() -> None:
+    from service.text import check_message_text
+
+    check_message_text(_req(players="grid:2x2", methods=[audit_pb2.MethodSpec(name="saliency")]))
+    for bad in (
+        _req(players="grid\x002x2"),
+        _req(group_names=["a", "b\x00"]),
+        _req(methods=[audit_pb2.MethodSpec(name="saliency", params={"k\x00": "1"})]),
+        _req(idempotency_key="k" * 10_000),
+    ):
+        with pytest.raises(InvalidInput):
+            check_message_text(bad)

@@ -1,5 +1,6 @@
 import datetime
 
+from xaudit.v1 import options_pb2 as _options_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper

@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from xaudit.v1 import options_pb2 as xaudit_dot_v1_dot_options__pb2
 from xaudit.v1 import audit_pb2 as xaudit_dot_v1_dot_audit__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16xaudit/v1/worker.proto\x12\txaudit.v1\x1a\x15xaudit/v1/audit.proto\"4\n\x0f\x46\x65tchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\"\x95\x02\n\nJobPayload\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63laimed\x18\x02 \x01(\x08\x12\"\n\x05state\x18\x03 \x01(\x0e\x32\x13.xaudit.v1.JobState\x12\x11\n\tspec_json\x18\x04 \x01(\t\x12\x14\n\x0cmodel_sha256\x18\x05 \x01(\t\x12,\n\x0cmodel_format\x18\x06 \x01(\x0e\x32\x16.xaudit.v1.ModelFormat\x12\x12\n\nmodel_size\x18\x07 \x01(\x03\x12\"\n\x07tensors\x18\x08 \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x05\x12\"\n\x1aheartbeat_interval_seconds\x18\n \x01(\x01\"\"\n\x10\x46\x65tchBlobRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\"-\n\tBlobChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\ntotal_size\x18\x02 \x01(\x03\"X\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x10\n\x08progress\x18\x03 \x01(\x01\x12\x0f\n\x07message\x18\x04 \x01(\t\"#\n\x11HeartbeatResponse\x12\x0e\n\x06\x63\x61ncel\x18\x01 \x01(\x08\"\xde\x02\n\x12\x43ompleteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0e\n\x06report\x18\x03 \x01(\x0c\x12\'\n\x0c\x61ttributions\x18\x04 \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12H\n\x0enot_applicable\x18\x05 \x03(\x0b\x32\x30.xaudit.v1.CompleteJobRequest.NotApplicableEntry\x12(\n\rtarget_values\x18\x06 \x01(\x0b\x32\x11.xaudit.v1.Tensor\x12)\n\x0etarget_classes\x18\x07 \x01(\x0b\x32\x11.xaudit.v1.Tensor\x12\x17\n\x0f\x63ompute_seconds\x18\x08 \x01(\x01\x1a\x34\n\x12NotApplicableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\'\n\x13\x43ompleteJobResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"R\n\x0e\x46\x61ilJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"#\n\x0f\x46\x61ilJobResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x32\xe8\x02\n\rWorkerService\x12=\n\x08\x46\x65tchJob\x12\x1a.xaudit.v1.FetchJobRequest\x1a\x15.xaudit.v1.JobPayload\x12@\n\tFetchBlob\x12\x1b.xaudit.v1.FetchBlobRequest\x1a\x14.xaudit.v1.BlobChunk0\x01\x12\x46\n\tHeartbeat\x12\x1b.xaudit.v1.HeartbeatRequest\x1a\x1c.xaudit.v1.HeartbeatResponse\x12L\n\x0b\x43ompleteJob\x12\x1d.xaudit.v1.CompleteJobRequest\x1a\x1e.xaudit.v1.CompleteJobResponse\x12@\n\x07\x46\x61ilJob\x12\x19.xaudit.v1.FailJobRequest\x1a\x1a.xaudit.v1.FailJobResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16xaudit/v1/worker.proto\x12\txaudit.v1\x1a\x17xaudit/v1/options.proto\x1a\x15xaudit/v1/audit.proto\"4\n\x0f\x46\x65tchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\"\xab\x02\n\nJobPayload\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63laimed\x18\x02 \x01(\x08\x12\"\n\x05state\x18\x03 \x01(\x0e\x32\x13.xaudit.v1.JobState\x12\x11\n\tspec_json\x18\x04 \x01(\t\x12\x14\n\x0cmodel_sha256\x18\x05 \x01(\t\x12,\n\x0cmodel_format\x18\x06 \x01(\x0e\x32\x16.xaudit.v1.ModelFormat\x12\x12\n\nmodel_size\x18\x07 \x01(\x03\x12\"\n\x07tensors\x18\x08 \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x05\x12\"\n\x1aheartbeat_interval_seconds\x18\n \x01(\x01\x12\x14\n\x0clease_secret\x18\x0b \x01(\t\"\"\n\x10\x46\x65tchBlobRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\"-\n\tBlobChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\ntotal_size\x18\x02 \x01(\x03\"n\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x10\n\x08progress\x18\x03 \x01(\x01\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x14\n\x0clease_secret\x18\x05 \x01(\t\"#\n\x11HeartbeatResponse\x12\x0e\n\x06\x63\x61ncel\x18\x01 \x01(\x08\"\xf4\x02\n\x12\x43ompleteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0e\n\x06report\x18\x03 \x01(\x0c\x12\'\n\x0c\x61ttributions\x18\x04 \x03(\x0b\x32\x11.xaudit.v1.Tensor\x12H\n\x0enot_applicable\x18\x05 \x03(\x0b\x32\x30.xaudit.v1.CompleteJobRequest.NotApplicableEntry\x12(\n\rtarget_values\x18\x06 \x01(\x0b\x32\x11.xaudit.v1.Tensor\x12)\n\x0etarget_classes\x18\x07 \x01(\x0b\x32\x11.xaudit.v1.Tensor\x12\x17\n\x0f\x63ompute_seconds\x18\x08 \x01(\x01\x12\x14\n\x0clease_secret\x18\t \x01(\t\x1a\x34\n\x12NotApplicableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\'\n\x13\x43ompleteJobResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"h\n\x0e\x46\x61ilJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x14\n\x0clease_secret\x18\x05 \x01(\t\"#\n\x0f\x46\x61ilJobResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x32\xa4\x03\n\rWorkerService\x12I\n\x08\x46\x65tchJob\x12\x1a.xaudit.v1.FetchJobRequest\x1a\x15.xaudit.v1.JobPayload\"\n\xca\xa5\x19\x06worker\x12L\n\tFetchBlob\x12\x1b.xaudit.v1.FetchBlobRequest\x1a\x14.xaudit.v1.BlobChunk\"\n\xca\xa5\x19\x06worker0\x01\x12R\n\tHeartbeat\x12\x1b.xaudit.v1.HeartbeatRequest\x1a\x1c.xaudit.v1.HeartbeatResponse\"\n\xca\xa5\x19\x06worker\x12X\n\x0b\x43ompleteJob\x12\x1d.xaudit.v1.CompleteJobRequest\x1a\x1e.xaudit.v1.CompleteJobResponse\"\n\xca\xa5\x19\x06worker\x12L\n\x07\x46\x61ilJob\x12\x19.xaudit.v1.FailJobRequest\x1a\x1a.xaudit.v1.FailJobResponse\"\n\xca\xa5\x19\x06workerb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,28 +35,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_COMPLETEJOBREQUEST_NOTAPPLICABLEENTRY']._loaded_options = None
   _globals['_COMPLETEJOBREQUEST_NOTAPPLICABLEENTRY']._serialized_options = b'8\001'
-  _globals['_FETCHJOBREQUEST']._serialized_start=60
-  _globals['_FETCHJOBREQUEST']._serialized_end=112
-  _globals['_JOBPAYLOAD']._serialized_start=115
-  _globals['_JOBPAYLOAD']._serialized_end=392
-  _globals['_FETCHBLOBREQUEST']._serialized_start=394
-  _globals['_FETCHBLOBREQUEST']._serialized_end=428
-  _globals['_BLOBCHUNK']._serialized_start=430
-  _globals['_BLOBCHUNK']._serialized_end=475
-  _globals['_HEARTBEATREQUEST']._serialized_start=477
-  _globals['_HEARTBEATREQUEST']._serialized_end=565
-  _globals['_HEARTBEATRESPONSE']._serialized_start=567
-  _globals['_HEARTBEATRESPONSE']._serialized_end=602
-  _globals['_COMPLETEJOBREQUEST']._serialized_start=605
-  _globals['_COMPLETEJOBREQUEST']._serialized_end=955
-  _globals['_COMPLETEJOBREQUEST_NOTAPPLICABLEENTRY']._serialized_start=903
-  _globals['_COMPLETEJOBREQUEST_NOTAPPLICABLEENTRY']._serialized_end=955
-  _globals['_COMPLETEJOBRESPONSE']._serialized_start=957
-  _globals['_COMPLETEJOBRESPONSE']._serialized_end=996
-  _globals['_FAILJOBREQUEST']._serialized_start=998
-  _globals['_FAILJOBREQUEST']._serialized_end=1080
-  _globals['_FAILJOBRESPONSE']._serialized_start=1082
-  _globals['_FAILJOBRESPONSE']._serialized_end=1117
-  _globals['_WORKERSERVICE']._serialized_start=1120
-  _globals['_WORKERSERVICE']._serialized_end=1480
+  _globals['_WORKERSERVICE'].methods_by_name['FetchJob']._loaded_options = None
+  _globals['_WORKERSERVICE'].methods_by_name['FetchJob']._serialized_options = b'\312\245\031\006worker'
+  _globals['_WORKERSERVICE'].methods_by_name['FetchBlob']._loaded_options = None
+  _globals['_WORKERSERVICE'].methods_by_name['FetchBlob']._serialized_options = b'\312\245\031\006worker'
+  _globals['_WORKERSERVICE'].methods_by_name['Heartbeat']._loaded_options = None
+  _globals['_WORKERSERVICE'].methods_by_name['Heartbeat']._serialized_options = b'\312\245\031\006worker'
+  _globals['_WORKERSERVICE'].methods_by_name['CompleteJob']._loaded_options = None
+  _globals['_WORKERSERVICE'].methods_by_name['CompleteJob']._serialized_options = b'\312\245\031\006worker'
+  _globals['_WORKERSERVICE'].methods_by_name['FailJob']._loaded_options = None
+  _globals['_WORKERSERVICE'].methods_by_name['FailJob']._serialized_options = b'\312\245\031\006worker'
+  _globals['_FETCHJOBREQUEST']._serialized_start=85
+  _globals['_FETCHJOBREQUEST']._serialized_end=137
+  _globals['_JOBPAYLOAD']._serialized_start=140
+  _globals['_JOBPAYLOAD']._serialized_end=439
+  _globals['_FETCHBLOBREQUEST']._serialized_start=441
+  _globals['_FETCHBLOBREQUEST']._serialized_end=475
+  _globals['_BLOBCHUNK']._serialized_start=477
+  _globals['_BLOBCHUNK']._serialized_end=522
+  _globals['_HEARTBEATREQUEST']._serialized_start=524
+  _globals['_HEARTBEATREQUEST']._serialized_end=634
+  _globals['_HEARTBEATRESPONSE']._serialized_start=636
+  _globals['_HEARTBEATRESPONSE']._serialized_end=671
+  _globals['_COMPLETEJOBREQUEST']._serialized_start=674
+  _globals['_COMPLETEJOBREQUEST']._serialized_end=1046
+  _globals['_COMPLETEJOBREQUEST_NOTAPPLICABLEENTRY']._serialized_start=994
+  _globals['_COMPLETEJOBREQUEST_NOTAPPLICABLEENTRY']._serialized_end=1046
+  _globals['_COMPLETEJOBRESPONSE']._serialized_start=1048
+  _globals['_COMPLETEJOBRESPONSE']._serialized_end=1087
+  _globals['_FAILJOBREQUEST']._serialized_start=1089
+  _globals['_FAILJOBREQUEST']._serialized_end=1193
+  _globals['_FAILJOBRESPONSE']._serialized_start=1195
+  _globals['_FAILJOBRESPONSE']._serialized_end=1230
+  _globals['_WORKERSERVICE']._serialized_start=1233
+  _globals['_WORKERSERVICE']._serialized_end=1653
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from xaudit.v1 import options_pb2 as _options_pb2
 from xaudit.v1 import audit_pb2 as _audit_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -16,7 +17,7 @@ class FetchJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
 
 class JobPayload(_message.Message):
-    __slots__ = ("job_id", "claimed", "state", "spec_json", "model_sha256", "model_format", "model_size", "tensors", "attempt", "heartbeat_interval_seconds")
+    __slots__ = ("job_id", "claimed", "state", "spec_json", "model_sha256", "model_format", "model_size", "tensors", "attempt", "heartbeat_interval_seconds", "lease_secret")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIMED_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +28,7 @@ class JobPayload(_message.Message):
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     claimed: bool
     state: _audit_pb2.JobState
@@ -37,7 +39,8 @@ class JobPayload(_message.Message):
     tensors: _containers.RepeatedCompositeFieldContainer[_audit_pb2.Tensor]
     attempt: int
     heartbeat_interval_seconds: float
-    def __init__(self, job_id: _Optional[str] = ..., claimed: _Optional[bool] = ..., state: _Optional[_Union[_audit_pb2.JobState, str]] = ..., spec_json: _Optional[str] = ..., model_sha256: _Optional[str] = ..., model_format: _Optional[_Union[_audit_pb2.ModelFormat, str]] = ..., model_size: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[_audit_pb2.Tensor, _Mapping]]] = ..., attempt: _Optional[int] = ..., heartbeat_interval_seconds: _Optional[float] = ...) -> None: ...
+    lease_secret: str
+    def __init__(self, job_id: _Optional[str] = ..., claimed: _Optional[bool] = ..., state: _Optional[_Union[_audit_pb2.JobState, str]] = ..., spec_json: _Optional[str] = ..., model_sha256: _Optional[str] = ..., model_format: _Optional[_Union[_audit_pb2.ModelFormat, str]] = ..., model_size: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[_audit_pb2.Tensor, _Mapping]]] = ..., attempt: _Optional[int] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_secret: _Optional[str] = ...) -> None: ...
 
 class FetchBlobRequest(_message.Message):
     __slots__ = ("sha256",)
@@ -54,16 +57,18 @@ class BlobChunk(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., total_size: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("job_id", "worker_id", "progress", "message")
+    __slots__ = ("job_id", "worker_id", "progress", "message", "lease_secret")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     worker_id: str
     progress: float
     message: str
-    def __init__(self, job_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., progress: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
+    lease_secret: str
+    def __init__(self, job_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., progress: _Optional[float] = ..., message: _Optional[str] = ..., lease_secret: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("cancel",)
@@ -72,7 +77,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, cancel: _Optional[bool] = ...) -> None: ...
 
 class CompleteJobRequest(_message.Message):
-    __slots__ = ("job_id", "worker_id", "report", "attributions", "not_applicable", "target_values", "target_classes", "compute_seconds")
+    __slots__ = ("job_id", "worker_id", "report", "attributions", "not_applicable", "target_values", "target_classes", "compute_seconds", "lease_secret")
     class NotApplicableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +93,7 @@ class CompleteJobRequest(_message.Message):
     TARGET_VALUES_FIELD_NUMBER: _ClassVar[int]
     TARGET_CLASSES_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     worker_id: str
     report: bytes
@@ -96,7 +102,8 @@ class CompleteJobRequest(_message.Message):
     target_values: _audit_pb2.Tensor
     target_classes: _audit_pb2.Tensor
     compute_seconds: float
-    def __init__(self, job_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., report: _Optional[bytes] = ..., attributions: _Optional[_Iterable[_Union[_audit_pb2.Tensor, _Mapping]]] = ..., not_applicable: _Optional[_Mapping[str, str]] = ..., target_values: _Optional[_Union[_audit_pb2.Tensor, _Mapping]] = ..., target_classes: _Optional[_Union[_audit_pb2.Tensor, _Mapping]] = ..., compute_seconds: _Optional[float] = ...) -> None: ...
+    lease_secret: str
+    def __init__(self, job_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., report: _Optional[bytes] = ..., attributions: _Optional[_Iterable[_Union[_audit_pb2.Tensor, _Mapping]]] = ..., not_applicable: _Optional[_Mapping[str, str]] = ..., target_values: _Optional[_Union[_audit_pb2.Tensor, _Mapping]] = ..., target_classes: _Optional[_Union[_audit_pb2.Tensor, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., lease_secret: _Optional[str] = ...) -> None: ...
 
 class CompleteJobResponse(_message.Message):
     __slots__ = ("accepted",)
@@ -105,16 +112,18 @@ class CompleteJobResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ...) -> None: ...
 
 class FailJobRequest(_message.Message):
-    __slots__ = ("job_id", "worker_id", "code", "message")
+    __slots__ = ("job_id", "worker_id", "code", "message", "lease_secret")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     worker_id: str
     code: str
     message: str
-    def __init__(self, job_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    lease_secret: str
+    def __init__(self, job_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., lease_secret: _Optional[str] = ...) -> None: ...
 
 class FailJobResponse(_message.Message):
     __slots__ = ("accepted",)

@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class WorkerServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Every call about a job after FetchJob names the worker that holds its lease and the lease's secret
+    (JobPayload.lease_secret, new at each claim): a worker token alone cannot heartbeat, complete or
+    fail a job that another worker (or no one) holds.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -62,7 +65,10 @@ class WorkerServiceStub:
 
 
 class WorkerServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Every call about a job after FetchJob names the worker that holds its lease and the lease's secret
+    (JobPayload.lease_secret, new at each claim): a worker token alone cannot heartbeat, complete or
+    fail a job that another worker (or no one) holds.
+    """
 
     def FetchJob(self, request, context):
         """Claims the job for worker_id (state RUNNING, a fresh lease, attempts + 1) and returns what it needs.
@@ -136,7 +142,10 @@ def add_WorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WorkerService:
-    """Missing associated documentation comment in .proto file."""
+    """Every call about a job after FetchJob names the worker that holds its lease and the lease's secret
+    (JobPayload.lease_secret, new at each claim): a worker token alone cannot heartbeat, complete or
+    fail a job that another worker (or no one) holds.
+    """
 
     @staticmethod
     def FetchJob(request,
