@@ -7,7 +7,6 @@ exit 2 on errors. Every argument, file and option is checked before torch is imp
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from clients.cli._output import add_json_option, print_outcome
@@ -61,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
     from workers.audit import run_audit
     from workers.prepare import prepare
 
-    print(f"auditing {len(spec.methods)} methods on {args.model}", file=sys.stderr)
     prep = prepare(spec, model, None, tensors)
     with progress_bar("audit") as update:
         result = run_audit(prep, update)
