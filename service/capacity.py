@@ -22,7 +22,7 @@ import grpc
 
 from service.auth import current_identity
 from service.handlers import rewrap
-from workers.errors import ResourceExhausted
+from xaudit.contract.errors import ResourceExhausted
 
 __all__ = ["LONG_STREAMS", "Capacity", "CapacityInterceptor", "CapacityLimits"]
 

@@ -19,7 +19,8 @@ from types import FrameType
 
 from service.config import ServerConfig
 from service.server import create_server
-from workers.celery_app import QUEUES, die_with_parent
+from workers.celery_app import die_with_parent
+from xaudit.contract.names import QUEUES
 
 __all__ = ["LocalWorker", "ServeOptions", "serve"]
 
@@ -86,7 +87,9 @@ class LocalWorker:
             # Back off when it dies right after starting (a configuration error, not bad luck).
             failures = failures + 1 if time.monotonic() - self._started < 30 else 0
             delay = min(2.0**failures, 60.0)
-            logger.error("local worker exited with status %s: restarting in %.0fs", self._proc.returncode, delay)
+            logger.error(
+                "local worker exited with status %s: restarting in %.0fs", self._proc.returncode, delay
+            )
             if self._stopping.wait(delay):
                 return
             self._spawn()

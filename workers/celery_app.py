@@ -20,6 +20,8 @@ from typing import Any
 
 from celery import Celery
 
+from xaudit.contract.names import QUEUE_CPU, QUEUE_GPU, QUEUES, TASK_NAME, queue_for
+
 __all__ = [
     "QUEUES",
     "QUEUE_CPU",
@@ -34,17 +36,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-TASK_NAME = "xaudit.run_job"
-QUEUE_CPU = "xaudit.cpu"
-QUEUE_GPU = "xaudit.gpu"
-QUEUES = (QUEUE_CPU, QUEUE_GPU)
-
-
-def queue_for(device: str) -> str:
-    """Jobs that ask for CUDA go to the GPU queue; ``auto`` and ``cpu`` run anywhere a CPU worker listens."""
-    return QUEUE_GPU if device.strip().lower().startswith("cuda") else QUEUE_CPU
-
 
 @dataclass(frozen=True)
 class CelerySettings:
@@ -152,7 +143,7 @@ def run_worker(config: WorkerConfig) -> None:
 
     unknown = sorted(set(config.queues) - set(QUEUES))
     if unknown:
-        from workers.errors import InvalidInput
+        from xaudit.contract.errors import InvalidInput
 
         raise InvalidInput(f"unknown queue(s) {', '.join(unknown)} (use {', '.join(QUEUES)})")
     app = make_app(config.broker_url, config.settings)

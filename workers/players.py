@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.errors import InvalidInput, ResourceExhausted
 
 __all__ = [
     "MAX_PLAYERS",

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workers.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput
 
 __all__ = [
     "CONCURRENCY_ENV",

@@ -1,9 +1,10 @@
 """Entry point of the ``xaudit`` command: dispatches to one module per subcommand.
 
 Errors print as one line on stderr (``xaudit: error: ...``), argument errors included, with the exit
-status their class declares (2 by default); nothing prints a traceback unless XAUDIT_DEBUG is set.
-Known harmless third-party warnings are filtered unless ``-v`` asks for them; a closed pipe
-(``xaudit jobs | head``) ends the command quietly, as it does any Unix tool.
+status their class declares (xaudit.contract.errors: 2, or 3 for a report that does not verify);
+nothing prints a traceback unless XAUDIT_DEBUG is set. Known harmless third-party warnings are
+filtered unless ``-v`` asks for them; a closed pipe (``xaudit jobs | head``) ends the command
+quietly, as it does any Unix tool.
 
 Nothing heavy is imported here: arguments are checked before torch (or grpc) is loaded.
 """
@@ -20,11 +21,10 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from workers.errors import XauditError
+from xaudit.contract.errors import EXIT_ERROR, XauditError
 
 __all__ = ["EXIT_ERROR", "OneLineParser", "main"]
 
-EXIT_ERROR = 2
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a tool killed by a closed pipe exits with
 
 # Subcommand modules under clients.cli; each defines register(subparsers) and sets `func` on its parser.
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _pipe_closed()
     except XauditError as exc:
         print(f"xaudit: error: {exc}", file=sys.stderr)
-        return int(getattr(exc, "exit_status", EXIT_ERROR))
+        return exc.exit_status
     except KeyboardInterrupt:
         print("xaudit: interrupted", file=sys.stderr)
         return 130

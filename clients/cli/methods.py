@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.method_table import methods_markdown  # torch-free: answers in well under a second
+    from workers.methods.catalogue import methods_markdown
 
     print(methods_markdown(), end="")
     return 0

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from workers.errors import InvalidInput
-from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
 __all__ = [
     "add_job_options",
@@ -71,7 +71,9 @@ def apply_threads_option(args: argparse.Namespace) -> None:
 
 
 def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
-    parser.add_argument("--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file")
+    parser.add_argument(
+        "--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file"
+    )
     parser.add_argument(
         "--input",
         required=True,
@@ -80,7 +82,10 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="inputs .npy, batch axis first; for a model with several inputs, NAME=FILE.npy once per input",
     )
     parser.add_argument(
-        "--explain", default="", metavar="NAME", help="the named input whose units are the players (the others are held)"
+        "--explain",
+        default="",
+        metavar="NAME",
+        help="the named input whose units are the players (the others are held)",
     )
     parser.add_argument(
         "--vocab",
@@ -106,8 +111,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="zeros (default), mean, blur[:SIGMA], constant:V, token:ID (token inputs) or FILE.npy",
     )
     parser.add_argument(
-        "--background", type=Path, help="background set .npy (samples first) for expected_gradients, deepshap, "
-        "prediction_difference"
+        "--background",
+        type=Path,
+        help="background set .npy (samples first) for expected_gradients, deepshap, prediction_difference",
     )
     parser.add_argument(
         "--target",
@@ -115,7 +121,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="predicted (logit of the predicted class, or a scalar output as is), class:K, prob[:K], logodds[:K], "
         "output:NAME[INDEX]",
     )
-    parser.add_argument("--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list")
+    parser.add_argument(
+        "--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list"
+    )
     parser.add_argument(
         "--param",
         action="append",
@@ -123,11 +131,20 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         metavar="METHOD.KEY=VALUE",
         help="a method parameter, e.g. integrated_gradients.steps=32 (repeatable)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)"
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if audit:
         parser.add_argument(
             "--audit-order", type=positive_int, default=3, help="largest set size judged set by set (default 3, at least 1)"
+        )
+        parser.add_argument(
+            "--budget",
+            default="",
+            metavar="EVALUATIONS|SECONDSs",
+            help="cap on the audit's work above 10 players: model evaluations (e.g. 2e6) or seconds on this "
+            "device (e.g. 600s); sets are sampled to fit (default: up to 2048 sets per order)",
         )
         parser.add_argument(
             "--tolerance",
@@ -144,7 +161,9 @@ def read_npy(path: Path, what: str) -> np.ndarray:
     except FileNotFoundError:
         raise InvalidInput(f"{what} file not found: {path}") from None
     except Exception as exc:
-        raise InvalidInput(f"{what} file {path} is not a readable .npy array ({type(exc).__name__})") from None
+        raise InvalidInput(
+            f"{what} file {path} is not a readable .npy array ({type(exc).__name__})"
+        ) from None
 
 
 def read_file(path: Path, what: str) -> bytes:
@@ -171,12 +190,22 @@ def _looks_like_text(head: bytes) -> bool:
 
 
 def read_model(path: Path, *, sniff: bool = True) -> bytes:
-    """The model's bytes, after a look at what they are (``sniff``): a text file or a .pt that is no
-    TorchScript archive is named as such here, rather than reported later as a bad ONNX model. The
-    gate, which only compares the bytes with a signed report's subject, does not sniff."""
+    """The model's bytes; an ONNX model's external data files are read in from its directory.
+
+    First a look at what they are (``sniff``): a text file or a .pt that is no TorchScript archive is
+    named as such here, rather than reported later as a bad ONNX model. The gate and verify, which
+    only compare the bytes with a signed report's subject, do not sniff."""
     data = read_file(path, "model")
-    if not sniff:
+    if sniff:
+        _sniff_model(path, data)
+    if data[:2] == b"PK":  # TorchScript
         return data
+    from workers.onnx_external import inline_external_data
+
+    return inline_external_data(path, data)
+
+
+def _sniff_model(path: Path, data: bytes) -> None:
     if not data:
         raise InvalidInput(f"model file {path} is empty")
     head = data[:512]
@@ -187,7 +216,6 @@ def read_model(path: Path, *, sniff: bool = True) -> bytes:
         )
     if path.suffix.lower() == ".onnx" and _looks_like_text(head):
         raise InvalidInput(f"model file {path} is a text file, not an ONNX or TorchScript model")
-    return data
 
 
 def check_writable(path: Path | None) -> None:
@@ -203,13 +231,13 @@ def check_methods(text: str) -> None:
     """Unknown method names, with the nearest known one ("did you mean")."""
     import difflib
 
-    from workers.spec import ALL_METHODS
+    from xaudit.contract.names import ALL_METHODS
 
     for name in (n.strip() for n in text.split(",")):
         if name and name not in ALL_METHODS and name not in ("all", "all+extras"):
             close = difflib.get_close_matches(name, ALL_METHODS, n=1, cutoff=0.6)
             hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(ALL_METHODS)}"
-            from workers.errors import UnknownMethod
+            from xaudit.contract.errors import UnknownMethod
 
             raise UnknownMethod(f"unknown method '{name}'{hint} (xaudit methods lists them)")
 
@@ -272,9 +300,24 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def parse_budget(text: str) -> tuple[int, float]:
+    """``--budget``: model evaluations (``2e6``) or seconds (``600s``, ``10m``) -> (evaluations, seconds)."""
+    text = text.strip().lower()
+    if not text:
+        return 0, 0.0
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1])
+    try:
+        number = float(text[:-1] if scale else text)
+    except ValueError:
+        number = -1.0
+    if not number > 0 or number != number or number == float("inf"):
+        raise InvalidInput(f"--budget '{text}': expected model evaluations (e.g. 2e6) or seconds (e.g. 600s)")
+    return (0, number * scale) if scale else (int(number), 0.0)
+
+
 def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
-    from workers.spec import resolve_method_names
+    from xaudit.contract.spec import resolve_method_names
 
     check_methods(args.methods)
     tensors, explain = read_inputs(args.input, args.explain)
@@ -288,7 +331,9 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         except FileNotFoundError:
             raise InvalidInput(f"group file not found: {path}") from None
         except (ValueError, KeyError, TypeError):
-            raise InvalidInput(f'group file {path} must be JSON {{"groups": [...], "names": [...]}}') from None
+            raise InvalidInput(
+                f'group file {path} must be JSON {{"groups": [...], "names": [...]}}'
+            ) from None
         group_names = tuple(str(n) for n in raw.get("names", []))
     elif players.startswith("mask:"):
         tensors["player_mask"] = read_npy(Path(players.split(":", 1)[1]), "player mask")
@@ -319,11 +364,14 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     for item in getattr(args, "tolerance", []):
         name, sep, value = item.partition("=")
         if not sep or name not in CRITERIA:
-            raise InvalidInput(f"--tolerance '{item}': expected CRITERION=VALUE with one of {', '.join(CRITERIA)}")
+            raise InvalidInput(
+                f"--tolerance '{item}': expected CRITERION=VALUE with one of {', '.join(CRITERIA)}"
+            )
         try:
             tolerances[name] = float(value)
         except ValueError:
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
+    evaluations, seconds = parse_budget(getattr(args, "budget", ""))
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=players,
@@ -332,6 +380,8 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         methods=methods,
         method_params=params,
         audit_order=getattr(args, "audit_order", 3),
+        budget_evaluations=evaluations,
+        budget_seconds=seconds,
         tolerances=tolerances,
         seed=args.seed,
         device=args.device,

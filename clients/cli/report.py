@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from clients._results import follow, write_result
     from clients.cli._output import print_outcome
     from clients.cli.options import check_writable
-    from workers.errors import FailedPrecondition, InvalidInput
+    from xaudit.contract.errors import FailedPrecondition, InvalidInput
 
     for path in (args.out, args.html):
         check_writable(path)

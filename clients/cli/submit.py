@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from clients._results import follow, write_result
     from clients.cli._output import print_outcome
     from clients.cli.options import check_writable, job_from_args
-    from workers.errors import InvalidInput
+    from xaudit.contract.errors import InvalidInput
 
     if args.out is None and not args.detach:
         raise InvalidInput("--out is required unless --detach is given")

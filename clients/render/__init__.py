@@ -92,7 +92,7 @@ def write_html(
         report, attributions=attributions, inputs=inputs, signature=signature, player_labels=player_labels,
         vocab=vocab,
     )
-    from workers.errors import InvalidInput
+    from xaudit.contract.errors import InvalidInput
 
     try:
         path.write_text(page, encoding="utf-8")

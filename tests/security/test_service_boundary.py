@@ -11,10 +11,10 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from xaudit.v1 import audit_pb2, worker_pb2
 
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request, upload
 from tests.security._service import SecureService, secure_service
+from xaudit.v1 import audit_pb2, worker_pb2
 
 __all__ = ["secure_service"]  # the fixture, imported for pytest
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 
-from workers.errors import InvalidInput, InvalidModel
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.devices import resolve_device
 from workers.onnx_checks import detect_format
 from workers.threads import apply as apply_thread_policy
+from xaudit.contract.errors import InvalidInput, InvalidModel
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo", "detect_format", "load_model", "resolve_device"]
 

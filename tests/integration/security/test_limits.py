@@ -17,7 +17,6 @@ import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper
-from xaudit.v1 import audit_pb2
 
 from service.config import ServerConfig
 from service.server import Server, create_server
@@ -30,6 +29,7 @@ from workers.errors import DeadlineExceeded
 from workers.runtime import RuntimeConfig, execute
 from workers.sandbox import SandboxLimits, run_sandboxed
 from workers.spec import JobSpec
+from xaudit.v1 import audit_pb2
 
 pytestmark = pytest.mark.integration
 

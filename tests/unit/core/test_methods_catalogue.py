@@ -13,13 +13,6 @@ def test_docs_list_every_method_as_the_code_does() -> None:
     assert docs.read_text() == text, "docs/methods.md is stale: run `xaudit methods > docs/methods.md`"
 
 
-def test_the_torch_free_table_mirrors_the_registry():
-    from workers.method_table import METHOD_TABLE
-    from workers.methods.catalogue import registry_rows
-
-    assert registry_rows() == METHOD_TABLE
-
-
 def test_xaudit_methods_imports_no_torch():
     import subprocess
     import sys
