@@ -31,6 +31,7 @@ EXIT_PIPE = 141  # 128 + SIGPIPE: what a tool killed by a closed pipe exits with
 COMMANDS: tuple[str, ...] = (
     "explain",
     "audit",
+    "inspect",
     "methods",
     "verify",
     "keys",
