@@ -207,3 +207,33 @@ def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(flatt
     assert (prep.model.explained.fixed_batch is None) == (flatten == "Flatten")
     graph = prep.model.torch_differentiable()
     np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), alone, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "attrs"),
+    [
+        ("Gelu", 20, {}),
+        ("Gelu", 20, {"approximate": "tanh"}),
+        ("AveragePool", 19, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+        ("GlobalMaxPool", 21, {}),
+        ("Equal", 19, {}),
+    ],
+)
+def test_added_converters_match_onnxruntime(op: str, opset: int, attrs: dict) -> None:
+    """Operators onnx2torch lacks at the opsets torch's exporters write (vit_b_16 and densenet121 at
+    opset 20-21 use Gelu, Equal and AveragePool-19)."""
+    if op == "Equal":  # Equal -> Cast float, on a float input compared with itself rounded
+        nodes = [
+            oh.make_node("Round", ["x"], ["r"]),
+            oh.make_node("Equal", ["x", "r"], ["e"]),
+            oh.make_node("Cast", ["e"], ["c"], to=TensorProto.FLOAT),
+            oh.make_node("Add", ["x", "c"], ["y"]),
+        ]
+    else:
+        nodes = [oh.make_node(op, ["x"], ["y"], **attrs)]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, [], opset)
+    x = np.round(X * 2) / 2  # some exact integers for Equal
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(
+        graph(torch.from_numpy(x)).detach().numpy(), _ort(model, x), rtol=1e-5, atol=1e-5
+    )
