@@ -16,6 +16,7 @@ from workers.audit.checks import GameCheck, game_checks
 from workers.audit.evidence import worst_sets
 from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.plan import Plan, audit_plan
+from workers.audit.pooling import compact
 from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, design
@@ -65,6 +66,9 @@ class AuditResult:
     report_bytes: bytes
     attributions: dict[str, np.ndarray] = field(default_factory=dict)
     not_applicable: dict[str, str] = field(default_factory=dict)
+    # Per method, its scores summed over sets (per-sample parts kept): what a data-set audit pools
+    # over batches of samples (workers.audit.dataset).
+    scores: dict[str, AllocationScores] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,7 @@ def _audit_method(
     order: int,
     tick: Callable[[], None],
     sets: AuditedSets | None = None,
+    kept: dict[str, AllocationScores] | None = None,
 ) -> dict[str, Any]:
     measured = _measure(method, prep, game, background_games, tick)
     n, subsets = prep.players.n, game.subsets
@@ -253,6 +258,8 @@ def _audit_method(
         ), shares  # fmt: skip
 
     scores, shares = score(measured.main.per_player, order)
+    if kept is not None:
+        kept[method.name] = compact(scores)
     spreads: dict[str, float] = {}
     if measured.repeats is not None:
         per_repeat = [score(r, order)[0] for r in measured.repeats]
@@ -365,8 +372,11 @@ def _game_section(
     }
 
 
-def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
-    """Audit every method in ``prep.spec.methods``; deterministic under ``prep.spec.seed``."""
+def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | None = None) -> AuditResult:
+    """Audit every method in ``prep.spec.methods``; deterministic under ``prep.spec.seed``.
+
+    ``plan``: the sets to audit, when a caller fixed them for several batches of one data set
+    (workers.audit.dataset); by default planned here from the job's spec and budget."""
     report_progress = progress or (lambda fraction, message: None)
     started = time.perf_counter()
     spec, players = prep.spec, prep.players
@@ -375,7 +385,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     # Above the all-order limit: the sets of each order up to the audit order, all of them when few,
     # a seeded sample (sized to the job's budget) otherwise, and only their sub-inputs
     # (workers.audit.sets, workers.audit.plan).
-    plan = audit_plan(prep)
+    plan = plan or audit_plan(prep)
     sets = plan.sets
     family = None if sets is None else sets.subsets
 
@@ -406,6 +416,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     played = SubInputGame(players.n, game.subsets, game.values, game.interactions)
     maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg), played)
     entries = []
+    kept: dict[str, AllocationScores] = {}
     for k, method in enumerate(methods):
         fraction, message = 0.15 + 0.85 * k / len(methods), f"auditing {method.name}"
         report_progress(fraction, message)
@@ -421,7 +432,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             try:
                 tick = functools.partial(report_progress, fraction, message)
                 with judged_alone(method.name):
-                    entry = _audit_method(method, prep, game, background_games, order, tick, sets)
+                    entry = _audit_method(method, prep, game, background_games, order, tick, sets, kept)
             except NotApplicable as exc:
                 entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
         entry["among_fourteen"] = method.name in FOURTEEN_METHODS
@@ -477,4 +488,4 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     }
     report_progress(1.0, "audit done")
     report = jsonable(report)
-    return AuditResult(report, canonical_bytes(report), maps.attributions, maps.not_applicable)
+    return AuditResult(report, canonical_bytes(report), maps.attributions, maps.not_applicable, kept)
