@@ -130,10 +130,10 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
         from workers.models.rebatch import rebatched
 
         row = np.random.default_rng(0).standard_normal([1, *[d or 1 for d in explained.sample_shape or ()]])
-        data = rebatched(graph.proto, explained.name, explained.dtype, row, graph.session)
-        if data is not None:
+        widened = rebatched(graph.proto, explained.name, explained.dtype, row, graph.session)
+        if widened is not None:
             check.rebatched = True
-            graph = OnnxGraph(data, graph.sha256, graph.device)
+            graph = OnnxGraph(widened, graph.sha256, graph.device)
             explained = graph.input(explained.name)
     for spec in graph.inputs:
         axis = batch_axis(spec, explained)
