@@ -181,6 +181,21 @@ class XauditClient:
         Resubmitting the same request returns the existing job."""
         return self._submit(self._stub.SubmitAudit, "audit", model, spec, tensors, idempotency_key, options)
 
+    def plan_audit(
+        self,
+        model: ModelRef | str,
+        spec: JobSpec | None = None,
+        tensors: Mapping[str, np.ndarray] | None = None,
+        **options: Any,
+    ) -> audit_pb2.AuditPlan:
+        """What the audit would cost (sub-inputs, sets, passes per method), before submitting it."""
+        full_spec, full_tensors = spec_with_options(spec, tensors, "audit", options)
+        sha = model.sha256 if isinstance(model, ModelRef) else model
+        plan: audit_pb2.AuditPlan = self._call(
+            self._stub.PlanAudit, submit_request(sha, full_spec, full_tensors, "")
+        )
+        return plan
+
     def submit_attribution(
         self,
         model: ModelRef | str,
