@@ -43,6 +43,7 @@ __all__ = [
     "INPUTS_SUBJECT",
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
+    "PREDICATE_TYPES",
     "REPORT_SCHEMA",
     "STATEMENT_TYPE",
     "PublicKeyLike",
@@ -59,9 +60,14 @@ __all__ = [
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
-# Ours, stable: names "an xaudit.report/v1 document is the predicate". Bump only with the report schema.
-PREDICATE_TYPE = "https://xaudit.dev/report/v1"
-REPORT_SCHEMA = "xaudit.report/v1"
+# Ours, stable: names "an xaudit.report/vN document is the predicate". Bump only with the report
+# schema; every earlier pair still verifies.
+PREDICATE_TYPES: Mapping[str, str] = {
+    "xaudit.report/v1": "https://xaudit.dev/report/v1",
+    "xaudit.report/v2": "https://xaudit.dev/report/v2",
+}
+REPORT_SCHEMA = "xaudit.report/v2"
+PREDICATE_TYPE = PREDICATE_TYPES[REPORT_SCHEMA]
 INPUTS_SUBJECT = "inputs"
 
 PublicKeyLike = Ed25519PublicKey | str | bytes
@@ -154,9 +160,10 @@ def _parse_json_object(data: bytes, what: str) -> dict[str, Any]:
 def _check_statement(statement: Mapping[str, Any]) -> Mapping[str, Any]:
     if statement.get("_type") != STATEMENT_TYPE:
         raise VerificationError(f"statement _type is {statement.get('_type')!r}, expected {STATEMENT_TYPE}")
-    if statement.get("predicateType") != PREDICATE_TYPE:
+    if statement.get("predicateType") not in PREDICATE_TYPES.values():
         raise VerificationError(
-            f"predicateType is {statement.get('predicateType')!r}, expected {PREDICATE_TYPE}"
+            f"predicateType is {statement.get('predicateType')!r}, expected one of "
+            + ", ".join(PREDICATE_TYPES.values())
         )
     subject = statement.get("subject")
     if not isinstance(subject, list) or not subject:
@@ -168,8 +175,11 @@ def _check_statement(statement: Mapping[str, Any]) -> Mapping[str, Any]:
     report = statement.get("predicate")
     if not isinstance(report, dict):
         raise VerificationError("statement predicate is not a report object")
-    if report.get("schema") != REPORT_SCHEMA:
-        raise VerificationError(f"report schema is {report.get('schema')!r}, expected {REPORT_SCHEMA}")
+    if PREDICATE_TYPES.get(str(report.get("schema"))) != statement.get("predicateType"):
+        raise VerificationError(
+            f"report schema is {report.get('schema')!r}, which does not match predicateType "
+            f"{statement.get('predicateType')!r}"
+        )
     # The report names its model and inputs too; a statement whose subjects disagree is not ours.
     names = {e.get("name"): e["digest"]["sha256"] for e in subject}
     model = report.get("model")

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from workers.criteria import CRITERIA, DEFAULT_TOLERANCES
+
 __all__ = [
     "ALL_METHODS",
     "ATTACHMENTS",
@@ -48,15 +50,9 @@ FOURTEEN_METHODS: tuple[str, ...] = (
 EXTRA_METHODS: tuple[str, ...] = ("saliency", "smoothgrad")
 ALL_METHODS: tuple[str, ...] = FOURTEEN_METHODS + EXTRA_METHODS
 
-CRITERIA: tuple[str, ...] = ("coverage", "unrelated_allocation", "complete_allocation")
-
-# Shares of effect mass (see docs/report-schema.md). Chosen so the analytic cases separate cleanly:
-# exact methods score ~0 (within numerical noise), Occlusion-1 scores (|S|-1)/|S| >= 0.5 on pairs.
-DEFAULT_TOLERANCES: Mapping[str, float] = {
-    "coverage": 0.05,
-    "unrelated_allocation": 0.05,
-    "complete_allocation": 0.05,
-}
+# The criteria and their default tolerances come from one registry (workers.criteria). Tolerances
+# are shares of effect mass, chosen so the analytic cases separate cleanly: exact methods score ~0
+# (within numerical noise), Occlusion-1 scores (|S|-1)/|S| >= 0.5 on pairs.
 
 # Named tensors that may travel with a spec.
 ATTACHMENTS: tuple[str, ...] = ("inputs", "background", "baseline", "player_mask", "player_groups")
@@ -76,6 +72,8 @@ class JobSpec:
     method_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     audit_order: int = 3
     tolerances: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    # Level of the criteria's confidence intervals (docs/science.md, section 6).
+    confidence: float = 0.95
     seed: int = 0
     device: str = "cpu"
     group_names: tuple[str, ...] = ()

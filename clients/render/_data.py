@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from workers.criteria import CRITERIA, REGISTRY
+
 __all__ = [
     "CRITERIA",
     "CRITERION_TITLES",
@@ -28,12 +30,8 @@ __all__ = [
     "players_of",
 ]
 
-CRITERIA: tuple[str, ...] = ("coverage", "unrelated_allocation", "complete_allocation")
-CRITERION_TITLES: dict[str, str] = {
-    "coverage": "Coverage (nothing dropped)",
-    "unrelated_allocation": "No unrelated allocation",
-    "complete_allocation": "Complete allocation (nothing handed out twice)",
-}
+# From the criterion registry: a new criterion shows up here without a change to the page.
+CRITERION_TITLES: dict[str, str] = {c.name: c.title for c in REGISTRY}
 
 InputKind = str  # "image" (two spatial axes) or "vector" (anything else, drawn as bars)
 

@@ -56,7 +56,9 @@ def signature_banner(status: SignatureStatus) -> str:
 def header(report: Mapping[str, Any], status: SignatureStatus, methods: Sequence[Mapping[str, Any]]) -> str:
     summary = report.get("summary") or {}
     parts = []
-    for key in ("reliable", "unreliable", "not_applicable"):
+    for key in ("reliable", "unreliable", "inconclusive", "not_applicable"):
+        if key == "inconclusive" and key not in summary:  # v1 reports have no such verdict
+            continue
         names = summary.get(key) or [m.get("name") for m in methods if m.get("verdict") == key]
         parts.append(
             f"{verdict_badge(key)}: {len(names)}"
@@ -113,9 +115,20 @@ def interactions_section(game: Mapping[str, Any]) -> str:
         f"<p>{len(players)} players ({escape(names)}); {escape(exact)}. Target v(N) per input: "
         f"{escape(targets) or 'n/a'}; at the reference v(∅): {escape(refs) or 'n/a'}.</p>",
     ]
-    remainder = as_float(game.get("unexplained_high_order"))
+    remainder = as_float(game.get("unexplained_high_order"))  # v1 reports
     if remainder is not None:
         body.append(f"<p>Unexplained high-order remainder: {fmt(remainder)}.</p>")
+    unaudited = game.get("unaudited")  # v2 reports: the audit's own line, never a method's coverage
+    if isinstance(unaudited, Mapping) and as_float(unaudited.get("share")) is not None:
+        absolute = as_float(unaudited.get("absolute_share"))
+        body.append(
+            f'<p id="unaudited">Unaudited mass (the audit\'s, not charged to any method): '
+            f"{fmt(as_float(unaudited.get('share')))} of the effect mass lies above audit order "
+            f"{escape(str(unaudited.get('audit_order', '?')))} as net remainder (limit "
+            f"{fmt(as_float(unaudited.get('limit')))})"
+            + (f"; {fmt(absolute)} as absolute high-order mass" if absolute is not None else "")
+            + ".</p>"
+        )
     mass = game.get("mass_by_order") or []
     top = game.get("top_interactions") or []
     if mass or top:

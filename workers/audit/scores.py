@@ -1,4 +1,4 @@
-"""The three criteria as shares of effect mass (SCIENCE.md 5.3), per sample, per order and pooled."""
+"""The three criteria as shares of effect mass (docs/science.md, section 5.3), per sample, per order and pooled."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workers.criteria import criterion as registered
 from workers.interactions import moebius, moebius_dense_limited, popcounts
 from workers.players import subset_bits
 
@@ -40,31 +41,12 @@ class AllocationScores:
     set_out_of_set: np.ndarray
     audited: np.ndarray  # (B, m) bool
 
-    @staticmethod
-    def _share(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
-
     def per_sample(self, criterion: str) -> np.ndarray:
-        if criterion == "coverage":
-            return self._share(self.dropped, self.mass)
-        if criterion == "complete_allocation":
-            return self._share(self.excess, self.mass)
-        if criterion == "unrelated_allocation":
-            return np.maximum(
-                self._share(self.out_of_set, self.mass), self._share(self.absent, self.attribution_mass)
-            )
-        raise KeyError(criterion)
+        return registered(criterion).per_sample(self)
 
     def pooled(self, criterion: str) -> float:
         """Mass-weighted over samples."""
-        total = float(self.mass.sum())
-        if criterion == "coverage":
-            return float(self.dropped.sum()) / total if total > 0 else 0.0
-        if criterion == "complete_allocation":
-            return float(self.excess.sum()) / total if total > 0 else 0.0
-        if criterion == "unrelated_allocation":
-            return max(self.out_of_set_share, self.absent_share)
-        raise KeyError(criterion)
+        return registered(criterion).pooled(self)
 
     @property
     def out_of_set_share(self) -> float:

@@ -1,0 +1,24 @@
+"""Criterion 1, low approximation error: every audited effect is handed out; none is dropped."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from workers.criteria._base import Criterion, Parts
+
+if TYPE_CHECKING:
+    from workers.audit.scores import AllocationScores
+
+
+def _parts(scores: AllocationScores) -> Parts:
+    return ((scores.dropped, scores.mass),)
+
+
+COVERAGE = Criterion(
+    name="coverage",
+    title="Coverage (nothing dropped)",
+    question="Does the method hand out every audited effect (dropped share of the effect mass)?",
+    failure="the method drops part of the model's effects: its map misses what the model does",
+    default_tolerance=0.05,
+    parts=_parts,
+)
