@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from clients.client import XauditClient
-from workers.errors import Unavailable
+from xaudit.contract.errors import Unavailable
 
 __all__ = ["embedded_service", "free_port"]
 

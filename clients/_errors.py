@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from workers.errors import Unavailable, XauditError, error_for_code
+from xaudit.contract.errors import REASON_METADATA_KEY, Unavailable, XauditError, error_for_code
 
 __all__ = ["translate_rpc_error"]
 
@@ -41,7 +41,16 @@ def translate_rpc_error(exc: grpc.RpcError, address: str) -> XauditError:
         details = f"the xaudit server at {address} did not answer in time"
     if code in ("UNKNOWN", "INTERNAL") and not details:
         details = f"the xaudit server at {address} failed the call ({code})"
-    return error_for_code(code, details or code)
+    return error_for_code(code, details or code, _reason(exc))
+
+
+def _reason(exc: grpc.RpcError) -> str:
+    if not isinstance(exc, grpc.Call):
+        return ""
+    for key, value in exc.trailing_metadata() or ():
+        if key == REASON_METADATA_KEY:
+            return value if isinstance(value, str) else value.decode("ascii", "replace")
+    return ""
 
 
 def _short(details: str) -> str:

@@ -8,8 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from workers.errors import InvalidInput
-from workers.spec import CRITERIA
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import CRITERIA
 
 __all__ = ["report_document", "verdict_table"]
 

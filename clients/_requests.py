@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
-from xaudit.v1 import audit_pb2
 
-from service.tensors import encode_tensor
-from workers.errors import InvalidInput
 from workers.inputs import held_inputs, input_key
-from workers.spec import ATTACHMENTS, JobSpec
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import ATTACHMENTS, JobSpec
+from xaudit.contract.tensors import encode_tensor
+from xaudit.v1 import audit_pb2
 
 __all__ = ["CHUNK_SIZE", "guess_format", "model_chunks", "read_head", "spec_with_options", "submit_request"]
 

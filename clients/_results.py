@@ -9,7 +9,7 @@ import numpy as np
 
 from clients._types import Job
 from clients.client import XauditClient
-from workers.errors import Cancelled
+from xaudit.contract.errors import Cancelled
 
 __all__ = ["follow", "write_result"]
 

@@ -9,10 +9,10 @@ from typing import Literal
 
 import numpy as np
 from google.protobuf import timestamp_pb2
-from xaudit.v1 import audit_pb2
 
-from service.tensors import decode_tensor
-from workers.errors import XauditError, error_for_code
+from xaudit.contract.errors import XauditError, error_for_code
+from xaudit.contract.tensors import decode_tensor
+from xaudit.v1 import audit_pb2
 
 __all__ = [
     "TERMINAL_STATES",

@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
-from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 from clients._errors import translate_rpc_error
 from clients._requests import guess_format, model_chunks, read_head, spec_with_options, submit_request
@@ -34,8 +33,9 @@ from clients._types import (
     ModelRef,
     SigningKey,
 )
-from workers.errors import InvalidInput, Unavailable
-from workers.spec import JobSpec
+from xaudit.contract.errors import InvalidInput, Unavailable
+from xaudit.contract.spec import JobSpec
+from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -60,6 +60,17 @@ _T = TypeVar("_T")
 def default_server() -> str:
     """$XAUDIT_SERVER, else 127.0.0.1:50051."""
     return os.environ.get("XAUDIT_SERVER") or DEFAULT_SERVER
+
+
+def _self_contained(path: Path) -> bytes:
+    """An ONNX file with its side files (model.onnx.data) read in from its directory: the service
+    reads no paths, so one self-contained model is sent."""
+    data = path.read_bytes()
+    try:
+        from workers.onnx_external import inline_external_data
+    except ImportError:  # a thin install without the onnx package: the service explains what to do
+        return data
+    return inline_external_data(path, data)
 
 
 class XauditClient:
@@ -136,6 +147,9 @@ class XauditClient:
         try:
             size = path.stat().st_size
             fmt = format or guess_format(read_head(path), path.name)
+            if fmt == "onnx":
+                data = _self_contained(path)
+                return self._upload(data, len(data), fmt, name or path.name)
             with path.open("rb") as fh:
                 return self._upload(fh, size, fmt, name or path.name)
         except FileNotFoundError:

@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 import yaml
 
-from workers.errors import InvalidInput
-from workers.spec import CRITERIA, DEFAULT_TOLERANCES, EXTRA_METHODS, FOURTEEN_METHODS
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, EXTRA_METHODS, FOURTEEN_METHODS
 
 __all__ = [
     "FailingCriterion",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clients.policy import GateOutcome
-from workers.spec import CRITERIA
+from xaudit.contract.spec import CRITERIA
 
 __all__ = ["gate_markdown", "verdict_summary"]
 

@@ -1,7 +1,7 @@
 """Verify xaudit's signed reports: a DSSE envelope around an in-toto Statement v1.
 
-This module is the written contract of the signature format; :mod:`service.signing` produces what it
-checks. It imports neither torch nor numpy, so a compliance machine can verify with ``cryptography``
+The format's names and encodings live in :mod:`xaudit.contract.dsse`; :mod:`service.signing` produces
+what this module checks. It imports neither torch nor numpy, so a compliance machine can verify with ``cryptography``
 alone.
 
 Format (see also ``deploy/ci/README.md``):
@@ -17,7 +17,7 @@ Format (see also ``deploy/ci/README.md``):
   that verified.
 * Statement (https://in-toto.io/Statement/v1): ``subject`` lists the model (name: the model's name or
   ``"model"``; digest: sha256 of the model file's bytes) and the input set (name ``"inputs"``; digest:
-  :func:`workers.spec.tensor_digest` of the inputs); ``predicateType`` is :data:`PREDICATE_TYPE`;
+  :func:`xaudit.contract.spec.tensor_digest` of the inputs); ``predicateType`` is :data:`PREDICATE_TYPE`;
   ``predicate`` is the ``xaudit.report/v1`` report, whose bytes the service embeds verbatim.
 """
 
@@ -35,9 +35,20 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_public_key
 
-from workers.errors import InvalidInput, VerificationError
+from xaudit.contract.dsse import (
+    INPUTS_SUBJECT,
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    PREDICATE_TYPES,
+    REPORT_SCHEMA,
+    STATEMENT_TYPE,
+    key_id,
+    load_public_key,
+    pae,
+    public_key_pem,
+)
+from xaudit.contract.errors import InvalidInput, VerificationError
 
 __all__ = [
     "INPUTS_SUBJECT",
@@ -58,53 +69,10 @@ __all__ = [
     "verify_envelope",
 ]
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
-# Ours, stable: names "an xaudit.report/vN document is the predicate". Bump only with the report
-# schema; every earlier pair still verifies.
-PREDICATE_TYPES: Mapping[str, str] = {
-    "xaudit.report/v1": "https://xaudit.dev/report/v1",
-    "xaudit.report/v2": "https://xaudit.dev/report/v2",
-}
-REPORT_SCHEMA = "xaudit.report/v2"
-PREDICATE_TYPE = PREDICATE_TYPES[REPORT_SCHEMA]
-INPUTS_SUBJECT = "inputs"
-
 PublicKeyLike = Ed25519PublicKey | str | bytes
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _URLSAFE = str.maketrans("-_", "+/")
-
-
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding: what the signature covers."""
-    t = payload_type.encode("utf-8")
-    return b"DSSEv1 %d %b %d %b" % (len(t), t, len(payload), payload)
-
-
-def key_id(public_key: Ed25519PublicKey) -> str:
-    """sha256 hex of the raw 32-byte Ed25519 public key."""
-    return hashlib.sha256(public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)).hexdigest()
-
-
-def public_key_pem(public_key: Ed25519PublicKey) -> str:
-    """SubjectPublicKeyInfo PEM, the form GetSigningKeys and ``xaudit keys`` hand out."""
-    return public_key.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode("ascii")
-
-
-def load_public_key(key: PublicKeyLike, source: str = "public key") -> Ed25519PublicKey:
-    """An Ed25519 public key from PEM text/bytes (or the key itself). :class:`InvalidInput` otherwise:
-    a key the caller cannot read is a usage error, not a failed verification."""
-    if isinstance(key, Ed25519PublicKey):
-        return key
-    data = key.encode("utf-8") if isinstance(key, str) else key
-    try:
-        loaded = load_pem_public_key(data)
-    except (ValueError, TypeError):
-        raise InvalidInput(f"{source} is not a PEM public key") from None
-    if not isinstance(loaded, Ed25519PublicKey):
-        raise InvalidInput(f"{source} is not an Ed25519 public key ({type(loaded).__name__})")
-    return loaded
 
 
 def load_public_key_file(path: Path) -> Ed25519PublicKey:
@@ -252,7 +220,7 @@ def check_model_subject(statement: Mapping[str, Any], model_bytes: bytes) -> str
 
 
 def check_inputs_subject(statement: Mapping[str, Any], inputs_sha256: str) -> None:
-    """:class:`VerificationError` unless ``inputs_sha256`` (a :func:`workers.spec.tensor_digest`) is the
+    """:class:`VerificationError` unless ``inputs_sha256`` (a :func:`xaudit.contract.spec.tensor_digest`) is the
     statement's inputs subject."""
     for entry in statement.get("subject", []):
         if entry.get("name") == INPUTS_SUBJECT and entry["digest"]["sha256"] == inputs_sha256:

@@ -29,12 +29,12 @@ from typing import Any
 
 import grpc
 from google.protobuf.descriptor import FileDescriptor
-from xaudit.v1 import audit_pb2, options_pb2, worker_pb2
 
 from service.config import DEFAULT_TENANT, ServerConfig
 from service.handlers import rewrap
 from service.tokens import SCOPES, Identity, TenantPolicy, TokenFile, parse_scopes
-from workers.errors import InvalidInput, PermissionDenied, Unauthenticated
+from xaudit.contract.errors import InvalidInput, PermissionDenied, Unauthenticated
+from xaudit.v1 import audit_pb2, options_pb2, worker_pb2
 
 __all__ = [
     "ANONYMOUS",

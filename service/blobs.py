@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from service.text import shown
-from workers.errors import InvalidInput, NotFound, ResourceExhausted
+from xaudit.contract.errors import InvalidInput, NotFound, ResourceExhausted
 
 __all__ = ["CHUNK_BYTES", "BlobStore", "BlobWriter", "is_sha256"]
 

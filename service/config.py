@@ -50,7 +50,13 @@ class ServerConfig:
     max_message_bytes: int = 64 * MiB
     max_tensor_elements: int = 64 * MiB
     max_tensor_dims: int = 8
+    # Client calls (AuditService) in progress at once; more are refused (RESOURCE_EXHAUSTED).
     grpc_threads: int = 16
+    # Long-lived streams (WatchJob, health Watch, reflection) open at once, in all and per tenant.
+    max_streams: int = 64
+    max_streams_per_tenant: int = 32
+    # Threads kept for the WorkerService beyond the two caps above: clients can never starve workers.
+    worker_threads: int = 16
     reflection: bool = True
     # A running job whose worker sent no heartbeat for this long goes back to the queue.
     lease_seconds: float = 60.0
@@ -60,8 +66,9 @@ class ServerConfig:
     sweep_seconds: float = 2.0
     # A queued job dispatched this long ago and still unclaimed is sent again (a broker may lose it).
     requeue_after_seconds: float = 300.0
-    # WatchJob polls the store (works across replicas) at this period.
-    watch_poll_seconds: float = 0.1
+    # WatchJob wakes on every change made through this server, and re-reads the store at least this
+    # often (changes made through another replica).
+    watch_poll_seconds: float = 1.0
     # Blob files no model record needs (what a crash leaves) are removed this often, once this old.
     orphan_sweep_seconds: float = 600.0
     orphan_grace_seconds: float = 3600.0

@@ -6,10 +6,10 @@ import base64
 import json
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from xaudit.v1 import audit_pb2
 
 from service.store import JobRecord
-from workers.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput
+from xaudit.v1 import audit_pb2
 
 __all__ = ["decode_page_token", "encode_page_token", "job_to_proto"]
 

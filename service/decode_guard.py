@@ -3,7 +3,7 @@
 grpc answers a request whose bytes do not parse as its message type with INTERNAL ("Exception
 deserializing request!") before any interceptor's behaviour runs. This interceptor wraps each
 method's deserializer so a parse failure yields a marker, and raises
-:class:`~workers.errors.InvalidInput` when the handler would see it (the errors interceptor, further
+:class:`~xaudit.contract.errors.InvalidInput` when the handler would see it (the errors interceptor, further
 out, turns it into the status). Then every string of a client request is checked
 (service.text.check_message_text: no NUL or control characters, bounded lengths); worker requests
 have their ids checked, and their free text is cleaned by the store instead (a failure caused by a
@@ -21,7 +21,7 @@ import grpc
 
 from service.handlers import rewrap
 from service.text import check_message_text, check_text
-from workers.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["DecodeGuardInterceptor"]
 

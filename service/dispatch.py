@@ -2,8 +2,13 @@
 
 One background thread: it sends jobs as they are submitted, and every ``sweep_seconds`` it expires
 the leases of workers that went silent and (re-)sends queued jobs that were never sent (broker down)
-or were sent long ago and are still unclaimed (a broker that lost the message). Several front-end
-replicas may each send a job: the claim in the job store makes duplicates harmless.
+or were sent long ago and are still unclaimed. Several front-end replicas may each send a job: the
+claim in the job store makes duplicates harmless (a duplicate task finds the job taken and stops).
+
+Prompt recovery: every queued job is sent again when this process starts (a crash between recording
+a job as sent and sending it loses nothing), and whenever the broker's epoch changes: a marker the
+dispatcher keeps in the broker, gone when the broker restarted empty or was flushed, i.e. when the
+messages of queued jobs were lost. Both cost at most one duplicate message per queued job.
 """
 
 from __future__ import annotations
@@ -12,16 +17,39 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from service.config import ServerConfig
 from service.store import JobStore
 
-__all__ = ["Dispatcher", "Sender", "celery_sender"]
+__all__ = ["EPOCH_KEY", "Dispatcher", "Epoch", "Sender", "broker_epoch", "celery_sender"]
 
 logger = logging.getLogger(__name__)
 
 Sender = Callable[[str, str], None]  # (job id, queue) -> None; raises when the broker is unreachable
+# () -> the broker's current epoch (a marker it loses with its messages); raises when unreachable.
+Epoch = Callable[[], str]
+EPOCH_KEY = "xaudit:broker-epoch"
+
+
+def broker_epoch(broker_url: str) -> Epoch | None:
+    """The epoch probe of a Redis broker; None for brokers that keep their messages on disk (the
+    embedded filesystem transport)."""
+    if not broker_url.startswith(("redis://", "rediss://")):
+        return None
+    import redis
+
+    client = redis.Redis.from_url(broker_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+
+    def epoch() -> str:
+        value = client.get(EPOCH_KEY)
+        if value is None:  # a new or emptied broker: mark it (the first replica to notice wins)
+            client.set(EPOCH_KEY, uuid.uuid4().hex, nx=True)
+            value = client.get(EPOCH_KEY)
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    return epoch
 
 
 def celery_sender(broker_url: str, server_address: str) -> tuple[Sender, Callable[[], None]]:
@@ -52,16 +80,24 @@ def celery_sender(broker_url: str, server_address: str) -> tuple[Sender, Callabl
 
 
 class Dispatcher:
-    def __init__(self, store: JobStore, send: Sender, config: ServerConfig) -> None:
+    def __init__(
+        self, store: JobStore, send: Sender, config: ServerConfig, epoch: Epoch | None = None
+    ) -> None:
         self._store = store
         self._send = send
         self._config = config
+        self._epoch = epoch
+        self._epoch_seen: str | None = None
         self._pending: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="xaudit-dispatcher", daemon=True)
         self.broker_ok = True
 
     def start(self) -> None:
+        # A previous process may have marked jobs as sent and died before sending them.
+        n = self._store.redispatch_queued()
+        if n:
+            logger.info("%d queued job(s) found at start: sending them (again)", n)
         self._thread.start()
 
     def stop(self) -> None:
@@ -91,9 +127,35 @@ class Dispatcher:
         logger.debug("job %s sent to %s", job_id, queue_name)
         return True
 
+    def _broker_lost_messages(self) -> bool | None:
+        """True when the broker's epoch changed since the last sweep; None: the broker is down."""
+        if self._epoch is None:
+            return False
+        try:
+            current = self._epoch()
+        except Exception as exc:
+            if self.broker_ok:
+                logger.warning("broker unreachable (%s: %s): queued jobs wait", type(exc).__name__, exc)
+            self.broker_ok = False
+            return None
+        lost = self._epoch_seen is not None and current != self._epoch_seen
+        if lost:
+            logger.warning(
+                "the broker lost its messages (restarted empty or flushed): sending queued jobs again"
+            )
+        self._epoch_seen = current
+        return lost
+
     def sweep(self) -> None:
         """Expire silent workers' leases and (re-)send due jobs; stops at the first broker failure."""
         self._store.expire_leases(self._config.max_attempts)
+        lost = self._broker_lost_messages()
+        if lost is None:
+            return
+        if lost:
+            n = self._store.redispatch_queued()
+            if n:
+                logger.info("%d queued job(s) due for sending again", n)
         for job_id, queue_name in self._store.due_for_dispatch(self._config.requeue_after_seconds):
             if not self._dispatch(job_id, queue_name):
                 return

@@ -1,6 +1,7 @@
 """The one place where exceptions become gRPC statuses.
 
-XauditError -> the status its ``.code`` names, with its one-line message. Anything else is a bug:
+XauditError -> the status its ``.code`` names, with its one-line message and its ``.reason_code``
+as the ``xaudit-reason`` trailing metadata. Anything else is a bug:
 INTERNAL with a generic message, and the traceback goes to the server log only.
 """
 
@@ -14,7 +15,7 @@ import grpc
 import sqlalchemy.exc
 
 from service.handlers import rewrap
-from workers.errors import XauditError
+from xaudit.contract.errors import REASON_METADATA_KEY, XauditError
 
 __all__ = ["INTERNAL_MESSAGE", "STORE_DOWN_MESSAGE", "ErrorsInterceptor"]
 
@@ -28,6 +29,8 @@ def _abort(exc: Exception, context: grpc.ServicerContext, method: str) -> None:
     if isinstance(exc, XauditError):
         code = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL)
         logger.info("%s -> %s: %s", method, exc.code, exc)
+        # The reason lets the client rebuild the very class (e.g. VerificationError, not InvalidInput).
+        context.set_trailing_metadata(((REASON_METADATA_KEY, exc.reason_code),))
         context.abort(code, str(exc))
     if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
         # The job store cannot be reached: nothing was recorded; the caller may retry.

@@ -17,9 +17,9 @@ from service.metrics import record_finished, record_submitted
 from service.quotas import Quotas
 from service.store import JobRecord, JobStore, Lease, NewJob
 from service.validation import Submission
-from workers.celery_app import queue_for
-from workers.errors import PermissionDenied
-from workers.spec import config_digest, tensor_digest
+from xaudit.contract.errors import PermissionDenied
+from xaudit.contract.names import queue_for
+from xaudit.contract.spec import config_digest, tensor_digest
 
 __all__ = ["SIGNED_CONTENT_TYPE", "UNSIGNED_CONTENT_TYPE", "JobService", "ReportSealer"]
 

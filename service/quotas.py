@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from service.schema import job_tensors, jobs, models, reports, results
 from service.store import ACTIVE_STATES, JobStore
 from service.tokens import TenantPolicy
-from workers.errors import PermissionDenied, ResourceExhausted
+from xaudit.contract.errors import PermissionDenied, ResourceExhausted
 
 __all__ = ["Quotas", "stored_bytes"]
 

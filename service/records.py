@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from service.tensors import DATATYPES, encode_tensor
+from xaudit.contract.tensors import DATATYPES, encode_tensor
 
 __all__ = [
     "ACTIVE_STATES",

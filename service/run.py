@@ -19,7 +19,8 @@ from types import FrameType
 
 from service.config import ServerConfig
 from service.server import create_server
-from workers.celery_app import QUEUES, die_with_parent
+from workers.celery_app import die_with_parent
+from xaudit.contract.names import QUEUES
 
 __all__ = ["LocalWorker", "ServeOptions", "serve"]
 

@@ -85,7 +85,7 @@ def _tensor_table(name: str) -> Table:
     )
 
 
-# Tensors that travel with a job (workers.spec.ATTACHMENTS names).
+# Tensors that travel with a job (xaudit.contract.spec.ATTACHMENTS names).
 job_tensors = _tensor_table("job_tensors")
 
 # Exactly one report per job: the primary key makes a second insert fail.

@@ -8,13 +8,13 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 from service.auth import Authenticator, AuthInterceptor, bind_port, check_exposure
 from service.blobs import BlobStore
+from service.capacity import Capacity, CapacityInterceptor, CapacityLimits
 from service.config import ServerConfig
 from service.decode_guard import DecodeGuardInterceptor
-from service.dispatch import Dispatcher, Sender, celery_sender
+from service.dispatch import Dispatcher, Sender, broker_epoch, celery_sender
 from service.errors_interceptor import ErrorsInterceptor
 from service.housekeeping import Housekeeper
 from service.jobs import JobService, ReportSealer
@@ -23,7 +23,8 @@ from service.metrics_interceptor import metrics_interceptors
 from service.quotas import Quotas
 from service.servicer import AuditServicer, WorkerServicer
 from service.store import JobStore
-from workers.errors import Unavailable
+from xaudit.contract.errors import Unavailable
+from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 __all__ = ["Server", "create_server", "default_signer"]
 
@@ -120,13 +121,18 @@ def create_server(
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
+    limits = CapacityLimits(
+        config.grpc_threads, config.max_streams, config.max_streams_per_tenant, config.worker_threads
+    )
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.grpc_threads, thread_name_prefix="xaudit-rpc"),
+        # Threads for every class of call at its cap (service.capacity): workers always find one.
+        futures.ThreadPoolExecutor(max_workers=limits.pool_threads, thread_name_prefix="xaudit-rpc"),
         # Errors outside auth: its Unauthenticated / PermissionDenied become statuses.
         interceptors=[
             *metrics_interceptors(),
             ErrorsInterceptor(),
             AuthInterceptor(authenticator),
+            CapacityInterceptor(Capacity(limits)),  # streams counted per authenticated tenant
             DecodeGuardInterceptor(),  # undecodable bytes: INVALID_ARGUMENT, not grpc's INTERNAL
         ],
         options=options,
@@ -137,12 +143,14 @@ def create_server(
         raise Unavailable(f"cannot listen on {config.listen} (address in use or not valid)")
     closers: list[Any] = []
     address = _advertised(config, port)
+    own_sender = sender is None
     if sender is None:
         sender, close_sender = celery_sender(config.resolved_broker_url, address)
         closers.append(close_sender)
     closers.append(store.close)
     watch_store(store)
-    dispatcher = Dispatcher(store, sender, config)
+    epoch = broker_epoch(config.resolved_broker_url) if own_sender else None
+    dispatcher = Dispatcher(store, sender, config, epoch)
     jobs = JobService(
         config,
         store,

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
-from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 from service.auth import tenant_of as authenticated_tenant
 from service.blobs import BlobStore
@@ -16,9 +14,10 @@ from service.convert import decode_page_token, encode_page_token, job_to_proto, 
 from service.jobs import JobService
 from service.metrics import counted_chunks, record_failed, record_started
 from service.store import Lease
-from service.tensors import decode_tensor, encode_tensor
 from service.uploads import receive_model
 from service.validation import check_input_names, format_to_proto, submission_from_request
+from xaudit.contract.tensors import decode_tensor, encode_tensor
+from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 __all__ = ["AuditServicer", "WorkerServicer", "tenant_of"]
 
@@ -88,15 +87,17 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
     def WatchJob(self, request: audit_pb2.WatchJobRequest, context: Any) -> Iterator[audit_pb2.Job]:
         tenant = tenant_of(context)
         last: audit_pb2.Job | None = None
-        while context.is_active():
-            job = self._store.get_job(tenant, request.job_id)
-            msg = job_to_proto(job)
-            if msg != last:
-                yield msg
-                last = msg
-            if job.terminal:
-                return
-            time.sleep(self._config.watch_poll_seconds)
+        with self._store.events.subscribe(request.job_id) as changes:
+            context.add_callback(changes.wake)  # the client left: stop waiting at once
+            while context.is_active():
+                job = self._store.get_job(tenant, request.job_id)
+                msg = job_to_proto(job)
+                if msg != last:
+                    yield msg
+                    last = msg
+                if job.terminal:
+                    return
+                changes.wait(self._config.watch_poll_seconds)
 
     def CancelJob(self, request: audit_pb2.CancelJobRequest, context: Any) -> audit_pb2.Job:
         return job_to_proto(self._store.cancel(tenant_of(context), request.job_id))

@@ -31,19 +31,18 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from clients.verify import (
+from xaudit.contract.dsse import (
     INPUTS_SUBJECT,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
     PREDICATE_TYPES,
     STATEMENT_TYPE,
-    PublicKeyLike,
     key_id,
     load_public_key,
     pae,
     public_key_pem,
 )
-from workers.errors import FailedPrecondition, InvalidInput
+from xaudit.contract.errors import FailedPrecondition, InvalidInput
 
 __all__ = ["KEY_FILE_NAME", "TRUSTED_DIR_NAME", "ReportSigner"]
 
@@ -102,7 +101,7 @@ class ReportSigner:
         self,
         key_dir: Path,
         key_file: Path | None = None,
-        extra_verification_keys: Iterable[PublicKeyLike | Path] = (),
+        extra_verification_keys: Iterable[Ed25519PublicKey | str | bytes | Path] = (),
     ) -> None:
         self._key_dir = Path(key_dir)
         if key_file is not None:

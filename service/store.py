@@ -24,6 +24,7 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from service.events import JobEvents
 from service.records import (
     ACTIVE_STATES,
     CANCELLED,
@@ -42,7 +43,7 @@ from service.records import (
 )
 from service.schema import ADDED_COLUMNS, job_tensors, jobs, metadata, models, reports, results
 from service.text import clean, shown
-from workers.errors import FailedPrecondition, NotFound
+from xaudit.contract.errors import FailedPrecondition, NotFound
 
 # Records are re-exported: callers import them from the store.
 __all__ = [
@@ -96,6 +97,8 @@ class JobStore:
         self.engine = _make_engine(url)
         metadata.create_all(self.engine)
         _add_columns(self.engine)
+        # Every change made through this store is published here (WatchJob waits on it).
+        self.events = JobEvents()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -224,6 +227,7 @@ class JobStore:
                 .where(jobs.c.tenant == tenant, jobs.c.id == job_id, jobs.c.state == RUNNING)
                 .values(cancel_requested=True, message="cancelling")
             )
+        self.events.publish([job_id])
         return self.get_job(tenant, job_id)
 
     def get_report(self, tenant: str, job_id: str) -> tuple[bytes, str]:
@@ -285,6 +289,8 @@ class JobStore:
                     message="started",
                 )
             ).rowcount
+        if done == 1:
+            self.events.publish([job_id])
         return self.job_by_id(job_id), secret if done == 1 else ""
 
     def holds(self, job_id: str, lease: Lease) -> bool:
@@ -322,6 +328,7 @@ class JobStore:
             if owned != 1:
                 return True
             flag = conn.execute(sa.select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar_one()
+        self.events.publish([job_id])
         return bool(flag)
 
     def complete(
@@ -364,6 +371,7 @@ class JobStore:
             rows = tensor_rows(job_id, tensors)
             if rows:
                 conn.execute(results.insert(), rows)
+        self.events.publish([job_id])
         return True
 
     def fail(self, job_id: str, lease: Lease, code: str, message: str) -> bool:
@@ -385,6 +393,8 @@ class JobStore:
                     lease_expires_at=None,
                 )
             ).rowcount
+        if done == 1:
+            self.events.publish([job_id])
         return done == 1
 
     # -- dispatch bookkeeping -------------------------------------------------------------------
@@ -400,6 +410,16 @@ class JobStore:
                 .values(dispatched_at=now)
             ).rowcount
         return done == 1
+
+    def redispatch_queued(self) -> int:
+        """Every queued job is due to be sent again (the broker may have lost its message)."""
+        with self.engine.begin() as conn:
+            n = conn.execute(
+                jobs.update()
+                .where(jobs.c.state == QUEUED, jobs.c.dispatched_at.is_not(None))
+                .values(dispatched_at=None)
+            ).rowcount
+        return int(n)
 
     def release_dispatch(self, job_id: str) -> None:
         """The send failed: the job is due again."""
@@ -445,6 +465,8 @@ class JobStore:
                 .where(expired)
                 .values(state=QUEUED, dispatched_at=None, message="worker lost: queued again", **cleared)
             ).rowcount
+        if n or requeued:
+            self.events.publish_all()
         if requeued:
             logger.warning("%d running job(s) lost their worker's lease: queued again", requeued)
         return int(n + requeued)

@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from workers.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["MAX_TEXT", "check_message_text", "check_text", "clean", "shown"]
 

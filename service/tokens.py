@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from workers.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput
 
 __all__ = [
     "SCOPES",

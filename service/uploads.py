@@ -10,13 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from xaudit.v1 import audit_pb2
-
 from service.blobs import BlobStore
 from service.quotas import Quotas
 from service.store import JobStore, ModelRecord
 from service.validation import check_model, format_from_proto
-from workers.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.errors import InvalidInput, ResourceExhausted
+from xaudit.v1 import audit_pb2
 
 __all__ = ["receive_model"]
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xaudit.v1 import audit_pb2
 
-from service.tensors import decode_tensor
 from service.text import shown
-from workers.errors import InvalidInput, InvalidModel
-from workers.spec import ATTACHMENTS, CRITERIA, DEFAULT_TOLERANCES, FOURTEEN_METHODS, JobSpec
+from xaudit.contract.errors import InvalidInput, InvalidModel
+from xaudit.contract.spec import ATTACHMENTS, CRITERIA, DEFAULT_TOLERANCES, FOURTEEN_METHODS, JobSpec
+from xaudit.contract.tensors import decode_tensor
+from xaudit.v1 import audit_pb2
 
 __all__ = [
     "FORMAT_NAMES",
@@ -169,7 +169,7 @@ def _param_value(name: str, text: str) -> Any:
 
 
 def _methods(request: audit_pb2.SubmitRequest) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
-    from workers.spec import resolve_method_names
+    from xaudit.contract.spec import resolve_method_names
 
     if not request.methods:
         return FOURTEEN_METHODS, {}

@@ -20,6 +20,8 @@ from typing import Any
 
 from celery import Celery
 
+from xaudit.contract.names import QUEUE_CPU, QUEUE_GPU, QUEUES, TASK_NAME, queue_for
+
 __all__ = [
     "QUEUES",
     "QUEUE_CPU",
@@ -34,17 +36,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-TASK_NAME = "xaudit.run_job"
-QUEUE_CPU = "xaudit.cpu"
-QUEUE_GPU = "xaudit.gpu"
-QUEUES = (QUEUE_CPU, QUEUE_GPU)
-
-
-def queue_for(device: str) -> str:
-    """Jobs that ask for CUDA go to the GPU queue; ``auto`` and ``cpu`` run anywhere a CPU worker listens."""
-    return QUEUE_GPU if device.strip().lower().startswith("cuda") else QUEUE_CPU
-
 
 @dataclass(frozen=True)
 class CelerySettings:
@@ -148,10 +139,11 @@ def _die_with_parent_in_pool_children() -> None:
 def run_worker(config: WorkerConfig) -> None:
     """Run a Celery worker (prefork pool: time limits only work there) until it is stopped."""
     from workers import tasks
+    from workers.threads import CONCURRENCY_ENV
 
     unknown = sorted(set(config.queues) - set(QUEUES))
     if unknown:
-        from workers.errors import InvalidInput
+        from xaudit.contract.errors import InvalidInput
 
         raise InvalidInput(f"unknown queue(s) {', '.join(unknown)} (use {', '.join(QUEUES)})")
     app = make_app(config.broker_url, config.settings)
@@ -168,6 +160,8 @@ def run_worker(config: WorkerConfig) -> None:
     import workers.jobs
     import workers.models.onnx_model  # noqa: F401
 
+    # Pool children divide the CPUs among themselves (workers.threads).
+    os.environ[CONCURRENCY_ENV] = str(config.concurrency)
     argv = [
         "worker",
         f"--queues={','.join(config.queues)}",

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workers.errors import NotApplicable
-from workers.methods import AttributionContext, attribute, get_method
+from workers.methods import AttributionContext, Method, attribute, get_method
+from workers.methods._isolation import judged_alone
 from workers.metrics import observe_method
 from workers.prepare import Prepared
 from workers.subgames import SubInputGame, subset_positions
+from xaudit.contract.errors import NotApplicable
 
 __all__ = ["ExplainResult", "explain", "job_params", "method_context"]
 
@@ -69,19 +70,8 @@ def explain(
         method = get_method(name)
         started = time.perf_counter()
         try:
-            derived = _from_game(prep, name, game)
-            result.attributions[name] = (
-                derived
-                if derived is not None
-                else attribute(
-                    method,
-                    method_context(prep, name),
-                    prep.inputs,
-                    prep.baselines,
-                    prep.classes,
-                    prep.background,
-                )
-            )
+            with judged_alone(name):
+                result.attributions[name] = _attribute(prep, name, method, game)
         except NotApplicable as exc:
             logger.info("%s", exc)
             result.not_applicable[name] = exc.reason
@@ -90,3 +80,12 @@ def explain(
     if progress:
         progress(1.0, "done")
     return result
+
+
+def _attribute(prep: Prepared, name: str, method: Method, game: SubInputGame | None) -> np.ndarray:
+    derived = _from_game(prep, name, game)
+    if derived is not None:
+        return derived
+    return attribute(
+        method, method_context(prep, name), prep.inputs, prep.baselines, prep.classes, prep.background
+    )

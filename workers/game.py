@@ -7,17 +7,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.errors import ResourceExhausted
-from workers.interactions import moebius_dense_limited, shapley_from_interactions, subsets_up_to
+from workers.interactions import (
+    family_index,
+    moebius_dense_limited,
+    popcounts,
+    shapley_from_interactions,
+    subsets_up_to,
+)
 from workers.models.base import ModelAdapter
-from workers.players import Players, subset_bits
+from workers.players import Players, full_mask, subset_bits
 from workers.targets import Target
+from xaudit.contract.errors import ResourceExhausted
 
 __all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_inputs", "play"]
 
 # Exact (all-order) work: 2^n forward passes per sample.
 MAX_EXACT_PLAYERS = 16
-# Dense order-limited bookkeeping stays below 2^22 entries.
+# Dense order-limited bookkeeping stays below 2^22 entries; above, the caller passes a sparse family
+# of sets (workers.audit.sets).
 MAX_LIMITED_PLAYERS = 22
 
 ProgressFn = Callable[[int, int], None]
@@ -44,6 +51,9 @@ class GameResult:
     full: np.ndarray  # (B,) v(N), evaluated directly (also in order-limited mode)
     interactions: np.ndarray  # (B, m) I(S)
     classes: np.ndarray  # (B,) target class per sample
+    # Survey weights of sampled sets (workers.audit.sets): sums over sets estimate sums over all
+    # sets of those orders. None: every set counts once.
+    weights: np.ndarray | None = None
 
     @property
     def exact(self) -> bool:
@@ -60,7 +70,9 @@ class GameResult:
 
     @property
     def remainder(self) -> np.ndarray:
-        return self.full - self.empty - self.interactions[:, 1:].sum(axis=1)
+        if self.weights is None:
+            return self.full - self.empty - self.interactions[:, 1:].sum(axis=1)
+        return self.full - self.empty - self.interactions @ self.weights
 
     def shapley(self) -> np.ndarray:
         """Exact Shapley values (B, n) when exact; the order-limited approximation otherwise."""
@@ -76,22 +88,31 @@ def play(
     classes: np.ndarray,
     order: int | None = None,
     progress: ProgressFn | None = None,
+    family: np.ndarray | None = None,
 ) -> GameResult:
-    """Evaluate v on every T (or every |T| <= order) for each sample; Moebius-transform to I(S)."""
+    """Evaluate v on every T (or every |T| <= order) for each sample; Moebius-transform to I(S).
+
+    ``family``: a sorted, downward-closed set of bitmasks to play instead (the sub-inputs of sampled
+    sets); then I(S) comes from a sparse transform over the family and nothing is 2^n.
+    """
     n = players.n
     order = n if order is None else min(order, n)
-    if order >= n and n > MAX_EXACT_PLAYERS:
-        raise ResourceExhausted(
-            f"{n} players: exact games are capped at {MAX_EXACT_PLAYERS}; set an audit order"
-        )
-    if n > MAX_LIMITED_PLAYERS:
-        raise ResourceExhausted(
-            f"{n} players: order-limited games are capped at {MAX_LIMITED_PLAYERS} players"
-        )
-    subsets = subsets_up_to(n, order)
-    full_mask = np.array([2**n - 1], dtype=np.uint64)
+    if family is None:
+        if order >= n and n > MAX_EXACT_PLAYERS:
+            raise ResourceExhausted(
+                f"{n} players: exact games are capped at {MAX_EXACT_PLAYERS}; set an audit order"
+            )
+        if n > MAX_LIMITED_PLAYERS:
+            raise ResourceExhausted(
+                f"{n} players: order-limited games are capped at {MAX_LIMITED_PLAYERS} players"
+            )
+        subsets = subsets_up_to(n, order)
+    else:
+        subsets = family
+        order = int(popcounts(family).max()) if len(family) else 0
+    grand = full_mask(n)
     needs_full = order < n
-    evaluated = np.concatenate([subsets, full_mask]) if needs_full else subsets
+    evaluated = np.concatenate([subsets, grand]) if needs_full else subsets
     values = np.empty((len(inputs), len(evaluated)))
     done, total = 0, len(inputs) * len(evaluated)
     rows = max(1, model.batch_size)
@@ -108,5 +129,8 @@ def play(
                 progress(done, total)
     game_values = values[:, : len(subsets)]
     full = values[:, -1]
-    interactions = moebius_dense_limited(subsets, game_values, n)
+    if family is None:
+        interactions = moebius_dense_limited(subsets, game_values, n)
+    else:
+        interactions = family_index(family, n).moebius(game_values)
     return GameResult(n, order, subsets, game_values, full, interactions, np.asarray(classes))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workers.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.errors import InvalidInput, ResourceExhausted
 
 if TYPE_CHECKING:  # the client library imports this module: no torch or onnxruntime at import
     from workers.models.base import ModelAdapter
@@ -204,7 +204,7 @@ def held_inputs_section(model: ModelAdapter) -> dict[str, object]:
     """For the report: the explained input's name, and the name, shape and digest of every held
     input (they shape the game as much as the explained one does); empty for one-input models."""
     from workers.models.named import NamedOnnxModel
-    from workers.spec import tensor_digest
+    from xaudit.contract.spec import tensor_digest
 
     if not isinstance(model, NamedOnnxModel):
         return {}

@@ -5,11 +5,16 @@ Subsets are bitmasks: bit i set <=> player i in the set. Dense arrays are indexe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from workers.players import subset_bits
+from workers.players import as_masks, masks_from_bits, subset_bits
 
 __all__ = [
+    "FamilyIndex",
+    "downward_closure",
+    "family_index",
     "interaction_orders",
     "moebius",
     "moebius_dense_limited",
@@ -20,7 +25,9 @@ __all__ = [
 
 
 def popcounts(subsets: np.ndarray) -> np.ndarray:
-    """|T| for each bitmask."""
+    """|T| for each bitmask (uint64, or Python integers above 64 players)."""
+    if subsets.dtype == object:
+        return np.array([int(s).bit_count() for s in subsets], dtype=np.int64)
     return np.bitwise_count(subsets.astype(np.uint64)).astype(np.int64)
 
 
@@ -38,6 +45,73 @@ def moebius(values: np.ndarray, n: int) -> np.ndarray:
         view = out.reshape(*lead, 2 ** (n - i - 1), 2, 2**i)
         view[..., 1, :] -= view[..., 0, :]
     return out
+
+
+@dataclass(frozen=True)
+class FamilyIndex:
+    """A sorted, downward-closed family of sets and, per player i, the rows T containing i with the
+    row of T minus i: everything a Moebius or zeta transform over the family needs, built once."""
+
+    n: int
+    subsets: np.ndarray  # (u,) sorted bitmasks
+    steps: tuple[tuple[np.ndarray, np.ndarray], ...]  # per player: (rows, parent rows)
+
+    def moebius(self, values: np.ndarray) -> np.ndarray:
+        """I(S) = sum over T subset S of (-1)^(|S|-|T|) v(T), over the last axis; O(sum |T|)."""
+        out = np.array(values, dtype=np.float64, copy=True)
+        for rows, parents in self.steps:
+            out[..., rows] -= out[..., parents]
+        return out
+
+    def zeta(self, values: np.ndarray) -> np.ndarray:
+        """The inverse: v(T) = sum over S subset T of I(S), over the last axis."""
+        out = np.array(values, dtype=np.float64, copy=True)
+        for rows, parents in self.steps:
+            out[..., rows] += out[..., parents]
+        return out
+
+    def positions(self, masks: np.ndarray) -> np.ndarray:
+        """Row of every mask in ``masks`` (each must be in the family)."""
+        masks = as_masks(masks, self.n)
+        pos = np.searchsorted(self.subsets, masks)
+        if not bool(np.all(pos < len(self.subsets))) or not bool(np.all(self.subsets[pos] == masks)):
+            raise KeyError("set not in the family")
+        return pos
+
+
+def downward_closure(sets: np.ndarray, n: int) -> np.ndarray:
+    """Every subset of every set in ``sets`` (small sets), sorted and deduplicated: the sub-inputs
+    x_T that the audit of ``sets`` needs. Cost grows with sum 2^|S|, never with 2^n."""
+    bits = subset_bits(as_masks(sets, n), n)
+    closed = [np.zeros((1, n), dtype=bool)]
+    for row in bits:
+        members = np.flatnonzero(row)
+        k = len(members)
+        if k == 0:
+            continue
+        pattern = ((np.arange(2**k)[:, None] >> np.arange(k)[None, :]) & 1).astype(bool)  # (2^k, k)
+        block = np.zeros((2**k, n), dtype=bool)
+        block[:, members] = pattern
+        closed.append(block)
+    masks = masks_from_bits(np.concatenate(closed))
+    return np.unique(masks)
+
+
+def family_index(subsets: np.ndarray, n: int) -> FamilyIndex:
+    """Index a sorted, downward-closed family (raises KeyError when it is not closed)."""
+    subsets = as_masks(subsets, n)
+    if len(subsets) > 1 and not bool(np.all(subsets[1:] > subsets[:-1])):
+        raise ValueError("family must be sorted without repeats")
+    bits = subset_bits(subsets, n)
+    index = FamilyIndex(n, subsets, ())
+    steps = []
+    for i in range(n):
+        rows = np.flatnonzero(bits[:, i])
+        without = bits[rows].copy()
+        without[:, i] = False
+        parents = index.positions(masks_from_bits(without)) if len(rows) else rows
+        steps.append((rows, parents))
+    return FamilyIndex(n, subsets, tuple(steps))
 
 
 def moebius_dense_limited(subsets: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workers.errors import Cancelled
 from workers.prepare import prepare
-from workers.spec import JobSpec
+from xaudit.contract.errors import Cancelled
+from xaudit.contract.spec import JobSpec
 
 __all__ = ["JobResult", "Progress", "run_job"]
 
@@ -39,7 +39,7 @@ def run_job(
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> JobResult:
-    """Validate, compute, and return the result. Raises errors of :mod:`workers.errors` only on purpose;
+    """Validate, compute, and return the result. Raises errors of :mod:`xaudit.contract.errors` only on purpose;
     :class:`Cancelled` when ``should_stop`` turns true between steps."""
 
     def report_progress(fraction: float, message: str) -> None:

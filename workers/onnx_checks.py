@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import onnx
 
-from workers.errors import InvalidModel
+from xaudit.contract.errors import InvalidModel
 
 
 def detect_format(data: bytes) -> str:
@@ -16,7 +16,7 @@ def detect_format(data: bytes) -> str:
     return "torchscript" if data[:2] == b"PK" else "onnx"
 
 
-__all__ = ["detect_format", "parse_onnx"]
+__all__ = ["detect_format", "external_tensors", "parse_onnx"]
 
 _STANDARD_DOMAINS = {"", "ai.onnx", "ai.onnx.ml"}
 
@@ -31,7 +31,8 @@ def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     return found
 
 
-def _uses_external_data(model: onnx.ModelProto) -> bool:
+def external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """Every tensor of ``model`` (subgraphs included) whose bytes live in an external file."""
     tensors = []
     for graph in _graphs(model.graph):
         tensors.extend(graph.initializer)
@@ -39,7 +40,7 @@ def _uses_external_data(model: onnx.ModelProto) -> bool:
         for node in graph.node:
             tensors.extend(attr.t for attr in node.attribute if attr.HasField("t"))
             tensors.extend(t for attr in node.attribute for t in attr.tensors)
-    return any(t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) > 0 for t in tensors)
+    return [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) > 0]
 
 
 def parse_onnx(data: bytes) -> onnx.ModelProto:
@@ -50,9 +51,14 @@ def parse_onnx(data: bytes) -> onnx.ModelProto:
         raise InvalidModel(f"not a readable ONNX model ({type(exc).__name__})") from None
     if not model.graph.node:
         raise InvalidModel("not a readable ONNX model (empty graph)")
-    if _uses_external_data(model):
+    external = external_tensors(model)
+    if external:
+        files = sorted({e.value for t in external for e in t.external_data if e.key == "location"})
         raise InvalidModel(
-            "ONNX model refers to external data files; only self-contained models are accepted"
+            f"ONNX model refers to external data files ({', '.join(files[:3])}) and the service reads no files: "
+            "give the .onnx path to the xaudit CLI or client, which read the side files from the model's "
+            "directory and send one self-contained model (or save it with onnx.save(model, path, "
+            "save_as_external_data=False))"
         )
     custom = sorted(
         {n.domain for g in _graphs(model.graph) for n in g.node if n.domain not in _STANDARD_DOMAINS}

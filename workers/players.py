@@ -7,12 +7,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.errors import InvalidInput, ResourceExhausted
 
-__all__ = ["MAX_PLAYERS", "Players", "parse_players", "subset_bits"]
+__all__ = [
+    "MAX_PLAYERS",
+    "WORD_PLAYERS",
+    "Players",
+    "as_masks",
+    "full_mask",
+    "masks_from_bits",
+    "parse_players",
+    "subset_bits",
+]
 
-# Bitmask subsets are uint64.
-MAX_PLAYERS = 64
+# Sets of players are bitmasks: uint64 up to WORD_PLAYERS players, Python integers (object arrays)
+# above, where only sampled families of small sets are ever built (docs/science.md, sampled sets).
+WORD_PLAYERS = 64
+MAX_PLAYERS = 256
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,9 +59,38 @@ class Players:
 
 
 def subset_bits(subsets: np.ndarray, n: int) -> np.ndarray:
-    """(m,) uint64 bitmasks -> (m, n) bool membership."""
+    """(m,) bitmasks (uint64, or Python integers above 64 players) -> (m, n) bool membership."""
+    if subsets.dtype == object:
+        width = (n + 7) // 8
+        raw = b"".join(int(s).to_bytes(width, "little") for s in subsets)
+        packed = np.frombuffer(raw, dtype=np.uint8).reshape(len(subsets), width)
+        return np.unpackbits(packed, axis=1, count=n, bitorder="little").astype(bool)
     shifts = np.arange(n, dtype=np.uint64)
     return ((subsets.astype(np.uint64)[:, None] >> shifts[None, :]) & np.uint64(1)).astype(bool)
+
+
+def as_masks(masks: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """Bitmasks in the representation used for ``n`` players (uint64, or object above WORD_PLAYERS)."""
+    if n <= WORD_PLAYERS:
+        return np.asarray(masks).astype(np.uint64)
+    out: np.ndarray = np.empty(len(masks), dtype=np.object_)
+    out[:] = [int(m) for m in masks]
+    return out
+
+
+def masks_from_bits(bits: np.ndarray) -> np.ndarray:
+    """(m, n) bool membership -> (m,) bitmasks (inverse of :func:`subset_bits`)."""
+    n = bits.shape[1]
+    if n <= WORD_PLAYERS:
+        weights = np.uint64(1) << np.arange(n, dtype=np.uint64)
+        return (bits.astype(np.uint64) * weights[None]).sum(axis=1, dtype=np.uint64)
+    packed = np.packbits(bits.astype(np.uint8), axis=1, bitorder="little")
+    return as_masks([int.from_bytes(row.tobytes(), "little") for row in packed], n)
+
+
+def full_mask(n: int) -> np.ndarray:
+    """The grand coalition as a one-element mask array."""
+    return as_masks([(1 << n) - 1], n)
 
 
 def _grid(spec: str, shape: tuple[int, ...]) -> Players:

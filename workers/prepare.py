@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.errors import InvalidInput, ResourceExhausted
 from workers.inputs import add_batch_axis, load_named, needs_named_model, predict_samples
 from workers.models import ModelAdapter, load_model, resolve_device
 from workers.players import Players, parse_players
 from workers.references import check_background, make_baselines
-from workers.spec import JobSpec
 from workers.targets import Target, parse_target
 from workers.tokens import check_token_baselines, pin_skipped
+from xaudit.contract.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.spec import JobSpec
 
 __all__ = ["MAX_INPUT_ELEMENTS", "Prepared", "check_tensor", "prepare"]
 

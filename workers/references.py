@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.ndimage import gaussian_filter
 
-from workers.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["check_background", "make_baselines"]
 

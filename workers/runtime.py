@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
-from xaudit.v1 import worker_pb2, worker_pb2_grpc
 
-from workers.errors import Cancelled, XauditError
+from xaudit.contract.errors import Cancelled, XauditError
+from xaudit.v1 import worker_pb2, worker_pb2_grpc
 
 __all__ = ["BlobCache", "RuntimeConfig", "execute", "worker_id"]
 
@@ -172,7 +172,7 @@ class _Heartbeat:
 
 
 def _decode(tensors: Any) -> dict[str, np.ndarray]:
-    from service.tensors import decode_tensor
+    from xaudit.contract.tensors import decode_tensor
 
     return {t.name: decode_tensor(t, finite=False) for t in tensors}
 
@@ -204,9 +204,9 @@ def execute(job_id: str, config: RuntimeConfig) -> str:
 
 
 def _run_claimed(stub: Any, payload: Any, wid: str, config: RuntimeConfig) -> str:
-    from service.tensors import encode_tensor
     from workers.sandbox import run_sandboxed  # TorchScript: a child process with resource limits
-    from workers.spec import JobSpec
+    from xaudit.contract.spec import JobSpec
+    from xaudit.contract.tensors import encode_tensor
 
     job_id = payload.job_id
     logger.info("job %s: attempt %d on %s", job_id, payload.attempt, wid)

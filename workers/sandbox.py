@@ -35,7 +35,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from workers.errors import (
+from workers.jobs import JobResult, Progress
+from xaudit.contract.errors import (
     Cancelled,
     DeadlineExceeded,
     InvalidModel,
@@ -43,8 +44,7 @@ from workers.errors import (
     XauditError,
     error_for_code,
 )
-from workers.jobs import JobResult, Progress
-from workers.spec import JobSpec
+from xaudit.contract.spec import JobSpec
 
 __all__ = ["SandboxLimits", "isolated_formats", "run_sandboxed"]
 

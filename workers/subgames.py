@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workers.interactions import popcounts
-from workers.players import subset_bits
+from workers.players import as_masks, masks_from_bits, subset_bits
 
 __all__ = ["SubInputGame", "restricted_removals", "restricted_shapley", "subset_positions"]
 
@@ -34,19 +34,19 @@ class SubInputGame:
 
 def subset_positions(subsets: np.ndarray, masks: np.ndarray) -> np.ndarray | None:
     """Index in ``subsets`` (sorted bitmasks) of every bitmask in ``masks``; None if one is missing."""
-    subsets = subsets.astype(np.uint64)
     if len(subsets) > 1 and not bool(np.all(subsets[1:] > subsets[:-1])):
         return None
-    pos = np.searchsorted(subsets, masks.astype(np.uint64))
+    masks = masks.astype(subsets.dtype)
+    pos = np.searchsorted(subsets, masks)
     inside = pos < len(subsets)
     if not bool(inside.all()) or not bool(np.all(subsets[pos] == masks)):
         return None
     return pos
 
 
-def _without_player(subsets: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _without_player(subsets: np.ndarray, i: int, n: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(rows with player i, index of the same set without i), or None if the family is not closed."""
-    bit = np.uint64(1) << np.uint64(i)
+    bit = as_masks([1 << i], n)[0]
     rows = np.flatnonzero(subsets & bit)
     parents = subset_positions(subsets, subsets[rows] & ~bit)
     return None if parents is None else (rows, parents)
@@ -59,12 +59,12 @@ def restricted_shapley(game: SubInputGame) -> np.ndarray | None:
     phi_i(v_T) = sum over S within T containing i of I(S)/|S|: a subset sum (zeta transform) of the
     per-set shares I(S)/|S| [i in S], one vectorised pass per player.
     """
-    subsets, n = game.subsets.astype(np.uint64), game.n
+    subsets, n = as_masks(game.subsets, game.n), game.n
     sizes = popcounts(subsets)
     share = np.where(sizes > 0, game.interactions / np.maximum(sizes, 1), 0.0)  # (B, m)
     out = share[:, :, None] * subset_bits(subsets, n)[None].astype(np.float64)  # (B, m, n)
     for i in range(n):
-        step = _without_player(subsets, i)
+        step = _without_player(subsets, i, n)
         if step is None:
             return None
         rows, parents = step
@@ -77,9 +77,8 @@ def restricted_removals(game: SubInputGame, removed: np.ndarray) -> np.ndarray |
 
     This is the occlusion of W_w on x_T (occluding players outside T changes nothing).
     """
-    subsets = game.subsets.astype(np.uint64)
-    weights = np.uint64(1) << np.arange(game.n, dtype=np.uint64)
-    window_masks = (removed.astype(np.uint64) * weights[None]).sum(axis=1, dtype=np.uint64)  # (w,)
+    subsets = as_masks(game.subsets, game.n)
+    window_masks = masks_from_bits(removed.astype(bool))  # (w,)
     kept = subsets[:, None] & ~window_masks[None, :]  # (m, w)
     pos = subset_positions(subsets, kept.ravel())
     if pos is None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from workers.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput
 
 if TYPE_CHECKING:  # torch loads lazily: the service parses targets without it
     import torch

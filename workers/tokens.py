@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from workers.errors import InvalidInput
 from workers.players import Players
+from xaudit.contract.errors import InvalidInput
 
 __all__ = [
     "TOKEN_BASELINES",

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from clients.cli.options import add_job_options, job_from_args, read_model
+from clients.cli.options import add_job_options, add_threads_option, job_from_args, read_model
 from clients.cli.progress import progress_bar
 
 __all__ = ["register"]
@@ -19,6 +19,7 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("audit", help="audit attribution methods locally and write the report JSON")
     add_job_options(parser, audit=True)
+    add_threads_option(parser)
     parser.add_argument(
         "--out", required=True, type=Path, help="where to write the report (xaudit.report/v1 JSON)"
     )

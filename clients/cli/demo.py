@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument(
         "--startup-timeout", type=float, default=120.0, help="seconds to wait for the service to come up"
     )
+    from clients.cli.options import add_threads_option
+
+    add_threads_option(parser)
     parser.set_defaults(func=run)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clients.cli.options import add_job_options, job_from_args, read_model
+from clients.cli.options import add_job_options, add_threads_option, job_from_args, read_model
 from clients.cli.progress import progress_bar
 
 __all__ = ["register"]
@@ -17,6 +17,7 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("explain", help="compute attributions locally and write them to an .npz")
     add_job_options(parser, audit=False)
+    add_threads_option(parser)
     parser.add_argument("--out", required=True, type=Path, help="output .npz: one array per method, plus targets")
     parser.set_defaults(func=run)
 

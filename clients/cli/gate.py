@@ -4,8 +4,9 @@ Submits an audit (or reuses the finished one through the idempotency key), waits
 signed report (keys from the server's GetSigningKeys unless ``--key`` pins them), checks that the
 report is about exactly the given model and inputs, and applies the policy.
 
-Exit 0: the policy passes. 1: a policy violation. 2: an error (unreachable server, malformed policy,
-invalid signature, a failed job), always one line on stderr.
+Exit 0: the policy passes. 1: a policy violation. 3: a signed report that does not verify (or is not
+about the given model and inputs). 2: any other error (unreachable server, malformed policy,
+a failed job). Errors are always one line on stderr (exit statuses: xaudit.contract.errors).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from workers.spec import JobSpec
+    from xaudit.contract.spec import JobSpec
 
 __all__ = ["EXIT_VIOLATION", "register", "run"]
 
-EXIT_VIOLATION = 1
+EXIT_VIOLATION = 1  # xaudit.contract.errors.EXIT_VIOLATION
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -60,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
         load_public_key_file,
         verify_envelope,
     )
-    from workers.errors import InvalidInput, VerificationError
-    from workers.spec import tensor_digest
+    from xaudit.contract.errors import InvalidInput, VerificationError
+    from xaudit.contract.spec import tensor_digest
 
     # Everything local first: a bad policy or a missing file fails before any network call.
     policy = load_policy(args.policy)
@@ -128,7 +129,7 @@ def _looks_unsigned(data: bytes) -> bool:
 
 def _check_config(report: Mapping[str, Any], tolerances: Mapping[str, float]) -> None:
     """The signed report must have been judged with the policy's tolerances, not the server's whim."""
-    from workers.errors import VerificationError
+    from xaudit.contract.errors import VerificationError
 
     used = report.get("config", {}).get("tolerances", {}) if isinstance(report.get("config"), dict) else {}
     for name, value in tolerances.items():

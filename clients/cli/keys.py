@@ -25,7 +25,7 @@ def fetch_keys(client: XauditClient) -> list[tuple[str, str]]:
     """(key id, PEM) pairs from ``client.signing_keys()``, each id recomputed from its key: the server's
     id is a label, and a key whose label does not match is refused rather than filed under it."""
     from clients.verify import key_id, load_public_key
-    from workers.errors import VerificationError
+    from xaudit.contract.errors import VerificationError
 
     out: list[tuple[str, str]] = []
     for entry in client.signing_keys():
@@ -43,7 +43,7 @@ def fetch_keys(client: XauditClient) -> list[tuple[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     from clients._connect import client_from_args
-    from workers.errors import InvalidInput
+    from xaudit.contract.errors import InvalidInput
 
     with client_from_args(args) as client:
         keys = fetch_keys(client)

@@ -1,7 +1,7 @@
 """Entry point of the ``xaudit`` command: dispatches to one module per subcommand.
 
-Errors from the project's tree print as one line on stderr (``xaudit: error: ...``) with exit
-status 2; nothing prints a traceback unless XAUDIT_DEBUG is set.
+Errors from the project's tree print as one line on stderr (``xaudit: error: ...``) with the exit
+status their class declares (xaudit.contract.errors: 2, or 3 for a report that does not verify); nothing prints a traceback unless XAUDIT_DEBUG is set.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from workers.errors import XauditError
+from xaudit.contract.errors import EXIT_ERROR, XauditError
 
 __all__ = ["EXIT_ERROR", "main"]
 
-EXIT_ERROR = 2
 
 # Subcommand modules under clients.cli; each defines register(subparsers) and sets `func` on its parser.
 COMMANDS: tuple[str, ...] = (
@@ -59,11 +58,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        from clients.cli.options import apply_threads_option
+
+        apply_threads_option(args)
         code: int = args.func(args)
         return code
     except XauditError as exc:
         print(f"xaudit: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return exc.exit_status
     except KeyboardInterrupt:
         print("xaudit: interrupted", file=sys.stderr)
         return 130

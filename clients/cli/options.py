@@ -9,10 +9,41 @@ from typing import Any
 
 import numpy as np
 
-from workers.errors import InvalidInput
-from workers.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
-__all__ = ["add_job_options", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
+__all__ = ["add_job_options", "add_threads_option", "apply_threads_option", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
+
+
+def _thread_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    """``--threads N``: compute threads per process (default: the CPUs given, shared among workers)."""
+    parser.add_argument(
+        "--threads",
+        type=_thread_count,
+        metavar="N",
+        help="torch and onnxruntime threads per compute process (default: the CPUs this process may use, "
+        "divided among worker processes; env XAUDIT_THREADS; never more than the CPUs)",
+    )
+
+
+def apply_threads_option(args: argparse.Namespace) -> None:
+    """Pass ``--threads`` on through the environment, to this process and to every process it starts
+    (embedded service, worker, sandbox child): workers.threads reads it."""
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        import os
+
+        os.environ["XAUDIT_THREADS"] = str(threads)
 
 
 def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
@@ -101,7 +132,13 @@ def read_file(path: Path, what: str) -> bytes:
 
 
 def read_model(path: Path) -> bytes:
-    return read_file(path, "model")
+    """The model's bytes; an ONNX model's external data files are read in from its directory."""
+    data = read_file(path, "model")
+    if data[:2] == b"PK":  # TorchScript
+        return data
+    from workers.onnx_external import inline_external_data
+
+    return inline_external_data(path, data)
 
 
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
@@ -164,7 +201,7 @@ def _parse_value(text: str) -> Any:
 
 def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
-    from workers.spec import resolve_method_names
+    from xaudit.contract.spec import resolve_method_names
 
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players

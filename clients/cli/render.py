@@ -1,7 +1,7 @@
 """``xaudit render``: a report (plain JSON or signed envelope) as one self-contained HTML page.
 
 Also the ``--html`` option that ``xaudit audit`` and ``xaudit submit`` share (:func:`add_html_option`,
-:func:`html_for_job`). Exit 0: written. 1: an envelope that does not verify with the given key (never
+:func:`html_for_job`). Exit 0: written. 3: an envelope that does not verify with the given key (never
 rendered as if it were fine). 2: usage errors.
 """
 
@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xaudit.contract.errors import EXIT_UNVERIFIED
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EXIT_INVALID", "add_html_option", "group_labels", "html_for_job", "register", "run"]
 
-EXIT_INVALID = 1
+EXIT_INVALID = EXIT_UNVERIFIED  # 3: the report does not verify (xaudit.contract.errors)
 
 
 def add_html_option(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -78,7 +80,7 @@ def group_labels(tensors: Mapping[str, Any]) -> np.ndarray | None:
 def _read_attributions(path: Path) -> dict[str, np.ndarray]:
     import numpy as np
 
-    from workers.errors import InvalidInput
+    from xaudit.contract.errors import InvalidInput
 
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -95,7 +97,7 @@ def _read_groups(path: Path) -> np.ndarray | None:
     import numpy as np
 
     from clients.cli.options import read_file
-    from workers.errors import InvalidInput
+    from xaudit.contract.errors import InvalidInput
 
     try:
         raw = json.loads(read_file(path, "group"))
@@ -108,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
     from clients.cli.options import read_file, read_npy
     from clients.render import read_report, write_html
     from clients.verify import load_public_key_file
-    from workers.errors import InvalidInput, VerificationError
-    from workers.spec import tensor_digest
+    from xaudit.contract.errors import InvalidInput, VerificationError
+    from xaudit.contract.spec import tensor_digest
 
     keys = [load_public_key_file(path) for path in args.key]
     data = read_file(args.report, "report")

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from clients._connect import client_from_args
     from clients._results import follow, write_result
-    from workers.errors import FailedPrecondition
+    from xaudit.contract.errors import FailedPrecondition
 
     with client_from_args(args) as client:
         job = client.get_job(args.job)

@@ -56,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics"
     )
+    from clients.cli.options import add_threads_option
+
+    add_threads_option(parser)
     parser.set_defaults(func=run)
 
 

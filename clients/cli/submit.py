@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from clients._connect import client_from_args
     from clients._results import follow, write_result
     from clients.cli.options import job_from_args
-    from workers.errors import InvalidInput
+    from xaudit.contract.errors import InvalidInput
 
     if args.out is None and not args.detach:
         raise InvalidInput("--out is required unless --detach is given")

@@ -1,6 +1,6 @@
 """``xaudit verify``: check a signed report offline and print its verdicts.
 
-Exit 0: valid (and about the given model). 1: invalid, with one line why. 2: usage error (a missing
+Exit 0: valid (and about the given model). 3: invalid, with one line why. 2: usage error (a missing
 file, an unreadable key).
 """
 
@@ -10,9 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from xaudit.contract.errors import EXIT_UNVERIFIED
+
 __all__ = ["EXIT_INVALID", "register", "run"]
 
-EXIT_INVALID = 1
+EXIT_INVALID = EXIT_UNVERIFIED  # 3: the report does not verify (xaudit.contract.errors)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from clients.cli.options import read_file, read_model
     from clients.summary import verdict_summary
     from clients.verify import check_model_subject, load_public_key_file, verify_envelope
-    from workers.errors import VerificationError
+    from xaudit.contract.errors import VerificationError
 
     keys = [load_public_key_file(path) for path in args.key]
     envelope = read_file(args.envelope, "envelope")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["register"]
+from clients.cli.options import add_threads_option
 
+__all__ = ["register"]
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("worker", help="run a worker (Celery) for a service")
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument(
         "--cache-dir", type=Path, help="model blob cache (default $XAUDIT_WORKER_CACHE or user cache)"
     )
+    add_threads_option(parser)
     parser.set_defaults(func=run)
 
 

@@ -94,7 +94,7 @@ def write_html(
     page = render_html(
         report, attributions=attributions, inputs=inputs, signature=signature, player_labels=player_labels
     )
-    from workers.errors import InvalidInput
+    from xaudit.contract.errors import InvalidInput
 
     try:
         path.write_text(page, encoding="utf-8")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.criteria import CRITERIA, REGISTRY
+from xaudit.contract.criteria import CRITERIA, REGISTRY
 
 __all__ = [
     "CRITERIA",

@@ -40,11 +40,11 @@ def _looks_like_envelope(doc: dict[str, Any]) -> bool:
 def read_report(data: bytes, keys: Sequence[Any] = ()) -> tuple[dict[str, Any], SignatureStatus]:
     """The report in ``data`` and its signature status.
 
-    An envelope with ``keys`` is verified (:class:`~workers.errors.VerificationError` if it does not
+    An envelope with ``keys`` is verified (:class:`~xaudit.contract.errors.VerificationError` if it does not
     verify: an invalid report is never rendered as if it were fine); without keys its payload is read
     unchecked and the status says so. A plain report is ``unsigned``.
     """
-    from workers.errors import InvalidInput
+    from xaudit.contract.errors import InvalidInput
 
     try:
         doc = json.loads(data)

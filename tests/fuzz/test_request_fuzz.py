@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from xaudit.v1 import audit_pb2
 
 from service.config import ServerConfig
 from service.server import Server, create_server
@@ -28,6 +27,7 @@ from service.validation import submission_from_request
 from tests.integration.service._helpers import mlp_onnx, stub, upload
 from workers.errors import XauditError
 from workers.spec import ATTACHMENTS, CRITERIA
+from xaudit.v1 import audit_pb2
 
 pytestmark = pytest.mark.integration
 

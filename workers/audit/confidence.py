@@ -15,7 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from workers.criteria import Parts
+from xaudit.contract.criteria import Parts
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "DEFAULT_LEVEL", "Interval", "interval"]
 

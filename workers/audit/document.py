@@ -91,6 +91,8 @@ class GameSection:
     unaudited: Mapping[str, Any]
     mass_by_order: Sequence[Mapping[str, Any]]
     top_interactions: Sequence[Mapping[str, Any]]
+    audited_sets: Mapping[str, Any] | None = None  # how the sets were chosen (enumerated or sampled)
+    plan: Mapping[str, Any] | None = None  # the audit's cost plan (workers.audit.plan)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from workers.audit.document import CriterionResult, CriterionStatus
 from workers.audit.scores import AllocationScores
 from workers.audit.unaudited import Unaudited
 from workers.audit.verdict import Judged, MethodLevers, judge
-from workers.criteria import REGISTRY
+from xaudit.contract.criteria import REGISTRY
 from workers.methods import derived_seed
 
 __all__ = ["Judgement", "completeness_check", "judge_method"]

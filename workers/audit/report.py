@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from workers.threads import current as current_threads
+
 __all__ = ["SCHEMA", "canonical_bytes", "environment", "jsonable"]
 
 SCHEMA = "xaudit.report/v2"
@@ -41,6 +43,7 @@ def environment(device: str, providers: list[str]) -> dict[str, Any]:
         "platform": platform.platform(terse=True),
         "device": device,
         "execution_providers": providers,
+        "threads": current_threads().as_dict(),
     }
 
 

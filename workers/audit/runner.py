@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -19,6 +20,7 @@ from workers.audit.judgement import completeness_check, judge_method
 from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.report import canonical_bytes, environment, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
+from workers.audit.sets import AuditedSets, choose_sets, design
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
 from workers.audit.unaudited import MAX_UNAUDITED_SHARE, unaudited_mass
 from workers.audit.verdict import VERDICTS, MethodLevers
@@ -28,11 +30,13 @@ from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
 from workers.interactions import interaction_orders, popcounts
 from workers.methods import Method, derived_seed, get_method
+from workers.methods._isolation import judged_alone
 from workers.methods.references import choose_references
 from workers.metrics import record_verdict
 from workers.prepare import Prepared
-from workers.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
 from workers.subgames import SubInputGame
+from xaudit.contract.errors import NotApplicable
+from xaudit.contract.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",
@@ -222,18 +226,20 @@ def _audit_method(
     order: int,
     failed_checks: list[str],
     tick: Callable[[], None],
+    sets: AuditedSets | None = None,
 ) -> dict[str, Any]:
     """The measured fields of one method's :class:`MethodEntry`, its verdict among them."""
     measured = _measure(method, prep, game, background_games, tick)
     n, subsets = prep.players.n, game.subsets
     floor = estimate_floor(subsets, measured.values, measured.coarse_shift, measured.repeats, DEFAULT_Z)
+    index, survey = (None, None) if sets is None else (sets.family, design(sets))
 
     def score(per_player: np.ndarray, max_order: int) -> tuple[AllocationScores, np.ndarray]:
-        shares = moebius_shares(subsets, per_player, n)
+        shares = moebius_shares(subsets, per_player, n, index)
         return score_allocation(
             subsets, n, measured.values, measured.interactions,
             per_player, shares, floor.per_set, max_order,
-            measured.main.absent_mass, measured.main.total_mass,
+            measured.main.absent_mass, measured.main.total_mass, survey,
         ), shares  # fmt: skip
 
     scores, shares = score(measured.main.per_player, order)
@@ -242,11 +248,13 @@ def _audit_method(
         per_repeat = [score(r, order)[0] for r in measured.repeats]
         seed_sd = {c: float(np.std([s.pooled(c) for s in per_repeat], ddof=1)) for c in CRITERIA}
     tolerances = dict(prep.spec.tolerances)
-    unaudited = unaudited_mass(subsets, measured.interactions, measured.full, order, game.exact)
+    unaudited = unaudited_mass(subsets, measured.interactions, measured.full, order, game.exact, game.weights)
+    set_sampling_se = {c: scores.sampling_se(c) for c in CRITERIA}
     evidence = worst_sets(scores, subsets, measured.interactions, shares, prep.players, tolerances)
     judgement = judge_method(
         method.name, scores, tolerances, MethodLevers(method.resolution, method.capabilities.stochastic),
-        prep.spec.confidence, prep.spec.seed, seed_sd, {}, MAX_HIDDEN_SHARE, unaudited, failed_checks,
+        prep.spec.confidence, prep.spec.seed, seed_sd, set_sampling_se, MAX_HIDDEN_SHARE, unaudited,
+        failed_checks,
         evidence,
     )  # fmt: skip
     fields: dict[str, Any] = {
@@ -288,7 +296,13 @@ def _audit_method(
     return fields
 
 
-def _game_section(prep: Prepared, game: GameResult, order: int, checks: tuple[GameCheck, ...]) -> GameSection:
+def _game_section(
+    prep: Prepared,
+    game: GameResult,
+    order: int,
+    checks: tuple[GameCheck, ...],
+    sets: AuditedSets | None = None,
+) -> GameSection:
     players = prep.players
     sizes = popcounts(game.subsets)
     mean_effect = game.interactions.mean(axis=0)
@@ -309,13 +323,21 @@ def _game_section(prep: Prepared, game: GameResult, order: int, checks: tuple[Ga
         target_values=game.full.tolist(),
         reference_values=game.empty.tolist(),
         checks=[c.section() for c in checks],
-        unaudited=unaudited_mass(game.subsets, game.interactions, game.full, order, game.exact).section(),
+        unaudited=unaudited_mass(
+            game.subsets, game.interactions, game.full, order, game.exact, game.weights
+        ).section(),
         mass_by_order=[
             {"order": k, "mass": float(mass)}
             for k, mass in enumerate(
-                interaction_orders(game.subsets, game.interactions, game.order).mean(axis=0), 1
+                interaction_orders(
+                    game.subsets,
+                    game.interactions if game.weights is None else game.interactions * game.weights,
+                    game.order,
+                ).mean(axis=0),
+                1,
             )
         ],
+        audited_sets=None if sets is None else sets.section(),
         top_interactions=[
             {
                 "set": [players.names[i] for i in mem],
@@ -337,8 +359,26 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     spec, players = prep.spec, prep.players
     order = max(1, min(spec.audit_order, players.n))
     enumerated = players.n if players.n <= ALL_ORDER_MAX_PLAYERS else order
+    # Above the all-order limit: the sets of each order up to the audit order, all of them when few,
+    # a seeded sample otherwise, and only their sub-inputs (workers.audit.sets).
+    sets = None if players.n <= ALL_ORDER_MAX_PLAYERS else choose_sets(players.n, order, spec.seed)
+    family = None if sets is None else sets.subsets
+
+    def play_against(baselines: np.ndarray) -> GameResult:
+        played = play(
+            prep.model,
+            prep.inputs,
+            baselines,
+            players,
+            prep.target,
+            prep.classes,
+            order=enumerated,
+            family=family,
+        )
+        return played if sets is None else dataclasses.replace(played, weights=sets.weights)
+
     report_progress(0.01, "evaluating the masking game")
-    game = play(prep.model, prep.inputs, prep.baselines, players, prep.target, prep.classes, order=enumerated)
+    game = play_against(prep.baselines)
     methods = [get_method(name) for name in spec.methods]
     background_games: list[tuple[np.ndarray, GameResult]] = []
     references = None if prep.background is None else choose_references(prep.background, spec.seed)
@@ -346,12 +386,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         # Exactly the references the maps average over (workers.methods.references).
         for reference in references.references:
             refs = np.broadcast_to(reference[None], prep.inputs.shape).copy()
-            background_games.append(
-                (
-                    refs,
-                    play(prep.model, prep.inputs, refs, players, prep.target, prep.classes, order=enumerated),
-                )
-            )
+            background_games.append((refs, play_against(refs)))
     report_progress(0.05, "attributing the inputs")
     played = SubInputGame(players.n, game.subsets, game.values, game.interactions)
     maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg), played)
@@ -372,7 +407,10 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         else:
             try:
                 tick = functools.partial(report_progress, fraction, message)
-                fields = _audit_method(method, prep, game, background_games, order, failed_checks, tick)
+                with judged_alone(method.name):
+                    fields = _audit_method(
+                        method, prep, game, background_games, order, failed_checks, tick, sets
+                    )
             except NotApplicable as exc:
                 fields = {"verdict": "not_applicable", "reason": exc.reason}
         if method.capabilities.baseline == "distribution" and references is not None:
@@ -435,7 +473,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             "max_unaudited_share": MAX_UNAUDITED_SHARE,
         },
         environment=environment(str(prep.model.device), prep.model.execution_providers),
-        game=_game_section(prep, game, order, checks),
+        game=_game_section(prep, game, order, checks, sets),
         methods=entries,
         summary={verdict: [e.name for e in entries if e.verdict == verdict] for verdict in VERDICTS},
         seconds=time.perf_counter() - started,

@@ -2,7 +2,7 @@
 ``xaudit render`` and by the signer's callers).
 
 v1 is a frozen file: reports written before v2 still validate. v2 is built here from v1 and from the
-registries: the criteria (:mod:`workers.criteria`) and the verdicts (:mod:`workers.audit.verdict`);
+registries: the criteria (:mod:`xaudit.contract.criteria`) and the verdicts (:mod:`workers.audit.verdict`);
 ``report-v2.schema.json`` is its committed copy (``python -m workers.audit.schema`` rewrites it; a
 test keeps the two equal).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.audit.verdict import VERDICTS
-from workers.criteria import CRITERIA
+from xaudit.contract.criteria import CRITERIA
 
 __all__ = ["SCHEMAS", "report_schema", "v2_schema", "validate_report"]
 
@@ -62,6 +62,8 @@ def v2_schema() -> dict[str, Any]:
         del game["properties"][gone]
     game["properties"]["checks"] = {"type": "array", "items": {"$ref": "#/$defs/game_check"}}
     game["properties"]["unaudited"] = {"$ref": "#/$defs/unaudited"}
+    game["properties"]["audited_sets"] = {"type": "object"}
+    game["properties"]["plan"] = {"type": "object"}
     props["summary"] = {
         "type": "object",
         "required": list(VERDICTS),

@@ -6,17 +6,41 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.criteria import criterion as registered
-from workers.interactions import moebius, moebius_dense_limited, popcounts
+from workers.interactions import FamilyIndex, family_index, moebius, popcounts
+from xaudit.contract.criteria import criterion as registered
 from workers.players import subset_bits
 
-__all__ = ["AllocationScores", "moebius_shares", "score_allocation"]
+__all__ = ["AllocationScores", "SetDesign", "moebius_shares", "score_allocation"]
 
 
-def moebius_shares(subsets: np.ndarray, per_player: np.ndarray, n: int) -> np.ndarray:
-    """A_i(S) = sum_{T subset S} (-1)^{|S|-|T|} a_i(x_T): (B, m, n) from (B, m, n) over the subset axis."""
+def _shares(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+
+@dataclass(frozen=True)
+class SetDesign:
+    """How the audited sets were chosen (built by workers.audit.sets): per set its weight (inverse
+    inclusion probability; 0: in the family only as a sub-input) and stratum (its order when audited),
+    and each sampled stratum as (order, population, sampled)."""
+
+    weights: np.ndarray  # (m,)
+    stratum_of: np.ndarray  # (m,)
+    sampled_strata: tuple[tuple[int, int, int], ...]
+
+
+def moebius_shares(
+    subsets: np.ndarray, per_player: np.ndarray, n: int, index: FamilyIndex | None = None
+) -> np.ndarray:
+    """A_i(S) = sum_{T subset S} (-1)^{|S|-|T|} a_i(x_T): (B, m, n) from (B, m, n) over the subset axis.
+
+    All 2^n sets: the dense fast transform. Any other (downward-closed) family: the sparse transform
+    over the family itself (``index``, built here if not given), so nothing is 2^n.
+    """
     moved = np.moveaxis(per_player, 1, -1)  # (B, n, m)
-    shares = moebius(moved, n) if len(subsets) == 2**n else moebius_dense_limited(subsets, moved, n)
+    if len(subsets) == 2**n:
+        shares = moebius(moved, n)
+    else:
+        shares = (index or family_index(subsets, n)).moebius(moved)
     return np.moveaxis(shares, -1, 1)
 
 
@@ -40,13 +64,53 @@ class AllocationScores:
     set_excess: np.ndarray
     set_out_of_set: np.ndarray
     audited: np.ndarray  # (B, m) bool
+    set_effect: np.ndarray  # (B, m) |I(S)|
+    # Survey design of the audited sets (workers.audit.sets): weight and stratum per set, and per
+    # sampled stratum (order, population, sampled). Empty when every set was enumerated.
+    weights: np.ndarray | None = None  # (m,)
+    stratum_of: np.ndarray | None = None  # (m,)
+    sampled_strata: tuple[tuple[int, int, int], ...] = ()
 
     def per_sample(self, criterion: str) -> np.ndarray:
-        return registered(criterion).per_sample(self)
+        ratios = [_shares(num, den) for num, den in registered(criterion).parts(self)]
+        return np.max(np.stack(ratios), axis=0)
 
     def pooled(self, criterion: str) -> float:
         """Mass-weighted over samples."""
-        return registered(criterion).pooled(self)
+        return max(
+            float(num.sum()) / float(den.sum()) if float(den.sum()) > 0 else 0.0
+            for num, den in registered(criterion).parts(self)
+        )
+
+    def sampling_se(self, criterion: str) -> float:
+        """Standard error of :meth:`pooled` from sampling the sets (0 when every set was enumerated).
+
+        The pooled score is a ratio estimator R = sum_j w_j y_j / sum_j w_j x_j over audited sets j
+        (y: the criterion's mass, x: |I(S)|, both summed over samples); its linearised variance under
+        stratified sampling without replacement is
+        sum_k N_k^2 (1 - s_k/N_k) var_k(y - R x) / s_k, over X^2 (docs/science.md).
+        """
+        if not self.sampled_strata or self.weights is None or self.stratum_of is None:
+            return 0.0
+        numerator = {
+            "coverage": self.set_dropped,
+            "complete_allocation": self.set_excess,
+            "unrelated_allocation": self.set_out_of_set,
+        }[criterion]
+        if criterion == "unrelated_allocation" and self.absent_share > self.out_of_set_share:
+            return 0.0  # the absent-unit share is measured on every sub-input, not estimated
+        effect = np.where(self.audited, self.set_effect, 0.0).sum(axis=0)  # (m,)
+        y = numerator.sum(axis=0)
+        total = float((self.weights * effect).sum())
+        if total <= 0:
+            return 0.0
+        ratio = float((self.weights * y).sum()) / total
+        variance = 0.0
+        for order, population, sampled in self.sampled_strata:
+            e = (y - ratio * effect)[self.stratum_of == order]
+            if sampled > 1:
+                variance += population**2 * (1 - sampled / population) * float(e.var(ddof=1)) / sampled
+        return float(np.sqrt(variance)) / total
 
     @property
     def out_of_set_share(self) -> float:
@@ -80,6 +144,7 @@ def score_allocation(
     max_order: int,
     absent_mass: np.ndarray,
     attribution_mass: np.ndarray,
+    design: SetDesign | None = None,
 ) -> AllocationScores:
     """Score one method's allocation against the game.
 
@@ -90,10 +155,13 @@ def score_allocation(
     ``absent_mass``, ``attribution_mass`` (B,): measured on the sub-inputs themselves
     (:class:`workers.audit.subinputs.SubInputAttributions`; for distribution methods averaged over
     constituents, where averaging the attributions first could cancel signs).
+    ``design``: the weights of sampled sets (workers.audit.sets); without it every set in range
+    counts once. Per-set arrays stay unweighted (evidence); sums are survey estimates.
     """
     sizes = popcounts(subsets)
     members = subset_bits(subsets, n)  # (m, n)
-    in_range = (sizes >= 1) & (sizes <= max_order)
+    weight = np.ones(len(subsets)) if design is None else design.weights
+    in_range = (sizes >= 1) & (sizes <= max_order) & (weight > 0)
     effect = np.abs(interactions)
     audited = in_range[None, :] & (effect > floor)
     handed = shares.sum(axis=2)
@@ -103,32 +171,37 @@ def score_allocation(
     set_excess = np.where(audited, effect * np.maximum(np.nan_to_num(ratio) - 1.0, 0.0), 0.0)
     outside = (np.abs(shares) * (~members)[None]).sum(axis=2)
     set_out = np.where(audited, outside, 0.0)
-    mass = np.where(audited, effect, 0.0).sum(axis=1)
-    excluded = np.where(in_range[None, :] & ~audited, effect, 0.0).sum(axis=1)
+    mass = (np.where(audited, effect, 0.0) * weight).sum(axis=1)
+    excluded = (np.where(in_range[None, :] & ~audited, effect, 0.0) * weight).sum(axis=1)
     empty = subsets == 0
     at_reference = np.abs(shares[:, empty, :]).sum(axis=(1, 2))
-    dropped = set_dropped.sum(axis=1)
+    dropped = (set_dropped * weight).sum(axis=1)
     residual = per_player.sum(axis=2) - (values - values[:, :1])
     by_order = []
     for k in range(1, max_order + 1):
         sel = audited & (sizes == k)[None, :]
-        order_mass = float(np.where(sel, effect, 0.0).sum())
+        order_weight = np.where(sel, weight, 0.0)
+        order_mass = float((effect * order_weight).sum())
+
+        def share(per_set: np.ndarray, w: np.ndarray = order_weight, m: float = order_mass) -> float:
+            return float((per_set * w).sum()) / m if m else 0.0
+
         by_order.append(
             {
                 "order": k,
-                "sets": int((sizes == k).sum()),
+                "sets": round(float(weight[(sizes == k)].sum())),
                 "audited_sets": int(sel.sum()),
                 "mass": order_mass,
-                "dropped": float(set_dropped[sel].sum()) / order_mass if order_mass else 0.0,
-                "excess": float(set_excess[sel].sum()) / order_mass if order_mass else 0.0,
-                "out_of_set": float(set_out[sel].sum()) / order_mass if order_mass else 0.0,
+                "dropped": share(set_dropped),
+                "excess": share(set_excess),
+                "out_of_set": share(set_out),
                 "mean_ratio": float(np.nanmean(ratio[sel])) if sel.any() else None,
             }
         )
     return AllocationScores(
         dropped=dropped,
-        excess=set_excess.sum(axis=1),
-        out_of_set=set_out.sum(axis=1) + at_reference,
+        excess=(set_excess * weight).sum(axis=1),
+        out_of_set=(set_out * weight).sum(axis=1) + at_reference,
         mass=mass,
         excluded_mass=excluded,
         absent=absent_mass,
@@ -141,4 +214,8 @@ def score_allocation(
         set_excess=set_excess,
         set_out_of_set=set_out,
         audited=audited,
+        set_effect=effect,
+        weights=None if design is None else design.weights,
+        stratum_of=None if design is None else design.stratum_of,
+        sampled_strata=() if design is None else design.sampled_strata,
     )

@@ -65,12 +65,22 @@ class Unaudited:
 
 
 def unaudited_mass(
-    subsets: np.ndarray, interactions: np.ndarray, full: np.ndarray, order: int, exact: bool
+    subsets: np.ndarray,
+    interactions: np.ndarray,
+    full: np.ndarray,
+    order: int,
+    exact: bool,
+    weights: np.ndarray | None = None,
 ) -> Unaudited:
-    """From I(S) on ``subsets`` (B, m) and v(N) ``full`` (B,); ``subsets[0]`` is the empty set."""
+    """From I(S) on ``subsets`` (B, m) and v(N) ``full`` (B,); ``subsets[0]`` is the empty set.
+
+    ``weights`` (m,): survey weights of sampled sets (workers.audit.sets); the sums over audited
+    orders are then estimates over all sets of those orders.
+    """
     sizes = popcounts(subsets)
     low = (sizes >= 1) & (sizes <= order)
+    w = np.ones(len(subsets)) if weights is None else weights
     effect = np.abs(interactions)
-    net = full - interactions[:, 0] - interactions[:, low].sum(axis=1)
+    net = full - interactions[:, 0] - (interactions * w)[:, low].sum(axis=1)
     absolute = effect[:, sizes > order].sum(axis=1) if exact else None
-    return Unaudited(order, effect[:, low].sum(axis=1), net, absolute)
+    return Unaudited(order, (effect * w)[:, low].sum(axis=1), net, absolute)

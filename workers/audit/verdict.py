@@ -15,7 +15,7 @@ from typing import Literal
 
 from workers.audit.confidence import Interval
 from workers.audit.unaudited import Unaudited
-from workers.criteria import CRITERIA
+from xaudit.contract.criteria import CRITERIA
 
 __all__ = ["VERDICTS", "Judged", "MethodLevers", "VerdictName", "judge"]
 

@@ -12,11 +12,11 @@ from functools import cache
 
 import numpy as np
 
-from workers.errors import NotApplicable, UnknownMethod
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
 from workers.methods._embedding import run_method
 from workers.methods.references import choose_references
-from workers.spec import ALL_METHODS, resolve_method_names
+from xaudit.contract.errors import NotApplicable, UnknownMethod
+from xaudit.contract.spec import ALL_METHODS, resolve_method_names
 
 __all__ = [
     "ALL_METHODS",

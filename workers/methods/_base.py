@@ -83,7 +83,7 @@ class Method(ABC):
 
     def params_from(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults overridden by ``given``; unknown names are refused."""
-        from workers.errors import InvalidInput
+        from xaudit.contract.errors import InvalidInput
 
         unknown = sorted(set(given) - set(self.defaults))
         if unknown:

@@ -22,10 +22,10 @@ import onnx
 import onnx.shape_inference
 import onnx.utils
 
-from workers.errors import InvalidInput, NotApplicable
 from workers.methods._base import AttributionContext, Method
 from workers.models.named import NamedOnnxModel, OnnxGraph
 from workers.players import Players
+from xaudit.contract.errors import InvalidInput, NotApplicable
 
 __all__ = ["EmbeddingView", "attach_embedding", "find_embedding", "run_method"]
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import torch
 from torch import fx, nn
 
-from workers.errors import NotApplicable
+from xaudit.contract.errors import NotApplicable
 
 __all__ = ["AFFINE_TYPES", "AVGPOOL_TYPES", "SUPPORTED", "Plan", "Step", "evaluate", "plan_graph"]
 

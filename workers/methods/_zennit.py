@@ -7,12 +7,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from zennit.attribution import Gradient
-from zennit.core import Composite, Hook
-from zennit.rules import Norm
 
+from workers.light_imports import zennit as _light_zennit
 from workers.methods._base import AttributionContext, to_numpy, to_tensor
 from workers.methods._fx_plan import Plan, plan_graph
+
+_light_zennit()  # before any zennit import: keeps torchvision out
+from zennit.attribution import Gradient  # noqa: E402
+from zennit.core import Composite, Hook  # noqa: E402
+from zennit.rules import Norm  # noqa: E402
 
 __all__ = ["CHUNK", "AffineRule", "lrp_relevance"]
 

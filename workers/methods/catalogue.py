@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from workers.methods import ALL_METHODS, get_method
-from workers.spec import FOURTEEN_METHODS
+from xaudit.contract.spec import FOURTEEN_METHODS
 
 __all__ = ["methods_markdown"]
 

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from captum.attr import LayerAttribution, LayerGradCam
 
-from workers.errors import InvalidInput, NotApplicable
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
+from xaudit.contract.errors import InvalidInput, NotApplicable
 
 __all__ = ["GradCam", "conv_layers"]
 

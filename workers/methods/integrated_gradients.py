@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from captum.attr._utils.approximation_methods import approximation_parameters
 
-from workers.errors import InvalidInput
 from workers.methods._autograd import target_gradients_tensor
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["IntegratedGradients", "min_steps", "path_integral"]
 

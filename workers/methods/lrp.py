@@ -16,12 +16,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from zennit.core import Hook
-from zennit.rules import AlphaBeta, Epsilon, ZBox, ZPlus
 
-from workers.errors import InvalidInput
+from workers.light_imports import zennit as _light_zennit
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods._zennit import lrp_relevance
+from xaudit.contract.errors import InvalidInput
+
+_light_zennit()  # before any zennit import: keeps torchvision out
+from zennit.core import Hook  # noqa: E402
+from zennit.rules import AlphaBeta, Epsilon, ZBox, ZPlus  # noqa: E402
 
 __all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon"]
 

@@ -12,11 +12,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from workers.errors import InvalidInput
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods._perturbation import removal_deltas
 from workers.players import Players
 from workers.subgames import SubInputGame, restricted_removals
+from xaudit.contract.errors import InvalidInput
 
 __all__ = ["Occlusion1", "OcclusionPatch", "patch_windows"]
 

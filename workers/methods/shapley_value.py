@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from workers.errors import NotApplicable
 from workers.game import MAX_EXACT_PLAYERS, play
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.players import Players
 from workers.subgames import SubInputGame, restricted_shapley
+from xaudit.contract.errors import NotApplicable
 
 __all__ = ["ShapleyValue"]
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 
-from workers.errors import InvalidInput, InvalidModel
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.devices import resolve_device
 from workers.onnx_checks import detect_format
+from workers.threads import apply as apply_thread_policy
+from xaudit.contract.errors import InvalidInput, InvalidModel
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo", "detect_format", "load_model", "resolve_device"]
 
@@ -20,6 +21,7 @@ def load_model(
         raise InvalidModel("the model file is empty")
     fmt = (model_format or detect_format(data)).lower()
     sha256 = hashlib.sha256(data).hexdigest()
+    apply_thread_policy()  # before the first session or graph: workers.threads
     torch_device = resolve_device(device)
     if fmt == "onnx":
         from workers.models.onnx_model import OnnxModel

@@ -46,7 +46,7 @@ class ModelAdapter(ABC):
     def torch_hookable(self, method: str) -> torch.nn.Module:
         """A plain ``nn.Module`` graph with real submodules, for hook- and rule-based methods.
 
-        Raises :class:`~workers.errors.NotApplicable` naming ``method`` when no such graph exists.
+        Raises :class:`~xaudit.contract.errors.NotApplicable` naming ``method`` when no such graph exists.
         """
 
     @property
@@ -64,7 +64,7 @@ class ModelAdapter(ABC):
 
     def check_sample(self, x: np.ndarray) -> None:
         """Raise InvalidInput when a batch does not fit the model's declared input shape."""
-        from workers.errors import InvalidInput
+        from xaudit.contract.errors import InvalidInput
 
         declared = self.info.sample_shape
         if declared is None:

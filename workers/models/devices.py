@@ -6,8 +6,8 @@ import logging
 
 import torch
 
-from workers.errors import FailedPrecondition, InvalidInput
 from workers.metrics import record_cpu_fallback
+from xaudit.contract.errors import FailedPrecondition, InvalidInput
 
 __all__ = ["resolve_device"]
 

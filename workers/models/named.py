@@ -19,12 +19,12 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from workers.errors import InvalidInput, InvalidModel, NotApplicable
 from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_model import _session
 from workers.models.onnx_to_torch import onnx_to_torch
 from workers.onnx_checks import parse_onnx
+from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 
 __all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph", "SampleBound"]
 
@@ -68,6 +68,7 @@ class OnnxGraph:
         self.inputs: tuple[InputSpec, ...] = tuple(_spec(i) for i in self.session.get_inputs())
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.session.get_outputs())
         self._torch: torch.nn.Module | None = None
+        self._torch_error: InvalidModel | None = None
 
     def input(self, name: str) -> InputSpec:
         for spec in self.inputs:
@@ -80,8 +81,14 @@ class OnnxGraph:
         return tuple(i.name for i in self.inputs)
 
     def torch_graph(self) -> torch.nn.Module:
+        if self._torch_error is not None:  # converted once: every gradient method gets the same answer
+            raise self._torch_error
         if self._torch is None:
-            graph = onnx_to_torch(self.proto).to(self.device)
+            try:
+                graph = onnx_to_torch(self.proto).to(self.device)
+            except InvalidModel as exc:
+                self._torch_error = exc
+                raise
             for p in graph.parameters():
                 p.requires_grad_(False)
             self._torch = graph

@@ -8,11 +8,12 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from workers.errors import InvalidModel
 from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_to_torch import onnx_to_torch
 from workers.onnx_checks import parse_onnx
+from workers.threads import ort_session_options
+from xaudit.contract.errors import InvalidModel
 
 __all__ = ["OnnxModel", "parse_onnx"]
 
@@ -22,7 +23,7 @@ def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
     wanted = ["CPUExecutionProvider"]
     if device.type == "cuda":
         wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    options = ort.SessionOptions()
+    options = ort_session_options(ort.SessionOptions())  # threads and spinning: workers.threads
     options.log_severity_level = 3
     try:
         session = ort.InferenceSession(data, sess_options=options, providers=wanted)
@@ -55,6 +56,7 @@ class OnnxModel(ModelAdapter):
         sample = tuple(d if isinstance(d, int) else None for d in declared[1:]) if declared else None
         self.info = ModelInfo("onnx", sha256, inputs[0].name, sample, self._session.get_outputs()[0].name)
         self._torch: torch.nn.Module | None = None
+        self._torch_error: InvalidModel | None = None
 
     @property
     def execution_providers(self) -> list[str]:
@@ -75,8 +77,14 @@ class OnnxModel(ModelAdapter):
         return np.concatenate(outs).astype(np.float32)
 
     def _graph(self) -> torch.nn.Module:
+        if self._torch_error is not None:  # converted once: every gradient method gets the same answer
+            raise self._torch_error
         if self._torch is None:
-            self._torch = onnx_to_torch(self._proto).to(self.device)
+            try:
+                self._torch = onnx_to_torch(self._proto).to(self.device)
+            except InvalidModel as exc:
+                self._torch_error = exc
+                raise
             for p in self._torch.parameters():
                 p.requires_grad_(False)
         return self._torch

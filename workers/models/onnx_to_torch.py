@@ -3,22 +3,37 @@
 onnx2torch stops at opset 18 for several operators. Where a newer operator version only widens the
 accepted tensor types (float8, int4, bfloat16...) or adds an attribute we check for, we register
 the older converter for the newer version. That is sound for the float32 graphs audited here; any
-other gap surfaces as a clear "unsupported operator" error naming the operator.
+other gap surfaces as a clear "unsupported operator" error naming the operator and its node.
+
+Older exporters (PaddlePaddle, early TF converters) write weights as Constant nodes or list them as
+graph inputs too: both are normalised to plain initializers first, which is what onnx2torch's
+layer converters (Conv, Gemm...) read their weights from.
 """
 
 from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx
 import torch
 from onnx import defs, numpy_helper
-from onnx2torch import convert
-from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter
 
-from workers.errors import InvalidModel
+from workers.light_imports import onnx2torch as _light_onnx2torch
+from xaudit.contract.errors import InvalidModel
 
-__all__ = ["onnx_to_torch"]
+_light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
+from onnx2torch import convert  # noqa: E402
+from onnx2torch.node_converters.registry import (  # noqa: E402
+    _CONVERTER_REGISTRY,
+    OperationDescription,
+    add_converter,
+    get_converter,
+)
+
+import workers.models.onnx_converters  # noqa: E402, F401  (registers the converters onnx2torch lacks)
+
+__all__ = ["onnx_to_torch", "unconvertible_nodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +63,57 @@ def _register_type_only_updates() -> None:
 _register_type_only_updates()
 
 
+def _lift_constants(model: onnx.ModelProto) -> None:
+    """Constant nodes holding a tensor become initializers; graph inputs that only restate an
+    initializer (IR < 4 style) are dropped, so the model has one input per real input."""
+    graph = model.graph
+    kept = []
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
+            attr = node.attribute[0]
+            value = onnx.helper.get_attribute_value(attr)
+            if attr.name == "value":
+                tensor = onnx.TensorProto()
+                tensor.CopyFrom(value)
+            elif attr.name in ("value_float", "value_int", "value_floats", "value_ints"):
+                tensor = numpy_helper.from_array(
+                    np.asarray(value, np.float32 if "float" in attr.name else np.int64)
+                )
+            else:
+                kept.append(node)
+                continue
+            tensor.name = node.output[0]
+            graph.initializer.append(tensor)
+            continue
+        kept.append(node)
+    del graph.node[:]
+    graph.node.extend(kept)
+    weights = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in weights]
+    del graph.input[:]
+    graph.input.extend(inputs)
+
+
+def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
+    """``'OP' (node 'NAME')`` for every node with no torch converter, in graph order, one per op."""
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    found: dict[str, str] = {}
+    for node in model.graph.node:
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        if node.op_type in found:
+            continue
+        try:
+            get_converter(node.op_type, opsets.get(domain, opsets.get("", 1)), domain)
+        except NotImplementedError:
+            prefix = f"{domain}." if domain else ""
+            found[node.op_type] = f"'{prefix}{node.op_type}' (node '{node.name or node.output[0]}')"
+    return list(found.values())
+
+
 def _normalise_graph(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Drop ``allowzero=1`` from Reshape nodes whose constant shape has no zero (same semantics)."""
+    """Plain initializers (see the module docstring); drop ``allowzero=1`` from Reshape nodes whose
+    constant shape has no zero (same semantics)."""
+    _lift_constants(model)
     constants = {init.name: init for init in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
@@ -72,8 +136,17 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
     """A torch.fx GraphModule equivalent to ``model``, in eval mode, float32."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    missing = unconvertible_nodes(copy)
+    if missing:
+        raise InvalidModel(f"no torch conversion for operator {', '.join(missing)}")
     try:
         module = convert(_normalise_graph(copy))
-    except NotImplementedError as exc:
-        raise InvalidModel(f"cannot build a differentiable graph from this ONNX model: {exc}") from None
+    except InvalidModel:
+        raise
+    except Exception as exc:  # onnx2torch raises anything from deep inside its converters
+        logger.info("onnx2torch failed", exc_info=True)
+        raise InvalidModel(
+            f"the ONNX graph could not be converted to torch ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})"
+        ) from None
     return module.eval().float()

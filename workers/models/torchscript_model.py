@@ -9,9 +9,9 @@ import warnings
 import numpy as np
 import torch
 
-from workers.errors import InvalidInput, InvalidModel, NotApplicable
 from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 
 __all__ = ["TorchScriptModel"]
 

@@ -91,15 +91,15 @@ def test_keys_then_offline_verify_of_the_served_envelope(
     data = bytearray((tmp_path / "report.dsse.json").read_bytes())
     data[len(data) // 2] ^= 0x01
     (tmp_path / "tampered.json").write_bytes(bytes(data))
-    assert main(["verify", str(tmp_path / "tampered.json"), "--key", str(key)]) == 1
+    assert main(["verify", str(tmp_path / "tampered.json"), "--key", str(key)]) == 3
 
 
-def test_pinned_wrong_key_exits_2(
+def test_pinned_wrong_key_exits_3(
     server: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wrong = Path(__file__).resolve().parents[2] / "assets" / "signing" / "key-3.pub.pem"
     code = _gate(server[0], tmp_path, AUDIT, "--key", str(wrong))
-    assert code == 2
+    assert code == 3
     assert "the signed report does not verify" in _last_line(capsys.readouterr().err)
 
 
@@ -118,7 +118,7 @@ def test_reports_signed_before_a_key_rotation_still_verify(
     capsys.readouterr()
     args = ["verify", str(tmp_path / "report.dsse.json"), "--model", str(MODEL)]
     assert main([*args, *[a for k in keys for a in ("--key", str(k))]]) == 0
-    assert main([*args, "--key", str(tmp_path / "keys" / f"{new.key_id}.pem")]) == 1
+    assert main([*args, "--key", str(tmp_path / "keys" / f"{new.key_id}.pem")]) == 3
 
 
 def test_unreachable_server_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,10 +15,10 @@ from pathlib import Path
 import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from xaudit.v1 import audit_pb2
 
 from tests.integration.conftest import REDIS_URL, ROOT, Service, _redis_available, start_serve, stop_process
 from tests.integration.service._helpers import inputs, mlp_onnx, request, stub, upload, wait_done
+from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from xaudit.v1 import audit_pb2
 
 from clients._report import report_document
 from service.config import ServerConfig
@@ -25,6 +24,7 @@ from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.service._helpers import stub, upload
 from tests.unit.multi_input.models import NEGATION_VOCAB, image_tabular, negation_classifier, recurrent
 from workers.spec import FOURTEEN_METHODS
+from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -17,11 +17,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 from service.worker_channel import BearerInterceptor
 from tests.integration.conftest import ROOT, Service, start_serve, stop_process
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request, wait_done
+from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from xaudit.v1 import audit_pb2
 
 from service.config import ServerConfig
 from service.server import create_server
@@ -32,6 +31,7 @@ from tests.integration.service._helpers import (
     wait_done,
     wait_state,
 )
+from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

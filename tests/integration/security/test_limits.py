@@ -17,7 +17,6 @@ import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper
-from xaudit.v1 import audit_pb2
 
 from service.config import ServerConfig
 from service.server import Server, create_server
@@ -30,6 +29,7 @@ from workers.errors import DeadlineExceeded
 from workers.runtime import RuntimeConfig, execute
 from workers.sandbox import SandboxLimits, run_sandboxed
 from workers.spec import JobSpec
+from xaudit.v1 import audit_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -148,12 +148,12 @@ def test_player_caps(server: Server, tmp_path: Path) -> None:
     limited = api.SubmitAudit(request(wide, x, {"gradient_x_input": {}}, audit_order=2), timeout=30)
     assert execute(limited.id, config) == "succeeded"
     assert api.GetReport(audit_pb2.GetReportRequest(job_id=limited.id), timeout=30).report
-    too_many = upload(api, to_onnx(relu_mlp(2, features=70), torch.zeros(2, 70)))
-    x70 = np.random.default_rng(1).normal(size=(1, 70)).astype(np.float32)
-    job = api.SubmitAudit(request(too_many, x70, {"gradient_x_input": {}}, audit_order=1), timeout=30)
+    too_many = upload(api, to_onnx(relu_mlp(2, features=300), torch.zeros(2, 300)))
+    x300 = np.random.default_rng(1).normal(size=(1, 300)).astype(np.float32)
+    job = api.SubmitAudit(request(too_many, x300, {"gradient_x_input": {}}, audit_order=1), timeout=30)
     assert execute(job.id, config) == "failed"
     failed = api.GetJob(audit_pb2.GetJobRequest(job_id=job.id), timeout=10)
-    assert failed.error_code == "RESOURCE_EXHAUSTED" and "at most 64" in failed.error_message
+    assert failed.error_code == "RESOURCE_EXHAUSTED" and "at most 256" in failed.error_message
 
 
 def test_client_deadline_is_honoured_and_the_server_keeps_serving(server: Server) -> None:

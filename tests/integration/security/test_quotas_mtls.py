@@ -13,7 +13,6 @@ import grpc
 import pytest
 import torch
 import yaml
-from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 from clients._embedded import free_port
 from service.config import ServerConfig
@@ -23,6 +22,7 @@ from service.worker_channel import BearerInterceptor
 from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request
 from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
+from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -184,9 +184,8 @@ def test_mtls_client_certificate_names_the_tenant(tmp_path: Path) -> None:
 def test_worker_over_mtls_with_a_worker_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `xaudit worker` does against an mTLS server: its certificate for the transport, its worker
     token for the identity (a certificate alone only carries the client scopes)."""
-    from xaudit.v1 import worker_pb2, worker_pb2_grpc
-
     from service.worker_channel import open_worker_channel
+    from xaudit.v1 import worker_pb2, worker_pb2_grpc
 
     files = _certs(tmp_path)
     tokens = tmp_path / "tokens.yaml"

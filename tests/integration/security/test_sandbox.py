@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from xaudit.v1 import audit_pb2
 
 from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.security._models import hog_memory_torchscript, spin_forever_torchscript
@@ -25,6 +24,7 @@ from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
 from workers.errors import Cancelled
 from workers.sandbox import SandboxLimits, run_sandboxed
 from workers.spec import JobSpec
+from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

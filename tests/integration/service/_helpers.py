@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import torch
-from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 from service.tensors import encode_tensor
 from tests.models import MLP_FEATURES, relu_mlp, to_onnx
+from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 TERMINAL = (audit_pb2.JOB_STATE_SUCCEEDED, audit_pb2.JOB_STATE_FAILED, audit_pb2.JOB_STATE_CANCELLED)
 

@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from xaudit.v1 import audit_pb2
 
 from service.tensors import decode_tensor
 from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.service._helpers import inputs, mlp_onnx, request, stub, upload, wait_done
 from workers.jobs import run_job
 from workers.spec import JobSpec, tensor_digest
+from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from xaudit.v1 import audit_pb2
 
 from service.config import ServerConfig
 from service.server import Server, create_server
 from service.tensors import encode_tensor
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request, stub, upload
+from xaudit.v1 import audit_pb2
 
 pytestmark = pytest.mark.integration
 

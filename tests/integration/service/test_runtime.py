@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from xaudit.v1 import audit_pb2
 
 from service.config import ServerConfig
 from service.server import Server, create_server
 from tests.integration.service._helpers import inputs, mlp_onnx, request, stub, upload
 from workers.runtime import RuntimeConfig, execute
+from xaudit.v1 import audit_pb2
 
 pytestmark = pytest.mark.integration
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import signal
 
 import pytest
-from xaudit.v1 import audit_pb2
 
 from service.store import JobStore
 from tests.integration.conftest import Service, start_worker, stop_process
 from tests.integration.service._helpers import inputs, mlp_onnx, request, stub, upload, wait_done, wait_state
+from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

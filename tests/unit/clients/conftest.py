@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
+
 from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from xaudit.v1 import audit_pb2
 
 from clients.client import Job, ModelRef, XauditClient, default_server
 from workers import errors
+from xaudit.v1 import audit_pb2
 
 # The scripted service of conftest.py and its address.
 Scripted = tuple[Any, str]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xaudit.v1 import audit_pb2
 
 from clients._requests import spec_with_options, submit_request
 from clients._types import AttributionResult
 from service.tensors import decode_tensor, encode_tensor
 from workers.errors import InvalidInput
 from workers.spec import JobSpec
+from xaudit.v1 import audit_pb2
 
 DTYPES = ["?", "u1", "<u2", "<u4", "<u8", "i1", "<i2", "<i4", "<i8", "<f2", "<f4", "<f8"]
 

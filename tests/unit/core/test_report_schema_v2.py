@@ -12,7 +12,7 @@ import pytest
 from workers.audit.document import CriterionResult, to_json
 from workers.audit.schema import report_schema, v2_schema, validate_report
 from workers.audit.verdict import VERDICTS
-from workers.criteria import CRITERIA, DEFAULT_TOLERANCES, REGISTRY
+from xaudit.contract.criteria import CRITERIA, DEFAULT_TOLERANCES, REGISTRY
 
 ROOT = Path(__file__).resolve().parents[3]
 

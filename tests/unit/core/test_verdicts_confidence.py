@@ -10,7 +10,7 @@ import pytest
 from workers.audit.confidence import interval
 from workers.audit.unaudited import Unaudited
 from workers.audit.verdict import MethodLevers, judge
-from workers.criteria import CRITERIA, DEFAULT_TOLERANCES
+from xaudit.contract.criteria import CRITERIA, DEFAULT_TOLERANCES
 
 LEVERS = MethodLevers("steps", stochastic=False)
 NONE_UNAUDITED = Unaudited(3, np.ones(4), np.zeros(4), None)

@@ -69,7 +69,7 @@ def test_render_envelope_without_key_says_not_checked(tmp_path):
 def test_render_refuses_a_tampered_envelope(tmp_path, capsys):
     out = tmp_path / "page.html"
     assert (
-        main(["render", str(SIGNING / "tampered-verdict.json"), "--key", str(KEY), "--html", str(out)]) == 1
+        main(["render", str(SIGNING / "tampered-verdict.json"), "--key", str(KEY), "--html", str(out)]) == 3
     )
     assert "xaudit: invalid:" in capsys.readouterr().err
     assert not out.exists()

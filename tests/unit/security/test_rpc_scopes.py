@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool
-from xaudit.v1 import audit_pb2, worker_pb2
 
 from service.auth import METHOD_SCOPES, declared_scopes
 from service.tokens import SCOPES
+from xaudit.v1 import audit_pb2, worker_pb2
 
 
 def test_every_rpc_of_every_service_declares_a_known_scope() -> None:

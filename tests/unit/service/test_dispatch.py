@@ -102,3 +102,32 @@ def test_each_submitted_job_is_sent_once(tmp_path: Path) -> None:
         dispatcher.stop()
         store.close()
     assert sent == ids
+
+
+def test_queued_jobs_are_sent_again_at_start_and_when_the_broker_loses_its_messages(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    sent: list[str] = []
+    config = ServerConfig(home=tmp_path, requeue_after_seconds=300)
+    first = Dispatcher(store, lambda j, q: sent.append(j), config)
+    job_id = _job(store, "k")
+    first.sweep()
+    assert sent == [job_id]
+    first.sweep()
+    assert sent == [job_id]  # sent, not yet claimed: not due again for requeue_after
+    # A new process (the old one may have died between marking and sending): sent again at once.
+    epoch = ["e1"]
+    second = Dispatcher(store, lambda j, q: sent.append(j), config, lambda: epoch[0])
+    second.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(sent) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sent == [job_id, job_id]
+        second.sweep()
+        assert sent == [job_id, job_id]  # same epoch: nothing lost
+        epoch[0] = "e2"  # the broker restarted empty, or was flushed
+        second.sweep()
+        assert sent == [job_id, job_id, job_id]
+    finally:
+        second.stop()
+        store.close()

@@ -8,12 +8,12 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from xaudit.v1 import audit_pb2
 
 from service.tensors import encode_tensor
 from service.validation import check_model, submission_from_request
 from workers.errors import InvalidInput, InvalidModel
 from workers.spec import DEFAULT_TOLERANCES, FOURTEEN_METHODS
+from xaudit.v1 import audit_pb2
 
 CAPS = {"max_elements": 1 << 20, "max_dims": 8}
 

@@ -54,12 +54,12 @@ def test_rotated_keys_repeat_key(capsys: pytest.CaptureFixture[str]) -> None:
         ("report.json", "key-1.pub.pem", [], "envelope has no payloadType"),
     ],
 )
-def test_invalid_exits_1_with_one_line(
+def test_invalid_exits_3_with_one_line(
     capsys: pytest.CaptureFixture[str], envelope: str, key: str, extra: list[str], why: str
 ) -> None:
     extra = [str(ASSETS / e) if e.endswith(".json") else e for e in extra]
     code, out, err = _run(capsys, str(ASSETS / envelope), "--key", str(ASSETS / key), *extra)
-    assert code == 1
+    assert code == 3
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("xaudit: invalid: ") and why in err
 

@@ -175,7 +175,7 @@ def test_pinned_key_rotation_list(monkeypatch, capsys, files) -> None:  # type: 
         ((), "report.json", (), "the server returned an unsigned report"),
     ],
 )
-def test_bad_signature_exits_2_with_one_line(  # type: ignore[no-untyped-def]
+def test_bad_signature_exits_3_with_one_line(  # type: ignore[no-untyped-def]
     monkeypatch, capsys, files, extra, envelope, keys, why
 ) -> None:
     server_keys = {
@@ -186,30 +186,30 @@ def test_bad_signature_exits_2_with_one_line(  # type: ignore[no-untyped-def]
     code, _, err, _ = _gate(
         monkeypatch, capsys, files, IG_AND_OCC, *extra, envelope=envelope, keys=server_keys[keys]
     )
-    assert code == 2
+    assert code == 3
     assert _last_line(err).startswith("xaudit: error: ") and why in _last_line(err)
     assert not (files["tmp"] / "junit.xml").exists()
 
 
-def test_report_about_another_model_exits_2(monkeypatch, capsys, files, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_report_about_another_model_exits_3(monkeypatch, capsys, files, tmp_path) -> None:  # type: ignore[no-untyped-def]
     other = tmp_path / "other.onnx"
     other.write_bytes(b"another model")
     files = {**files, "model": other}
     code, _, err, _ = _gate(monkeypatch, capsys, files, IG_AND_OCC)
-    assert code == 2 and "is not the subject of this report" in err
+    assert code == 3 and "is not the subject of this report" in err
 
 
-def test_report_about_other_inputs_exits_2(monkeypatch, capsys, files) -> None:  # type: ignore[no-untyped-def]
+def test_report_about_other_inputs_exits_3(monkeypatch, capsys, files) -> None:  # type: ignore[no-untyped-def]
     np.save(files["input"], np.zeros((4, 1, 8, 8), dtype=np.float32))
     code, _, err, _ = _gate(monkeypatch, capsys, files, IG_AND_OCC)
-    assert code == 2 and "inputs" in err and "not the subject" in err
+    assert code == 3 and "inputs" in err and "not the subject" in err
 
 
-def test_report_judged_with_other_tolerances_exits_2(monkeypatch, capsys, files) -> None:  # type: ignore[no-untyped-def]
+def test_report_judged_with_other_tolerances_exits_3(monkeypatch, capsys, files) -> None:  # type: ignore[no-untyped-def]
     code, _, err, _ = _gate(
         monkeypatch, capsys, files, IG_AND_OCC + "tolerances: {complete_allocation: 0.6}\n"
     )
-    assert code == 2 and "the report used tolerance complete_allocation=0.05, the policy asks 0.6" in err
+    assert code == 3 and "the report used tolerance complete_allocation=0.05, the policy asks 0.6" in err
 
 
 @pytest.mark.parametrize(
@@ -266,7 +266,7 @@ def test_keys_command_writes_keyid_files(monkeypatch, capsys, tmp_path) -> None:
 def test_keys_command_refuses_a_mislabelled_key(monkeypatch, capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
     client = FakeClient(b"", (SigningKey("0" * 64, _key(1).public_key_pem),))
     monkeypatch.setattr("clients._connect.client_from_args", lambda args: client)
-    assert main(["keys", "--server", "fake:1", "--out", str(tmp_path / "keys")]) == 2
+    assert main(["keys", "--server", "fake:1", "--out", str(tmp_path / "keys")]) == 3
     assert "is really" in capsys.readouterr().err
     assert not (tmp_path / "keys").exists()
 

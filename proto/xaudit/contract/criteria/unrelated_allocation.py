@@ -3,15 +3,10 @@ units get nothing."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from workers.criteria._base import Criterion, Parts
-
-if TYPE_CHECKING:
-    from workers.audit.scores import AllocationScores
+from xaudit.contract.criteria._base import Criterion, Masses, Parts
 
 
-def _parts(scores: AllocationScores) -> Parts:
+def _parts(scores: Masses) -> Parts:
     return ((scores.out_of_set, scores.mass), (scores.absent, scores.attribution_mass))
 
 

@@ -1,0 +1,53 @@
+"""Thread policy: never more threads than CPUs, shared CPUs divided among workers, overrides."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workers.errors import InvalidInput
+from workers.threads import CONCURRENCY_ENV, THREADS_ENV, available_cpus, choose
+
+
+def test_default_is_the_cpus_divided_among_workers() -> None:
+    assert choose(environ={}, cpus=(8, "cpu count")).threads == 8
+    policy = choose(environ={CONCURRENCY_ENV: "3"}, cpus=(8, "cpu count"))
+    assert policy.threads == 2 and policy.concurrency == 3 and not policy.spinning  # shared
+    assert choose(environ={CONCURRENCY_ENV: "16"}, cpus=(8, "cpu count")).threads == 1
+
+
+def test_override_never_exceeds_the_cpus() -> None:
+    assert choose(environ={THREADS_ENV: "1"}, cpus=(8, "affinity")).threads == 1
+    policy = choose(environ={THREADS_ENV: "64"}, cpus=(2, "cgroup quota"))
+    assert policy.threads == 2 and policy.source.startswith("--threads")
+    assert choose(3, environ={THREADS_ENV: "1"}, cpus=(8, "cpu count")).threads == 3  # argument first
+    assert choose(environ={"OMP_NUM_THREADS": "1"}, cpus=(8, "cpu count")).source == "OMP_NUM_THREADS"
+    assert choose(environ={"OMP_NUM_THREADS": "1", THREADS_ENV: "2"}, cpus=(8, "cpu count")).threads == 2
+    with pytest.raises(InvalidInput, match="XAUDIT_THREADS"):
+        choose(environ={THREADS_ENV: "zero"}, cpus=(2, "cpu count"))
+
+
+def test_cgroup_quota_limits_the_cpus(tmp_path: Path) -> None:
+    (tmp_path / "cpu.max").write_text("100000 100000\n")  # one CPU
+    assert available_cpus(tmp_path)[0] == 1
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert available_cpus(tmp_path)[0] >= 1
+
+
+def test_sessions_and_torch_follow_the_policy() -> None:
+    code = (
+        "import torch, numpy as np\n"
+        "from tests.models import relu_mlp, to_onnx\n"
+        "from workers.models import load_model\n"
+        "from workers.threads import current\n"
+        "model = load_model(to_onnx(relu_mlp(0), torch.zeros(2, 6)), 'onnx', 'cpu')\n"
+        "assert torch.get_num_threads() == 1, torch.get_num_threads()\n"
+        "assert current().threads == 1 and current().source.startswith('--threads')\n"
+        "opts = model._session.get_session_options()\n"
+        "assert opts.intra_op_num_threads == 1, opts.intra_op_num_threads\n"
+    )
+    env = {**__import__("os").environ, THREADS_ENV: "1"}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)

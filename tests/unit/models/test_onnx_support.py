@@ -1,0 +1,174 @@
+"""ONNX models as exporters write them: external data files, weights in Constant nodes or listed as
+graph inputs, operators onnx2torch lacks, and methods judged one by one when a graph cannot be built."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+
+from clients.cli.options import read_model
+from workers.errors import InvalidModel
+from workers.models import load_model
+from workers.models.onnx_to_torch import onnx_to_torch, unconvertible_nodes
+from workers.onnx_checks import parse_onnx
+from workers.prepare import prepare
+from workers.spec import JobSpec
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
+
+
+def _model(
+    nodes: list, inputs: list, output_shape: list | None, inits: list, opset: int = 17
+) -> onnx.ModelProto:
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        inputs,
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
+        initializer=inits,
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _conv_model(weights_as: str, pool: str = "GlobalMaxPool", opset: int = 11) -> onnx.ModelProto:
+    """Conv -> HardSigmoid -> pool -> Flatten -> MatMul -> Softmax, PaddlePaddle style."""
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    fc = RNG.standard_normal((4, 5)).astype(np.float32)
+    inits, nodes = [], []
+    if weights_as == "constant":
+        nodes.append(oh.make_node("Constant", [], ["conv1_weights"], value=nh.from_array(w, "w")))
+        nodes.append(oh.make_node("Constant", [], ["fc_w"], value=nh.from_array(fc, "fc")))
+    else:
+        inits += [nh.from_array(w, "conv1_weights"), nh.from_array(fc, "fc_w")]
+    inputs = [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])]
+    if weights_as == "graph_input":
+        inputs += [
+            oh.make_tensor_value_info("conv1_weights", TensorProto.FLOAT, [4, 3, 3, 3]),
+            oh.make_tensor_value_info("fc_w", TensorProto.FLOAT, [4, 5]),
+        ]
+    nodes += [
+        oh.make_node("Conv", ["x", "conv1_weights"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+        oh.make_node("HardSigmoid", ["c"], ["h"], name="hs", alpha=0.2, beta=0.5),
+        oh.make_node(pool, ["h"], ["p"], name="pool"),
+        oh.make_node("Flatten", ["p"], ["f"], name="flat"),
+        oh.make_node("MatMul", ["f", "fc_w"], ["z"], name="fc"),
+        oh.make_node("Softmax", ["z"], ["y"], name="softmax", axis=1),
+    ]
+    return _model(nodes, inputs, [-1, 5], inits, opset)
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("weights_as", ["initializer", "constant", "graph_input"])
+def test_weights_that_are_not_plain_initializers_convert(weights_as: str) -> None:
+    model = _conv_model(weights_as)
+    graph = onnx_to_torch(parse_onnx(model.SerializeToString()))
+    np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceL2"])
+def test_opset18_reductions_with_axes_as_input_match_onnxruntime(op: str) -> None:
+    nodes = [
+        oh.make_node("Constant", [], ["axes"], value=nh.from_array(np.array([2, 3], np.int64), "a")),
+        oh.make_node(op, ["x", "axes"], ["r"], keepdims=0),
+        oh.make_node("Relu", ["r"], ["y"]),
+    ]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, [], 18)
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(
+        graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_unconvertible_operator_is_named_with_its_node() -> None:
+    model = _conv_model("initializer", pool="GlobalLpPool")
+    assert unconvertible_nodes(model) == ["'GlobalLpPool' (node 'pool')"]
+    with pytest.raises(
+        InvalidModel, match=r"no torch conversion for operator 'GlobalLpPool' \(node 'pool'\)"
+    ):
+        onnx_to_torch(model)
+
+
+def test_methods_are_judged_alone_when_the_graph_cannot_be_converted() -> None:
+    """Gradient and rule methods are not_applicable naming the operator; perturbation methods still
+    run on onnxruntime and are judged; the audit itself succeeds."""
+    from workers.audit import run_audit
+
+    model = _conv_model("constant", pool="GlobalLpPool").SerializeToString()
+    spec = JobSpec(kind="audit", players="grid:2x2", methods=("gradient_x_input", "occlusion_1", "grad_cam",
+                   "shapley_value", "lrp_epsilon"), device="cpu", target="class:0")  # fmt: skip
+    result = run_audit(prepare(spec, model, None, {"inputs": X[:1]}))
+    verdicts = {m["name"]: m for m in result.report["methods"]}
+    for name in ("gradient_x_input", "grad_cam", "lrp_epsilon"):
+        assert verdicts[name]["verdict"] == "not_applicable"
+        assert "'GlobalLpPool' (node 'pool')" in verdicts[name]["reason"]
+    for name in ("occlusion_1", "shapley_value"):
+        assert verdicts[name]["verdict"] in ("reliable", "unreliable")
+
+
+def _external(tmp_path: Path) -> Path:
+    model = _conv_model("initializer", pool="GlobalAveragePool", opset=17)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="model.onnx.data", size_threshold=0)
+    assert (tmp_path / "model.onnx.data").is_file()
+    return path
+
+
+def test_external_data_is_read_from_the_models_directory(tmp_path: Path) -> None:
+    path = _external(tmp_path)
+    with pytest.raises(InvalidModel, match=r"external data files \(model.onnx.data\).*xaudit CLI or client"):
+        load_model(path.read_bytes(), "onnx", "cpu")
+    data = read_model(path)
+    expected = _ort(onnx.load(path), X)
+    np.testing.assert_allclose(load_model(data, "onnx", "cpu").predict(X), expected, atol=1e-6)
+
+
+def test_external_data_outside_the_directory_or_through_symlinks_is_refused(tmp_path: Path) -> None:
+    path = _external(tmp_path)
+    original = path.read_bytes()
+    moved = tmp_path / "sub"
+    moved.mkdir()
+    (tmp_path / "model.onnx.data").rename(moved / "real.data")
+    os.symlink(moved / "real.data", tmp_path / "model.onnx.data")
+    with pytest.raises(InvalidModel, match="symlink"):
+        read_model(path)
+    (tmp_path / "model.onnx.data").unlink()
+    with pytest.raises(InvalidModel, match=r"missing: keep it next to the \.onnx file"):
+        read_model(path)
+    for location in ("../model.onnx.data", "/etc/passwd", "sub/../../x"):
+        path.write_bytes(_relocated(original, location))
+        with pytest.raises(InvalidModel, match="only files inside the model's own directory"):
+            read_model(path)
+
+
+def _relocated(data: bytes, location: str) -> bytes:
+    model = onnx.load_model_from_string(data)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = location
+    return model.SerializeToString()
+
+
+def test_external_data_size_cap(tmp_path: Path) -> None:
+    from workers.errors import ResourceExhausted
+    from workers.onnx_external import inline_external_data
+
+    path = _external(tmp_path)
+    with pytest.raises(ResourceExhausted, match="external data exceeds"):
+        inline_external_data(path, path.read_bytes(), max_bytes=64)

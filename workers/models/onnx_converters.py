@@ -1,0 +1,82 @@
+"""Converters for ONNX operators that onnx2torch lacks and that exported public models use.
+
+Registered in onnx2torch's public converter registry on import (workers.models.onnx_to_torch
+imports this module). Each one is checked against onnxruntime in tests/unit/models/test_onnx_support.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from workers.light_imports import onnx2torch as _light_onnx2torch
+
+_light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
+from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes  # noqa: E402
+from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter  # noqa: E402
+from onnx2torch.onnx_graph import OnnxGraph  # noqa: E402
+from onnx2torch.onnx_node import OnnxNode  # noqa: E402
+from onnx2torch.utils.common import (  # noqa: E402
+    OnnxMapping,
+    OperationConverterResult,
+    get_const_value,
+    onnx_mapping_from_node,
+)
+
+__all__ = ["ADDED_OPERATORS"]
+
+
+class GlobalMaxPool(nn.Module):
+    """Max over every spatial axis (2..), keeping them as size 1, as ONNX GlobalMaxPool."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.amax(x, dim=tuple(range(2, x.dim())), keepdim=True)
+
+
+def _global_max_pool(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    del graph
+    return OperationConverterResult(torch_module=GlobalMaxPool(), onnx_mapping=onnx_mapping_from_node(node))
+
+
+def _reduce_with_axes_input(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """Opset 18 moved ``axes`` of the reductions from an attribute to a (constant) input."""
+    axes: list[int] | None = None
+    if len(node.input_values) > 1 and node.input_values[1]:
+        try:
+            value: Any = get_const_value(node.input_values[1], graph)
+        except KeyError:
+            raise NotImplementedError(
+                f"{node.operation_type} with axes computed at run time (node '{node.name}')"
+            ) from None
+        axes = [int(a) for a in torch.as_tensor(value).reshape(-1).tolist()]
+    if not axes and node.attributes.get("noop_with_empty_axes", 0):
+        raise NotImplementedError(f"{node.operation_type} with noop_with_empty_axes=1 (node '{node.name}')")
+    module = OnnxReduceStaticAxes(node.operation_type, axes or None, node.attributes.get("keepdims", 1))
+    mapping = OnnxMapping(inputs=(node.input_values[0],), outputs=node.output_values)
+    return OperationConverterResult(torch_module=module, onnx_mapping=mapping)
+
+
+_REDUCTIONS_18 = (
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+    "ReduceMin", "ReduceProd", "ReduceSumSquare",
+)  # fmt: skip
+
+# (operator, since-version) -> converter; what this module adds to onnx2torch.
+_ADDED: dict[tuple[str, int], Any] = {
+    ("GlobalMaxPool", 1): _global_max_pool,
+    **{(op, 18): _reduce_with_axes_input for op in _REDUCTIONS_18},
+    ("ReduceMax", 20): _reduce_with_axes_input,  # 20 adds bool inputs only
+    ("ReduceMin", 20): _reduce_with_axes_input,
+}
+ADDED_OPERATORS = tuple(sorted({op for op, _ in _ADDED}))
+
+
+def _register() -> None:
+    for (op, version), converter in _ADDED.items():
+        if OperationDescription(domain="", operation_type=op, version=version) not in _CONVERTER_REGISTRY:
+            add_converter(operation_type=op, version=version)(converter)
+
+
+_register()

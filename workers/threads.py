@@ -1,0 +1,159 @@
+"""How many intra-op threads torch and onnxruntime use in this process.
+
+Default: the CPUs this process may really use (its affinity mask, capped by a cgroup CPU quota)
+divided among the worker processes sharing them, at least one. More threads than cores only thrash
+(threads spin in barriers waiting for each other), so that is never chosen. ``--threads`` (which
+sets ``XAUDIT_THREADS`` for the processes the CLI starts) overrides the default, then
+``OMP_NUM_THREADS`` where set. When the CPUs are
+shared (several workers, or a quota/affinity smaller than the machine), onnxruntime's idle threads
+sleep instead of spinning.
+
+The policy is applied once per process (:func:`apply`) before the first model is loaded; the report's
+environment section records it (:meth:`ThreadPolicy.as_dict`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from xaudit.contract.errors import InvalidInput
+
+__all__ = [
+    "CONCURRENCY_ENV",
+    "THREADS_ENV",
+    "ThreadPolicy",
+    "apply",
+    "available_cpus",
+    "choose",
+    "current",
+    "ort_session_options",
+]
+
+logger = logging.getLogger(__name__)
+
+THREADS_ENV = "XAUDIT_THREADS"
+# Set by the worker's main process for its pool children: how many of them share the CPUs.
+CONCURRENCY_ENV = "XAUDIT_WORKER_CONCURRENCY"
+_CGROUP = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class ThreadPolicy:
+    threads: int  # intra-op threads for torch and onnxruntime
+    source: str  # "--threads/XAUDIT_THREADS", "OMP_NUM_THREADS" or "cpus"
+    cpus: int  # CPUs this process may use
+    cpus_from: str  # what limited them: "affinity", "cgroup quota" or "cpu count"
+    concurrency: int  # worker processes sharing those CPUs
+    spinning: bool  # onnxruntime's idle threads spin (only when the CPUs are not shared)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _cgroup_quota(root: Path = _CGROUP) -> float | None:
+    """CPUs allowed by a cgroup CPU quota (v2 cpu.max, else v1 cfs), or None when unlimited."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota_us <= 0 else quota_us / period_us
+    except (OSError, ValueError):
+        return None
+
+
+def available_cpus(cgroup_root: Path = _CGROUP) -> tuple[int, str]:
+    """(CPUs this process may use, what limited them)."""
+    count = os.cpu_count() or 1
+    cpus, why = count, "cpu count"
+    if hasattr(os, "sched_getaffinity"):
+        affinity = len(os.sched_getaffinity(0))
+        if affinity < cpus:
+            cpus, why = affinity, "affinity"
+    quota = _cgroup_quota(cgroup_root)
+    if quota is not None and math.ceil(quota) < cpus:
+        cpus, why = max(1, math.ceil(quota)), "cgroup quota"
+    return cpus, why
+
+
+def _positive(text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidInput(f"{what} '{text}' is not a whole number") from None
+    if value < 1:
+        raise InvalidInput(f"{what} must be at least 1 (got {value})")
+    return value
+
+
+def choose(
+    requested: int | None = None,
+    environ: Mapping[str, str] | None = None,
+    cpus: tuple[int, str] | None = None,
+) -> ThreadPolicy:
+    """The policy for this process: ``requested`` (or $XAUDIT_THREADS) capped at the CPUs, otherwise
+    the CPUs divided among $XAUDIT_WORKER_CONCURRENCY worker processes."""
+    env = os.environ if environ is None else environ
+    count, why = cpus or available_cpus()
+    concurrency = _positive(env[CONCURRENCY_ENV], CONCURRENCY_ENV) if env.get(CONCURRENCY_ENV) else 1
+    source = "--threads/XAUDIT_THREADS"
+    if requested is None and env.get(THREADS_ENV, "").strip():
+        requested = _positive(env[THREADS_ENV].strip(), THREADS_ENV)
+    if requested is None and env.get("OMP_NUM_THREADS", "").strip().isdigit():
+        requested, source = max(1, int(env["OMP_NUM_THREADS"])), "OMP_NUM_THREADS"
+    if requested is not None:
+        threads = min(requested, count)
+        if requested > count:
+            logger.warning(
+                "%d threads requested but only %d CPUs are available: using %d", requested, count, count
+            )
+    else:
+        threads, source = max(1, count // concurrency), "cpus"
+    shared = concurrency > 1 or count < (os.cpu_count() or 1) or threads * concurrency > count
+    return ThreadPolicy(threads, source, count, why, concurrency, spinning=threads > 1 and not shared)
+
+
+_applied: ThreadPolicy | None = None
+
+
+def apply(policy: ThreadPolicy | None = None) -> ThreadPolicy:
+    """Set torch's thread counts for this process (once; later calls return the applied policy)."""
+    global _applied
+    if _applied is not None:
+        return _applied
+    chosen = policy or choose()
+    import torch
+
+    torch.set_num_threads(chosen.threads)
+    # One op at a time: the batch is the parallel work. Torch allows setting it only once.
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+    _applied = chosen
+    logger.info("compute threads: %s", chosen)
+    return chosen
+
+
+def current() -> ThreadPolicy:
+    """The applied policy (applying the default one if nothing was applied yet)."""
+    return _applied or apply()
+
+
+def ort_session_options(options: Any) -> Any:
+    """Set an ``onnxruntime.SessionOptions``'s threads from the applied policy."""
+    policy = current()
+    options.intra_op_num_threads = policy.threads
+    options.inter_op_num_threads = 1
+    spin = "1" if policy.spinning else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    return options
