@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from service.config import ServerConfig
-from service.metrics import record_finished, record_submitted
+from service.metrics import ServiceMetrics, record_failed, record_finished, record_submitted
 from service.quotas import Quotas
 from service.store import JobRecord, JobStore, Lease, NewJob
 from service.validation import Submission
@@ -49,8 +49,10 @@ class JobService:
         dispatcher: Notifier,
         signer: ReportSealer | None = None,
         quotas: Quotas | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self.quotas = quotas
+        self.metrics = metrics
         self.config = config
         self.store = store
         self.dispatcher = dispatcher
@@ -73,7 +75,7 @@ class JobService:
             tensors=submission.tensors,
         )
         job, created = self.store.create_job(new)
-        record_submitted(job, created)
+        record_submitted(self.metrics, job, created)
         if created:
             logger.info("job %s recorded (%s, queue %s)", job.id, job.kind, job.queue)
             # Recorded first; a broker that is down only delays the job (the dispatcher retries).
@@ -102,8 +104,15 @@ class JobService:
             raise PermissionDenied(f"job {job_id}: this worker does not hold the job's lease")
         sealed = self._seal(job, report) if report else None
         accepted = self.store.complete(job_id, lease, sealed, tensors, not_applicable, compute_seconds)
-        record_finished(job, "succeeded", accepted)
+        record_finished(self.metrics, job, "succeeded", accepted)
         logger.info("job %s: %s", job_id, "succeeded" if accepted else "already finished, result dropped")
+        return accepted
+
+    def fail(self, job_id: str, lease: Lease, code: str, message: str) -> bool:
+        """A worker's failure (or its cancellation), from the lease holder only."""
+        accepted = self.store.fail(job_id, lease, code, message)
+        if accepted and self.metrics is not None:
+            record_failed(self.metrics, self.store.job_by_id(job_id), code, accepted)
         return accepted
 
     def _seal(self, job: JobRecord, report: bytes) -> tuple[bytes, str]:

@@ -12,7 +12,7 @@ from service.auth import tenant_of as authenticated_tenant
 from service.blobs import BlobStore
 from service.convert import decode_page_token, encode_page_token, job_to_proto, state_to_proto
 from service.jobs import JobService
-from service.metrics import counted_chunks, record_failed, record_started
+from service.metrics import counted_chunks, record_started
 from service.store import Lease
 from service.uploads import receive_model
 from service.validation import check_input_names, format_to_proto, submission_from_request
@@ -46,7 +46,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
         self, request_iterator: Iterator[audit_pb2.ModelChunk], context: Any
     ) -> audit_pb2.ModelRef:
         model = receive_model(
-            counted_chunks(request_iterator),
+            counted_chunks(self._jobs.metrics, request_iterator),
             self._blobs,
             self._store,
             tenant_of(context),
@@ -132,7 +132,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
 
     def FetchJob(self, request: worker_pb2.FetchJobRequest, context: Any) -> worker_pb2.JobPayload:
         job, secret = self._store.claim(request.job_id, request.worker_id, self._config.lease_seconds)
-        record_started(job, bool(secret))
+        record_started(self._jobs.metrics, job, bool(secret))
         reply = worker_pb2.JobPayload(job_id=job.id, claimed=bool(secret), state=state_to_proto(job.state))
         if not secret:
             return reply
@@ -177,6 +177,5 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         return worker_pb2.CompleteJobResponse(accepted=accepted)
 
     def FailJob(self, request: worker_pb2.FailJobRequest, context: Any) -> worker_pb2.FailJobResponse:
-        accepted = self._store.fail(request.job_id, _lease(request), request.code, request.message)
-        record_failed(self._store, request.job_id, request.code, accepted)
+        accepted = self._jobs.fail(request.job_id, _lease(request), request.code, request.message)
         return worker_pb2.FailJobResponse(accepted=accepted)

@@ -20,8 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("audit", help="audit attribution methods locally and write the report JSON")
     add_job_options(parser, audit=True)
     add_threads_option(parser)
+    parser.add_argument("--out", type=Path, help="where to write the report (xaudit.report/v1 JSON)")
     parser.add_argument(
-        "--out", required=True, type=Path, help="where to write the report (xaudit.report/v1 JSON)"
+        "--plan",
+        action="store_true",
+        help="print what the audit would cost (sub-inputs, forward and backward passes per method, estimated "
+        "time on this device) and exit without auditing",
     )
     parser.add_argument(
         "--attributions-out",
@@ -40,9 +44,18 @@ def run(args: argparse.Namespace) -> int:
     from clients._report import verdict_table
     from workers.audit import run_audit
     from workers.prepare import prepare
+    from xaudit.contract.errors import InvalidInput
 
     spec, tensors = job_from_args(args, "audit")
+    if args.out is None and not args.plan:
+        raise InvalidInput("--out is required (or --plan to print the cost only)")
     prep = prepare(spec, read_model(args.model), None, tensors)
+    if args.plan:
+        from clients.cli.plan import plan_text
+        from workers.audit.plan import audit_plan
+
+        print(plan_text(audit_plan(prep, measure=True).section()))
+        return 0
     with progress_bar("audit") as update:
         result = run_audit(prep, update)
     args.out.write_bytes(result.report_bytes)

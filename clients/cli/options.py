@@ -47,7 +47,9 @@ def apply_threads_option(args: argparse.Namespace) -> None:
 
 
 def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
-    parser.add_argument("--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file")
+    parser.add_argument(
+        "--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file"
+    )
     parser.add_argument(
         "--input",
         required=True,
@@ -56,7 +58,10 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="inputs .npy, batch axis first; for a model with several inputs, NAME=FILE.npy once per input",
     )
     parser.add_argument(
-        "--explain", default="", metavar="NAME", help="the named input whose units are the players (the others are held)"
+        "--explain",
+        default="",
+        metavar="NAME",
+        help="the named input whose units are the players (the others are held)",
     )
     parser.add_argument(
         "--vocab",
@@ -82,8 +87,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="zeros (default), mean, blur[:SIGMA], constant:V, token:ID (token inputs) or FILE.npy",
     )
     parser.add_argument(
-        "--background", type=Path, help="background set .npy (samples first) for expected_gradients, deepshap, "
-        "prediction_difference"
+        "--background",
+        type=Path,
+        help="background set .npy (samples first) for expected_gradients, deepshap, prediction_difference",
     )
     parser.add_argument(
         "--target",
@@ -91,7 +97,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="predicted (logit of the predicted class, or a scalar output as is), class:K, prob[:K], logodds[:K], "
         "output:NAME[INDEX]",
     )
-    parser.add_argument("--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list")
+    parser.add_argument(
+        "--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list"
+    )
     parser.add_argument(
         "--param",
         action="append",
@@ -99,10 +107,21 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         metavar="METHOD.KEY=VALUE",
         help="a method parameter, e.g. integrated_gradients.steps=32 (repeatable)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)"
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if audit:
-        parser.add_argument("--audit-order", type=int, default=3, help="largest set size judged set by set (default 3)")
+        parser.add_argument(
+            "--audit-order", type=int, default=3, help="largest set size judged set by set (default 3)"
+        )
+        parser.add_argument(
+            "--budget",
+            default="",
+            metavar="EVALUATIONS|SECONDSs",
+            help="cap on the audit's work above 10 players: model evaluations (e.g. 2e6) or seconds on this "
+            "device (e.g. 600s); sets are sampled to fit (default: up to 2048 sets per order)",
+        )
         parser.add_argument(
             "--tolerance",
             action="append",
@@ -118,7 +137,9 @@ def read_npy(path: Path, what: str) -> np.ndarray:
     except FileNotFoundError:
         raise InvalidInput(f"{what} file not found: {path}") from None
     except Exception as exc:
-        raise InvalidInput(f"{what} file {path} is not a readable .npy array ({type(exc).__name__})") from None
+        raise InvalidInput(
+            f"{what} file {path} is not a readable .npy array ({type(exc).__name__})"
+        ) from None
 
 
 def read_file(path: Path, what: str) -> bytes:
@@ -199,6 +220,21 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def parse_budget(text: str) -> tuple[int, float]:
+    """``--budget``: model evaluations (``2e6``) or seconds (``600s``, ``10m``) -> (evaluations, seconds)."""
+    text = text.strip().lower()
+    if not text:
+        return 0, 0.0
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1])
+    try:
+        number = float(text[:-1] if scale else text)
+    except ValueError:
+        number = -1.0
+    if not number > 0 or number != number or number == float("inf"):
+        raise InvalidInput(f"--budget '{text}': expected model evaluations (e.g. 2e6) or seconds (e.g. 600s)")
+    return (0, number * scale) if scale else (int(number), 0.0)
+
+
 def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
     from xaudit.contract.spec import resolve_method_names
@@ -214,7 +250,9 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         except FileNotFoundError:
             raise InvalidInput(f"group file not found: {path}") from None
         except (ValueError, KeyError, TypeError):
-            raise InvalidInput(f'group file {path} must be JSON {{"groups": [...], "names": [...]}}') from None
+            raise InvalidInput(
+                f'group file {path} must be JSON {{"groups": [...], "names": [...]}}'
+            ) from None
         group_names = tuple(str(n) for n in raw.get("names", []))
     elif players.startswith("mask:"):
         tensors["player_mask"] = read_npy(Path(players.split(":", 1)[1]), "player mask")
@@ -245,11 +283,14 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     for item in getattr(args, "tolerance", []):
         name, sep, value = item.partition("=")
         if not sep or name not in CRITERIA:
-            raise InvalidInput(f"--tolerance '{item}': expected CRITERION=VALUE with one of {', '.join(CRITERIA)}")
+            raise InvalidInput(
+                f"--tolerance '{item}': expected CRITERION=VALUE with one of {', '.join(CRITERIA)}"
+            )
         try:
             tolerances[name] = float(value)
         except ValueError:
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
+    evaluations, seconds = parse_budget(getattr(args, "budget", ""))
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=players,
@@ -258,6 +299,8 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         methods=methods,
         method_params=params,
         audit_order=getattr(args, "audit_order", 3),
+        budget_evaluations=evaluations,
+        budget_seconds=seconds,
         tolerances=tolerances,
         seed=args.seed,
         device=args.device,

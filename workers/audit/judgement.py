@@ -13,8 +13,8 @@ from workers.audit.document import CriterionResult, CriterionStatus
 from workers.audit.scores import AllocationScores
 from workers.audit.unaudited import Unaudited
 from workers.audit.verdict import Judged, MethodLevers, judge
-from xaudit.contract.criteria import REGISTRY
 from workers.methods import derived_seed
+from xaudit.contract.criteria import REGISTRY
 
 __all__ = ["Judgement", "completeness_check", "judge_method"]
 

@@ -18,13 +18,13 @@ from workers.audit.document import GameSection, MethodEntry, Report
 from workers.audit.evidence import worst_sets
 from workers.audit.judgement import completeness_check, judge_method
 from workers.audit.noise import DEFAULT_Z, estimate_floor
+from workers.audit.plan import Plan, audit_plan
 from workers.audit.report import canonical_bytes, environment, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
-from workers.audit.sets import AuditedSets, choose_sets, design
+from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, design
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
 from workers.audit.unaudited import MAX_UNAUDITED_SHARE, unaudited_mass
 from workers.audit.verdict import VERDICTS, MethodLevers
-from workers.errors import NotApplicable
 from workers.explain import explain, job_params
 from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
@@ -48,9 +48,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Up to this many players every sub-input is attributed (2^n per sample): exact remainder-free
-# coverage and the all-order view. Above it, only sub-inputs with |T| <= audit order.
-ALL_ORDER_MAX_PLAYERS = 10
 # Most of the effect mass may sit under a method's noise floor; then nothing about its allocation is
 # shown and it cannot be judged reliable (raise its steps or samples to lower the floor).
 MAX_HIDDEN_SHARE = 0.5
@@ -302,6 +299,7 @@ def _game_section(
     order: int,
     checks: tuple[GameCheck, ...],
     sets: AuditedSets | None = None,
+    plan: Plan | None = None,
 ) -> GameSection:
     players = prep.players
     sizes = popcounts(game.subsets)
@@ -338,6 +336,7 @@ def _game_section(
             )
         ],
         audited_sets=None if sets is None else sets.section(),
+        plan=None if plan is None else plan.section(),
         top_interactions=[
             {
                 "set": [players.names[i] for i in mem],
@@ -360,8 +359,10 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     order = max(1, min(spec.audit_order, players.n))
     enumerated = players.n if players.n <= ALL_ORDER_MAX_PLAYERS else order
     # Above the all-order limit: the sets of each order up to the audit order, all of them when few,
-    # a seeded sample otherwise, and only their sub-inputs (workers.audit.sets).
-    sets = None if players.n <= ALL_ORDER_MAX_PLAYERS else choose_sets(players.n, order, spec.seed)
+    # a seeded sample (sized to the job's budget) otherwise, and only their sub-inputs
+    # (workers.audit.sets, workers.audit.plan).
+    plan = audit_plan(prep)
+    sets = plan.sets
     family = None if sets is None else sets.subsets
 
     def play_against(baselines: np.ndarray) -> GameResult:
@@ -473,7 +474,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             "max_unaudited_share": MAX_UNAUDITED_SHARE,
         },
         environment=environment(str(prep.model.device), prep.model.execution_providers),
-        game=_game_section(prep, game, order, checks, sets),
+        game=_game_section(prep, game, order, checks, sets, plan),
         methods=entries,
         summary={verdict: [e.name for e in entries if e.verdict == verdict] for verdict in VERDICTS},
         seconds=time.perf_counter() - started,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from workers.interactions import FamilyIndex, family_index, moebius, popcounts
-from xaudit.contract.criteria import criterion as registered
 from workers.players import subset_bits
+from xaudit.contract.criteria import criterion as registered
 
 __all__ = ["AllocationScores", "SetDesign", "moebius_shares", "score_allocation"]
 

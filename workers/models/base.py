@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # the catalogue and argument checks load no torch
+    import torch
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo"]
 

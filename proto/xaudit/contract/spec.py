@@ -53,6 +53,10 @@ class JobSpec:
     methods: tuple[str, ...] = FOURTEEN_METHODS
     method_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     audit_order: int = 3
+    # Caps on the audit's work above the exhaustive limit (0: none; workers.audit.plan): model rows
+    # (forward or forward+backward passes) and seconds on the worker's device.
+    budget_evaluations: int = 0
+    budget_seconds: float = 0.0
     tolerances: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     # Level of the criteria's confidence intervals (docs/science.md, section 6).
     confidence: float = 0.95
