@@ -24,7 +24,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from workers.audit.verdict import VERDICTS
+from xaudit.contract.names import VERDICTS
 
 if TYPE_CHECKING:
     import torch

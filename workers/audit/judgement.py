@@ -73,7 +73,7 @@ def judge_method(
             seed_sd.get(c.name, 0.0),
             set_sampling_se.get(c.name, 0.0),
         )
-        per_sample = c.per_sample(scores)
+        per_sample = scores.per_sample(c.name)
         intervals[c.name] = iv
         results[c.name] = CriterionResult(
             score=iv.score,

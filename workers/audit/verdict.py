@@ -16,11 +16,13 @@ from typing import Literal
 from workers.audit.confidence import Interval
 from workers.audit.unaudited import Unaudited
 from xaudit.contract.criteria import CRITERIA
+from xaudit.contract.names import VERDICTS as CONTRACT_VERDICTS
 
 __all__ = ["VERDICTS", "Judged", "MethodLevers", "VerdictName", "judge"]
 
 VerdictName = Literal["reliable", "unreliable", "inconclusive", "not_applicable"]
 VERDICTS: tuple[VerdictName, ...] = ("reliable", "unreliable", "inconclusive", "not_applicable")
+assert VERDICTS == CONTRACT_VERDICTS  # the contract names them for every role
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,18 @@ Parts = tuple[tuple[Any, Any], ...]
 class Masses(Protocol):
     """The per-sample masses an allocation's scores are made of (workers.audit.scores)."""
 
-    dropped: Any  # audited effect mass not handed out
-    excess: Any  # mass handed out more than once
-    out_of_set: Any  # mass given outside the set, plus attribution at the reference
-    mass: Any  # audited effect mass
-    absent: Any  # attribution given to absent units on sub-inputs
-    attribution_mass: Any  # all attribution on sub-inputs
+    @property
+    def dropped(self) -> Any: ...  # audited effect mass not handed out
+    @property
+    def excess(self) -> Any: ...  # mass handed out more than once
+    @property
+    def out_of_set(self) -> Any: ...  # mass given outside the set, plus attribution at the reference
+    @property
+    def mass(self) -> Any: ...  # audited effect mass
+    @property
+    def absent(self) -> Any: ...  # attribution given to absent units on sub-inputs
+    @property
+    def attribution_mass(self) -> Any: ...  # all attribution on sub-inputs
 
 
 @dataclass(frozen=True)
