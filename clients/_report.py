@@ -79,4 +79,11 @@ def verdict_table(report: Mapping[str, Any]) -> str:
     unaudited = _unaudited_line(report)
     if unaudited:
         lines.append(unaudited)
+    for method in report["methods"]:
+        refs = method.get("references")
+        if isinstance(refs, dict) and refs.get("sampled"):
+            lines.append(
+                f"{method.get('name')}: map and audit averaged over {refs.get('used')} of "
+                f"{refs.get('given')} background samples (a seeded subset)"
+            )
     return "\n".join(lines)

@@ -101,6 +101,11 @@ def test_unaudited_mass_is_the_audits_not_the_methods() -> None:
     assert unaudited["share"] == pytest.approx(e3.sum() / (e1 + e2 + e3).sum(), rel=1e-5)
     ig = report["methods"][0]
     assert ig["criteria"]["coverage"]["score"] < 1e-4
+    from clients._report import verdict_table
+
+    table = verdict_table(report)  # the CLI shows it on its own line, with the intervals' level
+    assert f"unaudited (the audit's, not the methods'): {unaudited['share']:.1%}" in table
+    assert "intervals: 95% confidence over 2 samples" in table
 
 
 def test_order_limited_games_report_the_net_remainder(monkeypatch: pytest.MonkeyPatch) -> None:
