@@ -13,9 +13,16 @@ from typing import Protocol
 import numpy as np
 
 from service.config import ServerConfig
-from service.metrics import ServiceMetrics, record_failed, record_finished, record_submitted
+from service.metrics import (
+    ServiceMetrics,
+    record_failed,
+    record_finished,
+    record_started,
+    record_submitted,
+)
 from service.quotas import Quotas
 from service.store import JobRecord, JobStore, Lease, NewJob
+from service.tokens import Identity
 from service.validation import Submission
 from xaudit.contract.errors import PermissionDenied
 from xaudit.contract.names import queue_for
@@ -83,6 +90,23 @@ class JobService:
         else:
             logger.info("job %s: same request again (idempotency key), returning the existing job", job.id)
         return job
+
+    def claim(self, job_id: str, worker_id: str, worker: Identity | None) -> tuple[JobRecord, str]:
+        """FetchJob: the job and its lease secret ("" when not claimed), for a worker credential
+        allowed to take it (its queues and tenants, when the token is limited)."""
+        if worker is not None and (worker.queues is not None or worker.job_tenants is not None):
+            job = self.store.job_by_id(job_id)
+            if not worker.may_run(job.queue, job.tenant):
+                raise PermissionDenied(f"this worker token may not take job {job_id} (queue {job.queue})")
+        job, secret = self.store.claim(job_id, worker_id, self.config.lease_seconds)
+        record_started(self.metrics, job, bool(secret))
+        return job, secret
+
+    def check_blob(self, sha256: str, worker: Identity | None) -> None:
+        """FetchBlob: a worker token limited to some tenants reads only those tenants' models."""
+        limited = worker is not None and worker.job_tenants is not None
+        if limited and not self.store.model_tenants(sha256) & worker.job_tenants:  # type: ignore[union-attr,operator]
+            raise PermissionDenied("this worker token may not read that model")
 
     def complete(
         self,

@@ -126,6 +126,11 @@ class JobStore:
         with self.engine.begin() as conn:
             conn.execute(models.delete().where(models.c.tenant == tenant, models.c.sha256 == sha256))
 
+    def model_tenants(self, sha256: str) -> set[str]:
+        """The tenants that uploaded this model."""
+        with self.engine.connect() as conn:
+            return {r[0] for r in conn.execute(sa.select(models.c.tenant).where(models.c.sha256 == sha256))}
+
     def model_digests(self) -> set[str]:
         """Every stored model's digest, all tenants: the blobs that must be kept."""
         with self.engine.connect() as conn:

@@ -25,6 +25,7 @@ __all__ = [
     "check_model",
     "format_from_proto",
     "format_to_proto",
+    "page_size",
     "submission_from_request",
 ]
 
@@ -106,6 +107,13 @@ def _baseline(text: str) -> str:
     except ValueError:
         raise InvalidInput(f"baseline '{shown(text)}': '{shown(arg, 24)}' is not a number") from None
     return text
+
+
+def page_size(requested: int, default: int, largest: int) -> int:
+    """ListJobs' page size: 0 means the default; larger than ``largest`` is clipped; negative is an error."""
+    if requested < 0:
+        raise InvalidInput(f"page_size {requested}: must be >= 0 (0: the default, {default})")
+    return min(requested or default, largest)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ __all__ = ["EXIT_ERROR", "main"]
 COMMANDS: tuple[str, ...] = (
     "explain",
     "audit",
+    "inspect",
     "methods",
     "verify",
     "keys",

@@ -1,7 +1,8 @@
 """The criterion audit: does each method hand out the model's effects correctly?
 
-The runner (and with it torch) loads on first use, so that the report's schema and typed objects
-can be read without the compute stack.
+``run_audit`` is the data-set audit (workers.audit.dataset: in one go up to a batch of samples,
+streamed in batches above). It loads on first use, with torch, so that the report's schema and
+typed objects can be read without the compute stack.
 """
 
 from __future__ import annotations
@@ -9,14 +10,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workers.audit.runner import AuditResult, run_audit
+    from workers.audit.dataset import audit as run_audit
+    from workers.audit.runner import AuditResult
 
 __all__ = ["AuditResult", "run_audit"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from workers.audit import runner
+    if name == "run_audit":
+        from workers.audit.dataset import audit
 
-        return getattr(runner, name)
+        return audit
+    if name == "AuditResult":
+        from workers.audit.runner import AuditResult
+
+        return AuditResult
     raise AttributeError(name)

@@ -19,6 +19,7 @@ from workers.audit.evidence import worst_sets
 from workers.audit.judgement import completeness_check, judge_method
 from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.plan import Plan, audit_plan
+from workers.audit.pooling import compact
 from workers.audit.report import canonical_bytes, environment, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, design
@@ -70,6 +71,9 @@ class AuditResult:
     attributions: dict[str, np.ndarray] = field(default_factory=dict)
     not_applicable: dict[str, str] = field(default_factory=dict)
     document: Report | None = None  # the typed report that ``report`` is the JSON of
+    # Per method, its scores summed over sets (per-sample parts kept): what a data-set audit pools
+    # over batches of samples (workers.audit.dataset).
+    scores: dict[str, AllocationScores] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,7 @@ def _audit_method(
     failed_checks: list[str],
     tick: Callable[[], None],
     sets: AuditedSets | None = None,
+    kept: dict[str, AllocationScores] | None = None,
 ) -> dict[str, Any]:
     """The measured fields of one method's :class:`MethodEntry`, its verdict among them."""
     measured = _measure(method, prep, game, background_games, tick)
@@ -240,6 +245,8 @@ def _audit_method(
         ), shares  # fmt: skip
 
     scores, shares = score(measured.main.per_player, order)
+    if kept is not None:
+        kept[method.name] = compact(scores)
     seed_sd: dict[str, float] = {}
     if measured.repeats is not None:
         per_repeat = [score(r, order)[0] for r in measured.repeats]
@@ -351,8 +358,11 @@ def _game_section(
     )
 
 
-def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
-    """Audit every method in ``prep.spec.methods``; deterministic under ``prep.spec.seed``."""
+def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | None = None) -> AuditResult:
+    """Audit every method in ``prep.spec.methods``; deterministic under ``prep.spec.seed``.
+
+    ``plan``: the sets to audit, when a caller fixed them for several batches of one data set
+    (workers.audit.dataset); by default planned here from the job's spec and budget."""
     report_progress = progress or (lambda fraction, message: None)
     started = time.perf_counter()
     spec, players = prep.spec, prep.players
@@ -361,7 +371,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     # Above the all-order limit: the sets of each order up to the audit order, all of them when few,
     # a seeded sample (sized to the job's budget) otherwise, and only their sub-inputs
     # (workers.audit.sets, workers.audit.plan).
-    plan = audit_plan(prep)
+    plan = plan or audit_plan(prep)
     sets = plan.sets
     family = None if sets is None else sets.subsets
 
@@ -398,6 +408,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
         if not c.passed
     ]
     entries: list[MethodEntry] = []
+    kept: dict[str, AllocationScores] = {}
     for k, method in enumerate(methods):
         fraction, message = 0.15 + 0.85 * k / len(methods), f"auditing {method.name}"
         report_progress(fraction, message)
@@ -410,7 +421,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
                 tick = functools.partial(report_progress, fraction, message)
                 with judged_alone(method.name):
                     fields = _audit_method(
-                        method, prep, game, background_games, order, failed_checks, tick, sets
+                        method, prep, game, background_games, order, failed_checks, tick, sets, kept
                     )
             except NotApplicable as exc:
                 fields = {"verdict": "not_applicable", "reason": exc.reason}
@@ -481,4 +492,6 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     )
     report_progress(1.0, "audit done")
     report = document.to_json()
-    return AuditResult(report, canonical_bytes(report), maps.attributions, maps.not_applicable, document)
+    return AuditResult(
+        report, canonical_bytes(report), maps.attributions, maps.not_applicable, document, kept
+    )
