@@ -105,8 +105,12 @@ def _shapley_row(n: int, repeats: int, with_captum: bool) -> str:
         from captum.attr import ShapleyValues
 
         t0 = time.perf_counter()
-        sv = ShapleyValues(module).attribute(
-            torch.from_numpy(x), baselines=torch.from_numpy(base), target=0, perturbations_per_eval=256
+        # float64: its sum over n! permutations would otherwise accumulate float32 rounding.
+        sv = ShapleyValues(module.double()).attribute(
+            torch.from_numpy(x).double(),
+            baselines=torch.from_numpy(base).double(),
+            target=0,
+            perturbations_per_eval=256,
         )
         t_captum = time.perf_counter() - t0
         diff = max(diff, float(np.abs(ours() - sv.detach().numpy()[0]).max()))
@@ -122,7 +126,7 @@ def section_shapley(repeats: int) -> None:
         "batched game over all 2^n subsets + Moebius transform. shap: `explainers.Exact` (same ONNX model)."
     )
     print(
-        "Captum: `ShapleyValues` (all n! permutations, torch model, 256 perturbations per call), at n = 8 only."
+        "Captum: `ShapleyValues` (all n! permutations, the torch model in float64, 256 perturbations per call), at n = 8 only."
     )
     print()
     print("| players n | xaudit | shap Exact | shap / xaudit | Captum (Captum / xaudit) | max abs diff |")
@@ -161,7 +165,7 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     name = session.get_inputs()[0].name
     subsets = subsets_up_to(players.n, players.n)
     masked = np.concatenate([masked_inputs(x[s], base[s], players, subsets) for s in range(samples)])
-    step = model.batch_size
+    step = model.rows_per_call(int(np.prod(x.shape[1:])))
 
     def raw() -> None:
         for start in range(0, len(masked), step):
@@ -181,7 +185,7 @@ def section_game(repeats: int, device: str = "cpu") -> None:
     print()
     print("Digits CNN (1x8x8), zero reference, every subset; raw: the same masked rows, prepared beforehand,")
     print(
-        "through an `InferenceSession` with the same session options and batch size. Game: mask + infer + Moebius."
+        "through an `InferenceSession` with the same session options and rows per call. Game: mask + infer + Moebius."
     )
     print()
     print("| players | samples | rows | raw ORT rows/s | game rows/s | game / raw | provider |")

@@ -118,7 +118,7 @@ def play(
     evaluated = np.concatenate([subsets, grand]) if needs_full else subsets
     values = np.empty((len(inputs), len(evaluated)))
     done, total = 0, len(inputs) * len(evaluated)
-    rows = max(1, model.batch_size)
+    rows = model.rows_per_call(int(np.prod(inputs.shape[1:])))
     bits = subset_bits(evaluated, n)  # once: (m, n) bool
     for s, (x, b) in enumerate(zip(inputs, baselines, strict=True)):
         cls = np.full(rows, classes[s])

@@ -12,7 +12,31 @@ import numpy as np
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 
-__all__ = ["add_job_options", "add_threads_option", "apply_threads_option", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
+__all__ = [
+    "add_job_options",
+    "add_threads_option",
+    "apply_threads_option",
+    "check_methods",
+    "check_writable",
+    "job_from_args",
+    "positive_int",
+    "read_file",
+    "read_inputs",
+    "read_model",
+    "read_npy",
+]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1 (refused, never clamped)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
 
 
 def _thread_count(text: str) -> int:
@@ -113,7 +137,7 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if audit:
         parser.add_argument(
-            "--audit-order", type=int, default=3, help="largest set size judged set by set (default 3)"
+            "--audit-order", type=positive_int, default=3, help="largest set size judged set by set (default 3, at least 1)"
         )
         parser.add_argument(
             "--budget",
@@ -159,14 +183,70 @@ def read_file(path: Path, what: str) -> bytes:
         raise InvalidInput(f"{what} file {path} cannot be read ({exc.strerror})") from None
 
 
-def read_model(path: Path) -> bytes:
-    """The model's bytes; an ONNX model's external data files are read in from its directory."""
+# What a model file starts with: ONNX is a protobuf (first byte a field tag, 0x08 ir_version),
+# TorchScript a zip archive ("PK").
+_TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript")
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() or c in "\r\n\t" for c in text)
+
+
+def read_model(path: Path, *, sniff: bool = True) -> bytes:
+    """The model's bytes; an ONNX model's external data files are read in from its directory.
+
+    First a look at what they are (``sniff``): a text file or a .pt that is no TorchScript archive is
+    named as such here, rather than reported later as a bad ONNX model. The gate and verify, which
+    only compare the bytes with a signed report's subject, do not sniff."""
     data = read_file(path, "model")
+    if sniff:
+        _sniff_model(path, data)
     if data[:2] == b"PK":  # TorchScript
         return data
     from workers.onnx_external import inline_external_data
 
     return inline_external_data(path, data)
+
+
+def _sniff_model(path: Path, data: bytes) -> None:
+    if not data:
+        raise InvalidInput(f"model file {path} is empty")
+    head = data[:512]
+    if path.suffix.lower() in _TORCHSCRIPT_SUFFIXES and not data.startswith(b"PK"):
+        kind = "a text file" if _looks_like_text(head) else "not a zip archive"
+        raise InvalidInput(
+            f"model file {path} is {kind}, not a TorchScript model (torch.jit.save writes a zip archive)"
+        )
+    if path.suffix.lower() == ".onnx" and _looks_like_text(head):
+        raise InvalidInput(f"model file {path} is a text file, not an ONNX or TorchScript model")
+
+
+def check_writable(path: Path | None) -> None:
+    """Fail now, not after the audit, when an output cannot be written (a missing directory)."""
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise InvalidInput(f"cannot write {path}: directory {parent} does not exist")
+
+
+def check_methods(text: str) -> None:
+    """Unknown method names, with the nearest known one ("did you mean")."""
+    import difflib
+
+    from xaudit.contract.names import ALL_METHODS
+
+    for name in (n.strip() for n in text.split(",")):
+        if name and name not in ALL_METHODS and name not in ("all", "all+extras"):
+            close = difflib.get_close_matches(name, ALL_METHODS, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(ALL_METHODS)}"
+            from xaudit.contract.errors import UnknownMethod
+
+            raise UnknownMethod(f"unknown method '{name}'{hint} (xaudit methods lists them)")
 
 
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
@@ -246,6 +326,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
     from xaudit.contract.spec import resolve_method_names
 
+    check_methods(args.methods)
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players
     group_names: tuple[str, ...] = ()

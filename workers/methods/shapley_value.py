@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
-from workers.models.base import ModelAdapter
 from workers.players import Players
 from workers.shapley_estimate import estimate_shapley
 from workers.subgames import SubInputGame, restricted_shapley
 from workers.targets import Target
 from xaudit.contract.errors import InvalidInput
+
+if TYPE_CHECKING:  # importing it loads torch, which `xaudit methods` must not
+    from workers.models.base import ModelAdapter
 
 __all__ = ["ShapleyValue"]
 
