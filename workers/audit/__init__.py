@@ -1,8 +1,6 @@
 """The criterion audit: does each method hand out the model's effects correctly?
 
-``run_audit`` is the data-set audit (workers.audit.dataset: in one go up to a batch of samples,
-streamed in batches above). It loads on first use, with torch, so that the report's schema and
-typed objects can be read without the compute stack.
+Imported lazily: the service plans audits (workers.audit.plan) without loading the engine.
 """
 
 from __future__ import annotations
