@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+
+if TYPE_CHECKING:  # numpy is loaded when a file is read, not for --help
+    import numpy as np
 
 __all__ = [
     "add_job_options",
@@ -157,6 +158,8 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
 
 def read_npy(path: Path, what: str) -> np.ndarray:
     try:
+        import numpy as np
+
         return np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise InvalidInput(f"{what} file not found: {path}") from None
@@ -327,6 +330,8 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         path = Path(players.split(":", 1)[1])
         try:
             raw = json.loads(path.read_text())
+            import numpy as np
+
             tensors["player_groups"] = np.asarray(raw["groups"], dtype=np.int64)
         except FileNotFoundError:
             raise InvalidInput(f"group file not found: {path}") from None
