@@ -123,6 +123,8 @@ class Submission:
     idempotency_key: str  # empty: derive from the content
 
 
+MAX_BUDGET_EVALUATIONS = 10**15  # model rows; far above any audit a worker finishes
+MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
 MAX_PARAM_TEXT = 256  # one method parameter's JSON text
 MAX_PARAM_DEPTH = 2  # a list of numbers at most: parameters are scalars or short lists
 MAX_INT_DIGITS = 18  # fits an int64 column and every loop bound
@@ -277,6 +279,10 @@ def submission_from_request(
     order = request.audit_order or 3
     if not 1 <= order <= MAX_AUDIT_ORDER:
         raise InvalidInput(f"audit_order {order}: must be between 1 and {MAX_AUDIT_ORDER}")
+    if not 0 <= request.budget_evaluations <= MAX_BUDGET_EVALUATIONS:
+        raise InvalidInput(f"budget_evaluations must be between 0 and {MAX_BUDGET_EVALUATIONS}")
+    if not (math.isfinite(request.budget_seconds) and 0 <= request.budget_seconds <= MAX_BUDGET_SECONDS):
+        raise InvalidInput(f"budget_seconds must be between 0 and {MAX_BUDGET_SECONDS:g}")
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=request.players.strip() or "auto",
@@ -285,6 +291,8 @@ def submission_from_request(
         methods=methods,
         method_params=params,
         audit_order=order,
+        budget_evaluations=int(request.budget_evaluations),
+        budget_seconds=float(request.budget_seconds),
         tolerances=_tolerances(request),
         seed=int(request.seed),
         device=_device(request.device),
