@@ -1,4 +1,4 @@
-"""Sign finished reports: an in-toto Statement v1 in a DSSE envelope, Ed25519 (DESIGN.md flow step 4).
+"""Sign finished reports: an in-toto Statement v1 in a DSSE envelope, Ed25519 (docs/signing.md).
 
 The envelope format, key id definition and predicate type are specified in :mod:`clients.verify`,
 which is also what checks them. The service stores the bytes :meth:`ReportSigner.sign` returns and
