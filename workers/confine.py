@@ -241,6 +241,8 @@ def confine(*, use_landlock: bool = True, use_other_user: bool = True) -> Confin
 
     Call it once, single-threaded if possible (the uid change and no_new_privs cover every thread on
     Linux through glibc's setxid broadcast; Landlock covers threads created afterwards)."""
+    if not sys.platform.startswith("linux"):
+        return Confinement(0, os.getuid(), False)  # nothing applied: TorchScript is then refused
     libc = _libc()
     code = code_directories()
     netns = False
