@@ -560,6 +560,9 @@ def _child_main() -> None:
     from workers.jobs import run_job
 
     if not select.select([sys.stdin], [], [], 0)[0]:
+        # captum brings matplotlib, whose font list is read from the user's cache: once confined,
+        # the child could neither read nor save it and would rebuild it for every job.
+        import captum.attr  # noqa: F401
         import torch.onnx  # noqa: F401
 
         import workers.audit
