@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 
+from clients._defaults import DEFAULT_SERVER
 from clients._errors import translate_rpc_error
 from clients._requests import guess_format, model_chunks, read_head, spec_with_options, submit_request
 from clients._types import (
@@ -52,7 +53,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SERVER = "127.0.0.1:50051"
 _MAX_RECEIVE_BYTES = 256 * 1024 * 1024  # reports and attribution maps; the server caps what it sends
 _T = TypeVar("_T")
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+
+if TYPE_CHECKING:  # numpy is loaded when a file is read, not for --help
+    import numpy as np
 
 __all__ = [
     "add_job_options",
@@ -147,6 +148,13 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
             "device (e.g. 600s); sets are sampled to fit (default: up to 2048 sets per order)",
         )
         parser.add_argument(
+            "--confidence",
+            type=float,
+            default=0.95,
+            metavar="LEVEL",
+            help="level of the criteria's confidence intervals, between 0.5 and 1 (default 0.95)",
+        )
+        parser.add_argument(
             "--tolerance",
             action="append",
             default=[],
@@ -157,6 +165,8 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
 
 def read_npy(path: Path, what: str) -> np.ndarray:
     try:
+        import numpy as np
+
         return np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise InvalidInput(f"{what} file not found: {path}") from None
@@ -327,6 +337,8 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         path = Path(players.split(":", 1)[1])
         try:
             raw = json.loads(path.read_text())
+            import numpy as np
+
             tensors["player_groups"] = np.asarray(raw["groups"], dtype=np.int64)
         except FileNotFoundError:
             raise InvalidInput(f"group file not found: {path}") from None
@@ -372,6 +384,9 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         except ValueError:
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
     evaluations, seconds = parse_budget(getattr(args, "budget", ""))
+    confidence = float(getattr(args, "confidence", 0.95))
+    if not 0.5 <= confidence < 1.0:
+        raise InvalidInput(f"--confidence {confidence}: must be a level between 0.5 and 1 (e.g. 0.95)")
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=players,
@@ -383,6 +398,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         budget_evaluations=evaluations,
         budget_seconds=seconds,
         tolerances=tolerances,
+        confidence=confidence,
         seed=args.seed,
         device=args.device,
         group_names=group_names,

@@ -96,11 +96,16 @@ def test_unaudited_mass_is_the_audits_not_the_methods() -> None:
     e1, e2, e3 = (np.abs(2 * POLY_X[:, 0]), np.abs(3 * POLY_X[:, 0] * POLY_X[:, 1]),
                   np.abs(POLY_X[:, 1] * POLY_X[:, 2] * POLY_X[:, 3]))  # fmt: skip
     unaudited = report["game"]["unaudited"]
-    assert unaudited["measure"] == "absolute"
-    np.testing.assert_allclose(unaudited["mass"], e3, rtol=1e-5)
+    np.testing.assert_allclose(unaudited["absolute_mass"], e3, rtol=1e-5)
+    np.testing.assert_allclose(np.abs(unaudited["net_remainder"]), e3, rtol=1e-5)
     assert unaudited["share"] == pytest.approx(e3.sum() / (e1 + e2 + e3).sum(), rel=1e-5)
     ig = report["methods"][0]
     assert ig["criteria"]["coverage"]["score"] < 1e-4
+    from clients._report import verdict_table
+
+    table = verdict_table(report)  # the CLI shows it on its own line, with the intervals' level
+    assert f"unaudited (the audit's, not the methods'): {unaudited['share']:.1%}" in table
+    assert "intervals: 95% confidence over 2 samples" in table
 
 
 def test_order_limited_games_report_the_net_remainder(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,7 +115,7 @@ def test_order_limited_games_report_the_net_remainder(monkeypatch: pytest.Monkey
     report = run_audit(_poly_prep(methods=("integrated_gradients",), audit_order=2)).report
     e3 = -POLY_X[:, 1] * POLY_X[:, 2] * POLY_X[:, 3]
     unaudited = report["game"]["unaudited"]
-    assert unaudited["measure"] == "net"
+    assert "absolute_mass" not in unaudited  # not enumerated: only the net remainder is known
     np.testing.assert_allclose(unaudited["net_remainder"], e3, rtol=1e-5)
     assert report["methods"][0]["criteria"]["coverage"]["score"] < 1e-4  # was |e3| / mass before
 
@@ -138,3 +143,20 @@ def test_deep_taylor_bounds_are_the_jobs_not_the_batchs() -> None:
     ctx = AttributionContext(prep.model, prep.players, prep.target, job_params(prep, "deep_taylor"), 0)
     alone = get_method("deep_taylor").attribute(ctx, prep.inputs[2:3], prep.baselines[2:3], prep.classes[2:3])
     np.testing.assert_allclose(alone[0], batch[2], rtol=1e-5, atol=1e-6)
+
+
+def test_deep_taylor_bounds_hold_across_the_batches_of_a_data_set() -> None:
+    from workers.audit.dataset import audit
+
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(5, 6, generator=gen)
+    x[4] *= 5  # only the last batch holds the widest sample
+    spec = JobSpec(players="features", device="cpu", methods=("deep_taylor",))
+    prep = prepare(spec, to_onnx(relu_mlp(2), x), None, {"inputs": x.numpy()})
+    whole, streamed = audit(prep), audit(prep, batch=2)
+    params = streamed.report["config"]["methods"][0]["params"]
+    assert params["low"] == pytest.approx(float(x.min())) and params["high"] == pytest.approx(float(x.max()))
+    assert whole.report["config"]["methods"][0]["params"] == params
+    np.testing.assert_allclose(
+        streamed.attributions["deep_taylor"], whole.attributions["deep_taylor"], rtol=1e-5, atol=1e-6
+    )

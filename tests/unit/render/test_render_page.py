@@ -79,7 +79,11 @@ def test_decision_and_criterion_tables_read_without_colour(image_page):
     assert decision.col_headers == ["Method", "Verdict", "Confidence", "Reason"]
     assert decision.row_headers == [m["name"] for m in report["methods"]]
     for row, method in zip(decision.rows, report["methods"], strict=True):
-        assert row[1] == {"reliable": "✔ reliable", "unreliable": "✘ unreliable"}[method["verdict"]]
+        assert row[1] == {
+            "reliable": "✔ reliable",
+            "unreliable": "✘ unreliable",
+            "inconclusive": "? inconclusive",
+        }[method["verdict"]]
         assert row[3] == method["reason"]
         assert " vs 0.050; " in row[2] and "% of inputs" in row[2]
     table = page.table("verdict-table")
@@ -88,8 +92,8 @@ def test_decision_and_criterion_tables_read_without_colour(image_page):
     assert table.row_headers == [m["name"] for m in report["methods"]]
     for row, method in zip(table.rows, report["methods"], strict=True):
         for cell, criterion in zip(row[2:5], CRITERIA, strict=True):
-            c = method["criteria"][criterion]
-            expected = "✔ pass" if c["passed"] else "✘ fail"
+            c = method["criteria"][criterion]  # v2: the interval's place against the tolerance
+            expected = {"holds": "✔ pass", "fails": "✘ fail", "undecided": "? undecided"}[c["status"]]
             assert cell.startswith(expected), (method["name"], criterion, cell)
             assert f"{c['tolerance']:.3f}" in cell
 
@@ -232,13 +236,32 @@ def test_a_v2_report_with_inconclusive_verdicts_and_intervals_renders():
     report = {
         "schema": "xaudit.report/v2",
         "model": {"sha256": "0" * 64, "format": "onnx"},
-        "unaudited": {"share": 0.125},
+        "game": {"unaudited": {"share": 0.125, "limit": 0.5}},
         "methods": [
             {
                 "name": "saliency",
                 "verdict": "inconclusive",
                 "reason": "too few samples to decide",
-                "criteria": {"coverage": {"score": 0.04, "tolerance": 0.05, "passed": True, "interval": [0.01, 0.09]}},
+                "criteria": {
+                    "coverage": {
+                        "score": 0.04,
+                        "lower": 0.01,
+                        "upper": 0.09,
+                        "level": 0.95,
+                        "tolerance": 0.05,
+                        "status": "undecided",
+                        "passed": True,
+                        "interval": {"samples": 4},
+                    },
+                    "complete_allocation": {
+                        "score": 0.0,
+                        "lower": 0.0,
+                        "upper": 0.01,
+                        "tolerance": 0.05,
+                        "status": "holds",
+                        "passed": True,
+                    },
+                },
             },
             {"name": "occlusion_1", "verdict": "reliable", "confidence": 0.97, "reason": "ok"},
         ],
@@ -246,6 +269,6 @@ def test_a_v2_report_with_inconclusive_verdicts_and_intervals_renders():
     page = parse(render_html(report))
     row = page.table("decision-table").rows[0]
     assert row[1] == "? inconclusive"
-    assert row[2].startswith("coverage 0.040 [0.010, 0.090] vs 0.050")
+    assert row[2] == "coverage 0.040 [0.010, 0.090] at 95% vs 0.050; the interval straddles the tolerance"
     assert page.table("decision-table").rows[1][2] == "97%"
     assert "12.5% of the total" in page.text
