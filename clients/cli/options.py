@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.params import parse_param_text
 from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+from xaudit.contract.subspecs import parse_players
 
 __all__ = ["add_job_options", "add_threads_option", "apply_threads_option", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
 
@@ -192,22 +194,16 @@ def read_vocab(path: Path) -> list[str]:
     return text.splitlines()
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
     from xaudit.contract.spec import resolve_method_names
 
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players
+    player_spec = parse_players(players)  # the one parser of the players string
     group_names: tuple[str, ...] = ()
-    if players.startswith("groups:"):
-        path = Path(players.split(":", 1)[1])
+    if player_spec.kind == "groups":
+        path = Path(player_spec.source)
         try:
             raw = json.loads(path.read_text())
             tensors["player_groups"] = np.asarray(raw["groups"], dtype=np.int64)
@@ -216,10 +212,10 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         except (ValueError, KeyError, TypeError):
             raise InvalidInput(f'group file {path} must be JSON {{"groups": [...], "names": [...]}}') from None
         group_names = tuple(str(n) for n in raw.get("names", []))
-    elif players.startswith("mask:"):
-        tensors["player_mask"] = read_npy(Path(players.split(":", 1)[1]), "player mask")
+    elif player_spec.kind == "mask":
+        tensors["player_mask"] = read_npy(Path(player_spec.source), "player mask")
     if getattr(args, "vocab", None) is not None:
-        if players.strip().lower().partition(":")[0] != "tokens":
+        if player_spec.kind != "tokens":
             raise InvalidInput("--vocab names token players: use it with --players tokens")
         from workers.tokens import token_names
 
@@ -236,12 +232,12 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         method, dot, name = key.partition(".")
         if not sep or not dot:
             raise InvalidInput(f"--param '{item}': expected METHOD.KEY=VALUE")
-        params.setdefault(method, {})[name] = _parse_value(value)
+        params.setdefault(method, {})[name] = parse_param_text(key, value)
     methods = resolve_method_names(args.methods)
     unknown = sorted(set(params) - set(methods))
     if unknown:
         raise InvalidInput(f"--param names methods that are not requested: {', '.join(unknown)}")
-    tolerances = dict(DEFAULT_TOLERANCES)
+    tolerances: dict[str, float] = {}
     for item in getattr(args, "tolerance", []):
         name, sep, value = item.partition("=")
         if not sep or name not in CRITERIA:
@@ -250,6 +246,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
             tolerances[name] = float(value)
         except ValueError:
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
+    # JobSpec checks every option (bounds included) as the service and the worker do.
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=players,

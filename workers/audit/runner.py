@@ -16,6 +16,7 @@ from workers.audit.checks import GameCheck, game_checks
 from workers.audit.evidence import worst_sets
 from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
+from workers.audit.schema import validate_report
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
 from workers.audit.sets import AuditedSets, choose_sets, design
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
@@ -475,4 +476,6 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     }
     report_progress(1.0, "audit done")
     report = jsonable(report)
+    # A report that fails its own schema is a bug: it is never written, signed or returned.
+    validate_report(report)
     return AuditResult(report, canonical_bytes(report), maps.attributions, maps.not_applicable)

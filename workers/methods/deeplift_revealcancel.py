@@ -17,6 +17,7 @@ import torch
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods._revealcancel_graph import RevealCancelGraph
 from workers.targets import Target
+from xaudit.contract.params import parameter_defaults
 
 __all__ = ["DeepLiftRevealCancel", "target_seed"]
 
@@ -54,7 +55,7 @@ def target_seed(
 class DeepLiftRevealCancel(Method):
     name = "deeplift_revealcancel"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="single", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("deeplift_revealcancel")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = (
         "splits effects within same-sign groups and halves them across positive/negative groups"
     )

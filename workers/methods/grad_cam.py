@@ -10,6 +10,7 @@ from captum.attr import LayerAttribution, LayerGradCam
 
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
 from xaudit.contract.errors import InvalidInput, NotApplicable
+from xaudit.contract.params import parameter_defaults
 
 __all__ = ["GradCam", "conv_layers"]
 
@@ -44,7 +45,7 @@ class GradCam(Method):
 
     name = "grad_cam"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="none", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = {"layer": None, "relu": True}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("grad_cam")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "first-order Taylor term at feature-map level; drops interactions"
 
     def attribute(
