@@ -64,13 +64,13 @@ def _check_torchscript(data: bytes) -> None:
 
 def check_model(data: bytes, fmt: str | None) -> str:
     """Validate untrusted model bytes without running them; returns the format name."""
-    from workers.onnx_checks import detect_format
+    from xaudit.contract.onnx_checks import detect_format
 
     if not data:
         raise InvalidModel("the model is empty")
     name = fmt or detect_format(data)
     if name == "onnx":
-        from workers.onnx_checks import parse_onnx
+        from xaudit.contract.onnx_checks import parse_onnx
 
         parse_onnx(data)
     elif name == "torchscript":
@@ -106,7 +106,7 @@ def _methods(request: audit_pb2.SubmitRequest) -> tuple[tuple[str, ...], dict[st
 
 def _inputs(request: audit_pb2.SubmitRequest, *, max_elements: int, max_dims: int) -> dict[str, np.ndarray]:
     """``inputs`` (the explained input) and ``input:NAME`` for every other named input (workers.inputs)."""
-    from workers.inputs import input_key
+    from xaudit.contract.inputs import input_key
 
     explain = request.explain.strip()
     if not explain and len(request.inputs) != 1:
@@ -138,7 +138,7 @@ def _inputs(request: audit_pb2.SubmitRequest, *, max_elements: int, max_dims: in
 def check_input_names(submission: Submission, model_bytes: bytes) -> None:
     """Named inputs against the model's own input names (ONNX), so that a mismatch is answered at
     submission rather than by a failed job."""
-    from workers.inputs import check_names, held_inputs, onnx_input_names
+    from xaudit.contract.inputs import check_names, held_inputs, onnx_input_names
 
     names = onnx_input_names(model_bytes)
     if names is not None and submission.spec.explain:

@@ -138,7 +138,7 @@ def read_model(path: Path) -> bytes:
     data = read_file(path, "model")
     if data[:2] == b"PK":  # TorchScript
         return data
-    from workers.onnx_external import inline_external_data
+    from xaudit.contract.onnx_external import inline_external_data
 
     return inline_external_data(path, data)
 
@@ -146,7 +146,7 @@ def read_model(path: Path) -> bytes:
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
     """``--input`` values -> (job tensors, explained name): one unnamed FILE as ``inputs``; NAME=FILE
     pairs with the ``--explain`` one (or the only one) as ``inputs`` and the others as ``input:NAME``."""
-    from workers.inputs import input_key
+    from xaudit.contract.inputs import input_key
 
     named: dict[str, Path] = {}
     plain: list[str] = []

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from clients._connect import client_from_args
-    from clients._results import follow, write_result
+    from clients.cli._results import follow, write_result
     from xaudit.contract.errors import FailedPrecondition
 
     with client_from_args(args) as client:

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from clients._connect import client_from_args
-    from clients._results import follow, write_result
+    from clients.cli._results import follow, write_result
     from clients.cli.options import job_from_args
     from xaudit.contract.errors import InvalidInput
 
