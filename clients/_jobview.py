@@ -7,7 +7,7 @@ from datetime import datetime
 
 from clients._types import Job
 
-__all__ = ["job_details", "job_table"]
+__all__ = ["job_details", "job_summary", "job_table"]
 
 
 def _when(value: datetime | None) -> str:
@@ -51,4 +51,26 @@ def job_details(job: Job) -> str:
         lines.append(("error", f"{job.error_code}: {job.error_message}"))
     if job.report_available:
         lines.append(("result", "available"))
+    elif job.state == "cancelled":
+        lines.append(("result", "none: the job was cancelled"))
+    elif job.state == "failed":
+        lines.append(("result", "none: the job failed"))
     return "\n".join(f"{key + ':':10} {value}" for key, value in lines)
+
+
+def job_summary(job: Job) -> dict[str, object]:
+    """The job as ``--json`` prints it."""
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "state": job.state,
+        "progress": job.progress,
+        "message": job.message,
+        "model_sha256": job.model_sha256,
+        "created": _when(job.created_at),
+        "started": _when(job.started_at),
+        "finished": _when(job.finished_at),
+        "attempts": job.attempts,
+        "error": f"{job.error_code}: {job.error_message}" if job.state == "failed" else "",
+        "result_available": job.report_available,
+    }

@@ -11,7 +11,7 @@ from typing import Any
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.spec import CRITERIA
 
-__all__ = ["report_document", "verdict_table"]
+__all__ = ["report_document", "report_summary", "settings_line", "verdict_table"]
 
 
 def report_document(data: bytes) -> dict[str, Any]:
@@ -23,6 +23,8 @@ def report_document(data: bytes) -> dict[str, Any]:
             outer = statement.get("predicate")
     except (ValueError, TypeError):
         raise InvalidInput("the report is not a JSON document or a DSSE envelope") from None
+    if isinstance(outer, dict) and "payloadType" in outer and not str(outer.get("payload", "")):
+        raise InvalidInput("the envelope has no payload")
     if not isinstance(outer, dict) or not isinstance(outer.get("methods"), list):
         raise InvalidInput("the report has no list of methods")
     return outer
@@ -36,12 +38,21 @@ def _score(criteria: Mapping[str, Any], name: str) -> str:
 
 
 def verdict_table(report: Mapping[str, Any]) -> str:
-    """One row per method: verdict and the three criterion scores (✗: above tolerance)."""
-    rows = [("METHOD", "VERDICT", *(c.upper() for c in CRITERIA))]
+    """One row per method: verdict, the three criterion scores (✗: above tolerance) and, for a method
+    the audit could not judge (not applicable, inconclusive), the reason why."""
+    rows = [("METHOD", "VERDICT", *(c.upper() for c in CRITERIA), "REASON")]
     for method in report["methods"]:
         criteria = method.get("criteria") or {}
-        verdict = str(method.get("verdict", "?")).replace("_", " ")
-        rows.append((str(method.get("name", "?")), verdict, *(_score(criteria, c) for c in CRITERIA)))
+        verdict = str(method.get("verdict", "?"))
+        reason = str(method.get("reason", "")) if verdict in ("not_applicable", "inconclusive") else ""
+        rows.append(
+            (
+                str(method.get("name", "?")),
+                verdict.replace("_", " "),
+                *(_score(criteria, c) for c in CRITERIA),
+                " ".join(reason.split()),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     tolerances = (
@@ -50,3 +61,65 @@ def verdict_table(report: Mapping[str, Any]) -> str:
     if isinstance(tolerances, dict):
         lines.append("tolerances: " + ", ".join(f"{k} {v}" for k, v in sorted(tolerances.items())))
     return "\n".join(lines)
+
+
+def settings_line(
+    report: Mapping[str, Any], *, requested_order: int | None = None, background_given: int | None = None
+) -> str:
+    """What the audit actually used, said once: players, the order judged and the background set,
+    with what was cut from the request (the order to the player count, the background to its cap)."""
+    config = _section(report, "config")
+    game = _section(report, "game")
+    players = game.get("players") or []
+    parts = [f"players {config.get('players', '?')} ({len(players)})"]
+    order = config.get("audit_order")
+    used_order = min(int(order), len(players)) if isinstance(order, int) and players else order
+    text = f"sets judged up to order {used_order}"
+    if requested_order is not None and isinstance(used_order, int) and used_order < requested_order:
+        text += f" (--audit-order {requested_order} cut to the {len(players)} players)"
+    parts.append(text)
+    used = config.get("background_samples")
+    if isinstance(used, int) and used:
+        text = f"background {used} samples"
+        if background_given is not None and background_given > used:
+            text += f" ({used} of the {background_given} given, a seeded subset)"
+        parts.append(text)
+    parts.append(f"baseline {config.get('baseline', '?')}, target {config.get('target', '?')}")
+    return "settings: " + "; ".join(parts)
+
+
+def report_summary(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The machine-readable summary that ``--json`` prints: verdicts, reasons and scores per method."""
+    methods = []
+    for method in report["methods"]:
+        criteria = method.get("criteria") or {}
+        methods.append(
+            {
+                "name": method.get("name"),
+                "verdict": method.get("verdict"),
+                "reason": method.get("reason", ""),
+                "scores": {
+                    c: criteria[c].get("score")
+                    for c in CRITERIA
+                    if isinstance(criteria.get(c), dict)
+                },
+            }
+        )
+    config = _section(report, "config")
+    model = _section(report, "model")
+    return {
+        "schema": report.get("schema"),
+        "model_sha256": model.get("sha256"),
+        "tolerances": config.get("tolerances"),
+        "methods": methods,
+        "summary": {
+            v: [m["name"] for m in methods if m["verdict"] == v]
+            for v in ("reliable", "unreliable", "inconclusive", "not_applicable")
+        },
+    }
+
+
+def _section(doc: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``doc[key]`` when it is an object, else an empty one (reports are read defensively)."""
+    value = doc.get(key)
+    return value if isinstance(value, dict) else {}

@@ -27,13 +27,17 @@ def junit_xml(outcome: GateOutcome, report: Mapping[str, Any], *, suite: str = "
         "errors": 0,
         "skipped": sum(m.status == "skipped" for m in outcome.methods),
     }
-    root = ET.Element("testsuites", {k: str(v) for k, v in counts.items()})
-    testsuite = ET.SubElement(root, "testsuite", {"name": suite, **{k: str(v) for k, v in counts.items()}})
+    total = f"{sum(max(m.seconds, 0.0) for m in outcome.methods):.3f}"
+    root = ET.Element("testsuites", {**{k: str(v) for k, v in counts.items()}, "time": total})
+    testsuite = ET.SubElement(
+        root, "testsuite", {"name": suite, **{k: str(v) for k, v in counts.items()}, "time": total}
+    )
     props = ET.SubElement(testsuite, "properties")
     ET.SubElement(props, "property", {"name": "model_sha256", "value": model_digest})
     ET.SubElement(props, "property", {"name": "not_applicable", "value": outcome.policy.not_applicable})
     for m in outcome.methods:
-        case = ET.SubElement(testsuite, "testcase", {"classname": classname, "name": m.method, "time": "0"})
+        time = f"{max(m.seconds, 0.0):.3f}"  # the method's audit time, as the report measured it
+        case = ET.SubElement(testsuite, "testcase", {"classname": classname, "name": m.method, "time": time})
         if m.status == "failed":
             if m.verdict == "not_applicable":
                 message = f"{m.method} is not applicable and the policy says not_applicable: fail"

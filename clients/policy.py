@@ -171,6 +171,15 @@ class MethodOutcome:
     reason: str
     failing: tuple[FailingCriterion, ...] = ()
     criteria: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0  # the method's audit time in the report (JUnit's test time)
+
+    @property
+    def label(self) -> str:
+        """What the gate prints: PASSED/FAILED/SKIPPED, and INFO for a method the policy does not
+        require, whatever its verdict (it can neither pass nor fail the gate)."""
+        if not self.required and self.status == "passed":
+            return "INFO"
+        return self.status.upper()
 
     def failure_text(self) -> str:
         """Why this method failed (or would have, when informational): criteria with scores and tolerances."""
@@ -233,5 +242,6 @@ def evaluate(policy: Policy, report: Mapping[str, Any]) -> GateOutcome:
         else:
             status = "failed"
             reason = reason or f"unknown verdict {verdict!r}"
-        outcomes.append(MethodOutcome(name, verdict, required, status, reason, failing, criteria))
+        seconds = _number(entry.get("seconds")) or 0.0
+        outcomes.append(MethodOutcome(name, verdict, required, status, reason, failing, criteria, seconds))
     return GateOutcome(tuple(outcomes), policy)

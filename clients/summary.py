@@ -10,7 +10,7 @@ from xaudit.contract.spec import CRITERIA
 
 __all__ = ["gate_markdown", "verdict_summary"]
 
-_ICON = {"passed": "✅ pass", "failed": "❌ FAIL", "skipped": "⏭ skipped"}
+_ICON = {"passed": "✅ pass", "failed": "❌ FAIL", "skipped": "⏭ skipped", "info": "ℹ️ info (not required)"}
 
 
 def verdict_summary(report: Mapping[str, Any]) -> str:
@@ -54,7 +54,7 @@ def gate_markdown(outcome: GateOutcome, report: Mapping[str, Any], key_id: str) 
     for m in outcome.methods:
         cells = [_cell(m.criteria, c) for c in CRITERIA]
         lines.append(
-            f"| `{m.method}` | {'yes' if m.required else 'no'} | {m.verdict} | {_ICON[m.status]} | "
+            f"| `{m.method}` | {'yes' if m.required else 'no'} | {m.verdict} | {_ICON['info' if m.label == 'INFO' else m.status]} | "
             + " | ".join(cells)
             + " |"
         )

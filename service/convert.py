@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -61,7 +62,12 @@ def decode_page_token(token: str) -> tuple[float, str] | None:
     if not token:
         return None
     try:
+        if len(token) > 256:  # a real token is under 100 characters
+            raise ValueError(token)
         created, job_id = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return float(created), str(job_id)
-    except (ValueError, TypeError):
+        created, job_id = float(created), str(job_id)
+        if not math.isfinite(created) or len(job_id) > 32 or not job_id.isalnum():
+            raise ValueError(token)
+        return created, job_id
+    except (ValueError, TypeError, RecursionError):
         raise InvalidInput("page_token is not a token returned by ListJobs") from None

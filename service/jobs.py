@@ -13,9 +13,16 @@ from typing import Protocol
 import numpy as np
 
 from service.config import ServerConfig
-from service.metrics import record_finished, record_submitted
+from service.metrics import (
+    ServiceMetrics,
+    record_failed,
+    record_finished,
+    record_started,
+    record_submitted,
+)
 from service.quotas import Quotas
 from service.store import JobRecord, JobStore, Lease, NewJob
+from service.tokens import Identity
 from service.validation import Submission
 from xaudit.contract.errors import PermissionDenied
 from xaudit.contract.names import queue_for
@@ -49,8 +56,10 @@ class JobService:
         dispatcher: Notifier,
         signer: ReportSealer | None = None,
         quotas: Quotas | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self.quotas = quotas
+        self.metrics = metrics
         self.config = config
         self.store = store
         self.dispatcher = dispatcher
@@ -73,7 +82,7 @@ class JobService:
             tensors=submission.tensors,
         )
         job, created = self.store.create_job(new)
-        record_submitted(job, created)
+        record_submitted(self.metrics, job, created)
         if created:
             logger.info("job %s recorded (%s, queue %s)", job.id, job.kind, job.queue)
             # Recorded first; a broker that is down only delays the job (the dispatcher retries).
@@ -81,6 +90,23 @@ class JobService:
         else:
             logger.info("job %s: same request again (idempotency key), returning the existing job", job.id)
         return job
+
+    def claim(self, job_id: str, worker_id: str, worker: Identity | None) -> tuple[JobRecord, str]:
+        """FetchJob: the job and its lease secret ("" when not claimed), for a worker credential
+        allowed to take it (its queues and tenants, when the token is limited)."""
+        if worker is not None and (worker.queues is not None or worker.job_tenants is not None):
+            job = self.store.job_by_id(job_id)
+            if not worker.may_run(job.queue, job.tenant):
+                raise PermissionDenied(f"this worker token may not take job {job_id} (queue {job.queue})")
+        job, secret = self.store.claim(job_id, worker_id, self.config.lease_seconds)
+        record_started(self.metrics, job, bool(secret))
+        return job, secret
+
+    def check_blob(self, sha256: str, worker: Identity | None) -> None:
+        """FetchBlob: a worker token limited to some tenants reads only those tenants' models."""
+        limited = worker is not None and worker.job_tenants is not None
+        if limited and not self.store.model_tenants(sha256) & worker.job_tenants:  # type: ignore[union-attr,operator]
+            raise PermissionDenied("this worker token may not read that model")
 
     def complete(
         self,
@@ -102,8 +128,15 @@ class JobService:
             raise PermissionDenied(f"job {job_id}: this worker does not hold the job's lease")
         sealed = self._seal(job, report) if report else None
         accepted = self.store.complete(job_id, lease, sealed, tensors, not_applicable, compute_seconds)
-        record_finished(job, "succeeded", accepted)
+        record_finished(self.metrics, job, "succeeded", accepted)
         logger.info("job %s: %s", job_id, "succeeded" if accepted else "already finished, result dropped")
+        return accepted
+
+    def fail(self, job_id: str, lease: Lease, code: str, message: str) -> bool:
+        """A worker's failure (or its cancellation), from the lease holder only."""
+        accepted = self.store.fail(job_id, lease, code, message)
+        if accepted and self.metrics is not None:
+            record_failed(self.metrics, self.store.job_by_id(job_id), code, accepted)
         return accepted
 
     def _seal(self, job: JobRecord, report: bytes) -> tuple[bytes, str]:

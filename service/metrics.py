@@ -14,14 +14,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-if TYPE_CHECKING:
-    from service.store import JobStore
 
 __all__ = [
     "JOB_BUCKETS",
@@ -225,8 +222,10 @@ class ServiceMetrics:
         self.rpc_seconds.labels(service, method, rpc_type).observe(seconds)
 
 
-# --- the process's active metrics, and one-line helpers for the service's call sites ------------------
-# A no-op until an entry point (``xaudit serve --metrics-port``, or a test) activates a ServiceMetrics.
+# --- the entry point's metrics, and one-line helpers for the call sites that are handed them ---------
+# ``xaudit serve --metrics-port`` (or a test) activates one ServiceMetrics; create_server reads it once
+# and passes it to everything that records (the job service, the servicers, the interceptor). Deeper
+# code never reads this module's state: None (no metrics) is passed like any recorder.
 _active: ServiceMetrics | None = None
 _active_lock = threading.Lock()
 T = TypeVar("T")
@@ -244,7 +243,7 @@ class _Job(Protocol):
 
 
 def activate(metrics: ServiceMetrics | None) -> ServiceMetrics | None:
-    """Make ``metrics`` the instance the helpers record to (None: record nothing); return the previous."""
+    """Make ``metrics`` the instance the next server built records to (None: none); return the previous."""
     global _active
     with _active_lock:
         previous, _active = _active, metrics
@@ -255,38 +254,32 @@ def active() -> ServiceMetrics | None:
     return _active
 
 
-def record_submitted(job: _Job, created: bool) -> None:
+def record_submitted(m: ServiceMetrics | None, job: _Job, created: bool) -> None:
     """After the store recorded a submission; resubmissions (``created`` False) are not counted."""
-    m = _active
     if m is not None and created:
         m.job_submitted(job.kind)
 
 
-def record_started(job: _Job, claimed: bool) -> None:
+def record_started(m: ServiceMetrics | None, job: _Job, claimed: bool) -> None:
     """After a worker claimed the job: the queue wait of its first attempt."""
-    m = _active
     if m is not None and claimed and job.attempts == 1 and job.started_at is not None:
         m.job_started(job.kind, job.started_at - job.created_at)
 
 
-def record_finished(job: _Job, outcome: str, accepted: bool) -> None:
+def record_finished(m: ServiceMetrics | None, job: _Job, outcome: str, accepted: bool) -> None:
     """After the store moved the job to a final state (``accepted``); duration from submission to now."""
-    m = _active
     if m is not None and accepted:
         m.job_finished(job.kind, outcome, time.time() - job.created_at)
 
 
-def record_failed(store: JobStore, job_id: str, code: str, accepted: bool) -> None:
+def record_failed(m: ServiceMetrics | None, job: _Job, code: str, accepted: bool) -> None:
     """After a worker's FailJob was accepted: ``CANCELLED`` counts as cancelled, any other code as failed."""
-    if _active is None or not accepted:
-        return
-    record_finished(store.job_by_id(job_id), "cancelled" if code == "CANCELLED" else "failed", accepted)
+    record_finished(m, job, "cancelled" if code == "CANCELLED" else "failed", accepted)
 
 
-def counted_chunks(chunks: Iterable[T]) -> Iterator[T]:
+def counted_chunks(m: ServiceMetrics | None, chunks: Iterable[T]) -> Iterator[T]:
     """Pass UploadModel's messages through, counting the model bytes they carry."""
     for chunk in chunks:
-        m = _active
         data = getattr(chunk, "data", b"")
         if m is not None and data:
             m.upload_received(len(data))
@@ -296,16 +289,15 @@ def counted_chunks(chunks: Iterable[T]) -> Iterator[T]:
 class _CountedSigner:
     """A report signer whose failures are counted; everything else is the wrapped signer's."""
 
-    def __init__(self, signer: Any) -> None:
+    def __init__(self, m: ServiceMetrics, signer: Any) -> None:
+        self._metrics = m
         self._signer = signer
 
     def sign(self, report_bytes: bytes, model_sha256: str, model_name: str, inputs_sha256: str) -> bytes:
         try:
             envelope: bytes = self._signer.sign(report_bytes, model_sha256, model_name, inputs_sha256)
         except Exception:
-            m = _active
-            if m is not None:
-                m.signing_failed()
+            self._metrics.signing_failed()
             raise
         return envelope
 
@@ -313,34 +305,23 @@ class _CountedSigner:
         return getattr(self._signer, name)
 
 
-def counted_signer(signer: T) -> T:
+def counted_signer(m: ServiceMetrics | None, signer: T) -> T:
     """Wrap the service's report signer so that signing failures are counted."""
-    return _CountedSigner(signer)  # type: ignore[return-value]
+    return signer if m is None else _CountedSigner(m, signer)  # type: ignore[return-value]
 
 
-def store_job_counts(store: JobStore) -> JobCounts:
-    """Queued and running jobs by kind, counted in the job store (all tenants)."""
-    import sqlalchemy as sa
-
-    from service.schema import jobs
-    from service.store import QUEUED, RUNNING
-
-    query = (
-        sa.select(jobs.c.kind, jobs.c.state, sa.func.count())
-        .where(jobs.c.state.in_((QUEUED, RUNNING)))
-        .group_by(jobs.c.kind, jobs.c.state)
-    )
-    queued: dict[str, int] = {}
-    running: dict[str, int] = {}
-    with store.engine.connect() as conn:
-        for kind, state, n in conn.execute(query):
-            (queued if state == QUEUED else running)[str(kind)] = int(n)
-    return JobCounts(queued=queued, running=running)
+class _CountingStore(Protocol):
+    def active_counts(self) -> dict[str, dict[str, int]]: ...
 
 
-def watch_store(store: JobStore) -> None:
-    """Have the active metrics read queue depth and running jobs from ``store`` at each scrape."""
-    m = _active
+def store_job_counts(store: _CountingStore) -> JobCounts:
+    """Queued and running jobs by kind, as the job store counts them (all tenants)."""
+    counts = store.active_counts()
+    return JobCounts(queued=counts.get("QUEUED", {}), running=counts.get("RUNNING", {}))
+
+
+def watch_store(m: ServiceMetrics | None, store: _CountingStore) -> None:
+    """Have ``m`` read queue depth and running jobs from ``store`` at each scrape."""
     if m is not None:
         m.watch_jobs(lambda: store_job_counts(store))
 

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from service.handlers import rewrap
-from service.metrics import ServiceMetrics, active
+from service.metrics import ServiceMetrics
 
 __all__ = ["MetricsInterceptor", "metrics_interceptors"]
 
@@ -107,8 +107,7 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         return wrapped
 
 
-def metrics_interceptors() -> list[grpc.ServerInterceptor]:
-    """``[MetricsInterceptor]`` bound to the active metrics, or ``[]`` when none are active; spread it
-    first into the server's interceptor list."""
-    metrics = active()
+def metrics_interceptors(metrics: ServiceMetrics | None) -> list[grpc.ServerInterceptor]:
+    """``[MetricsInterceptor]`` recording to ``metrics``, or ``[]`` for None; spread it first into the
+    server's interceptor list."""
     return [] if metrics is None else [MetricsInterceptor(metrics)]

@@ -87,7 +87,9 @@ class LocalWorker:
             # Back off when it dies right after starting (a configuration error, not bad luck).
             failures = failures + 1 if time.monotonic() - self._started < 30 else 0
             delay = min(2.0**failures, 60.0)
-            logger.error("local worker exited with status %s: restarting in %.0fs", self._proc.returncode, delay)
+            logger.error(
+                "local worker exited with status %s: restarting in %.0fs", self._proc.returncode, delay
+            )
             if self._stopping.wait(delay):
                 return
             self._spawn()

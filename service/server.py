@@ -18,7 +18,7 @@ from service.dispatch import Dispatcher, Sender, broker_epoch, celery_sender
 from service.errors_interceptor import ErrorsInterceptor
 from service.housekeeping import Housekeeper
 from service.jobs import JobService, ReportSealer
-from service.metrics import counted_signer, watch_store
+from service.metrics import ServiceMetrics, active, counted_signer, watch_store
 from service.metrics_interceptor import metrics_interceptors
 from service.quotas import Quotas
 from service.servicer import AuditServicer, WorkerServicer
@@ -109,9 +109,15 @@ class Server:
 
 
 def create_server(
-    config: ServerConfig, *, sender: Sender | None = None, signer: ReportSealer | None = None
+    config: ServerConfig,
+    *,
+    sender: Sender | None = None,
+    signer: ReportSealer | None = None,
+    metrics: ServiceMetrics | None = None,
 ) -> tuple[Server, int]:
-    """Build the server bound to ``config.listen`` (port 0: any free port); returns it and its port."""
+    """Build the server bound to ``config.listen`` (port 0: any free port); returns it and its port.
+    ``metrics``: where the server records (default: the entry point's activated metrics, if any)."""
+    metrics = metrics if metrics is not None else active()
     authenticator = Authenticator(config)
     check_exposure(config, authenticator)
     config.home.mkdir(parents=True, exist_ok=True)
@@ -129,7 +135,7 @@ def create_server(
         futures.ThreadPoolExecutor(max_workers=limits.pool_threads, thread_name_prefix="xaudit-rpc"),
         # Errors outside auth: its Unauthenticated / PermissionDenied become statuses.
         interceptors=[
-            *metrics_interceptors(),
+            *metrics_interceptors(metrics),
             ErrorsInterceptor(),
             AuthInterceptor(authenticator),
             CapacityInterceptor(Capacity(limits)),  # streams counted per authenticated tenant
@@ -148,15 +154,16 @@ def create_server(
         sender, close_sender = celery_sender(config.resolved_broker_url, address)
         closers.append(close_sender)
     closers.append(store.close)
-    watch_store(store)
+    watch_store(metrics, store)
     epoch = broker_epoch(config.resolved_broker_url) if own_sender else None
     dispatcher = Dispatcher(store, sender, config, epoch)
     jobs = JobService(
         config,
         store,
         dispatcher,
-        counted_signer(signer if signer is not None else default_signer(config)),
+        counted_signer(metrics, signer if signer is not None else default_signer(config)),
         Quotas(store, authenticator.policy),
+        metrics,
     )
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(jobs, blobs), server)
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(jobs, blobs), server)

@@ -8,14 +8,15 @@ from typing import Any
 
 import grpc
 
+from service.auth import current_identity
 from service.auth import tenant_of as authenticated_tenant
 from service.blobs import BlobStore
 from service.convert import decode_page_token, encode_page_token, job_to_proto, state_to_proto
 from service.jobs import JobService
-from service.metrics import counted_chunks, record_failed, record_started
+from service.metrics import counted_chunks
 from service.store import Lease
 from service.uploads import receive_model
-from service.validation import check_input_names, format_to_proto, submission_from_request
+from service.validation import check_input_names, format_to_proto, page_size, submission_from_request
 from xaudit.contract.tensors import decode_tensor, encode_tensor
 from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
@@ -46,7 +47,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
         self, request_iterator: Iterator[audit_pb2.ModelChunk], context: Any
     ) -> audit_pb2.ModelRef:
         model = receive_model(
-            counted_chunks(request_iterator),
+            counted_chunks(self._jobs.metrics, request_iterator),
             self._blobs,
             self._store,
             tenant_of(context),
@@ -79,7 +80,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
         return job_to_proto(self._store.get_job(tenant_of(context), request.job_id))
 
     def ListJobs(self, request: audit_pb2.ListJobsRequest, context: Any) -> audit_pb2.ListJobsResponse:
-        size = min(request.page_size or 50, MAX_PAGE)
+        size = page_size(request.page_size, 50, MAX_PAGE)
         page = self._store.list_jobs(tenant_of(context), size + 1, decode_page_token(request.page_token))
         token = encode_page_token(page[size - 1]) if len(page) > size else ""
         return audit_pb2.ListJobsResponse(jobs=[job_to_proto(j) for j in page[:size]], next_page_token=token)
@@ -131,8 +132,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         self._config = jobs.config
 
     def FetchJob(self, request: worker_pb2.FetchJobRequest, context: Any) -> worker_pb2.JobPayload:
-        job, secret = self._store.claim(request.job_id, request.worker_id, self._config.lease_seconds)
-        record_started(job, bool(secret))
+        job, secret = self._jobs.claim(request.job_id, request.worker_id, current_identity())
         reply = worker_pb2.JobPayload(job_id=job.id, claimed=bool(secret), state=state_to_proto(job.state))
         if not secret:
             return reply
@@ -147,6 +147,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         return reply
 
     def FetchBlob(self, request: worker_pb2.FetchBlobRequest, context: Any) -> Iterator[worker_pb2.BlobChunk]:
+        self._jobs.check_blob(request.sha256, current_identity())
         total = self._blobs.size(request.sha256)
         first = True
         for chunk in self._blobs.chunks(request.sha256):
@@ -177,6 +178,5 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[mis
         return worker_pb2.CompleteJobResponse(accepted=accepted)
 
     def FailJob(self, request: worker_pb2.FailJobRequest, context: Any) -> worker_pb2.FailJobResponse:
-        accepted = self._store.fail(request.job_id, _lease(request), request.code, request.message)
-        record_failed(self._store, request.job_id, request.code, accepted)
+        accepted = self._jobs.fail(request.job_id, _lease(request), request.code, request.message)
         return worker_pb2.FailJobResponse(accepted=accepted)

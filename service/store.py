@@ -126,6 +126,11 @@ class JobStore:
         with self.engine.begin() as conn:
             conn.execute(models.delete().where(models.c.tenant == tenant, models.c.sha256 == sha256))
 
+    def model_tenants(self, sha256: str) -> set[str]:
+        """The tenants that uploaded this model."""
+        with self.engine.connect() as conn:
+            return {r[0] for r in conn.execute(sa.select(models.c.tenant).where(models.c.sha256 == sha256))}
+
     def model_digests(self) -> set[str]:
         """Every stored model's digest, all tenants: the blobs that must be kept."""
         with self.engine.connect() as conn:
@@ -258,6 +263,48 @@ class JobStore:
                 sa.select(sa.func.count()).select_from(results).where(results.c.job_id == job_id)
             ).scalar_one()
         return int(n_reports), int(n_results)
+
+    # -- accounting (quotas and metrics ask these; nothing outside the store writes SQL) -----------
+    def has_idempotency_key(self, tenant: str, key: str) -> bool:
+        return self._by_key(tenant, key) is not None
+
+    def active_jobs(self, tenant: str) -> int:
+        """The tenant's queued and running jobs."""
+        query = (
+            sa.select(sa.func.count())
+            .select_from(jobs)
+            .where(jobs.c.tenant == tenant, jobs.c.state.in_(ACTIVE_STATES))
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def stored_bytes(self, tenant: str) -> int:
+        """Bytes a tenant keeps on the service: its models, job inputs, reports and result tensors."""
+        job_ids = sa.select(jobs.c.id).where(jobs.c.tenant == tenant).scalar_subquery()
+        queries = [
+            sa.select(sa.func.coalesce(sa.func.sum(models.c.size), 0)).where(models.c.tenant == tenant),
+            *(
+                sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(t.c.data)), 0)).where(
+                    t.c.job_id.in_(job_ids)
+                )
+                for t in (job_tensors, reports, results)
+            ),
+        ]
+        with self.engine.connect() as conn:
+            return sum(int(conn.execute(q).scalar_one()) for q in queries)
+
+    def active_counts(self) -> dict[str, dict[str, int]]:
+        """Queued and running jobs of all tenants: state -> kind -> count."""
+        query = (
+            sa.select(jobs.c.state, jobs.c.kind, sa.func.count())
+            .where(jobs.c.state.in_(ACTIVE_STATES))
+            .group_by(jobs.c.state, jobs.c.kind)
+        )
+        counts: dict[str, dict[str, int]] = {state: {} for state in ACTIVE_STATES}
+        with self.engine.connect() as conn:
+            for state, kind, n in conn.execute(query):
+                counts[str(state)][str(kind)] = int(n)
+        return counts
 
     # -- jobs, worker side ----------------------------------------------------------------------
     def job_by_id(self, job_id: str) -> JobRecord:

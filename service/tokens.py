@@ -6,6 +6,12 @@
         tenant: team-a
         scopes: [submit, read]
         created_at: 1760000000.0
+      - id: 7c01d2e4                  # a worker token may be limited to some queues and tenants' jobs
+        sha256: <hex sha256 of the token>
+        tenant: gpu-pool
+        scopes: [worker]
+        queues: [xaudit.gpu]
+        job_tenants: [team-a]
     tenants:                          # optional per-tenant policy (service/quotas.py)
       team-a: {max_active_jobs: 20, max_stored_bytes: 1073741824, torchscript: false}
     defaults: {max_active_jobs: 100}  # optional policy for tenants not listed
@@ -59,6 +65,15 @@ class Identity:
     tenant: str
     scopes: frozenset[str]
     source: str  # "token:<id>", "mtls:<subject>", "anonymous", "internal"
+    # A worker credential may take only jobs of these queues / these tenants (None: any).
+    queues: frozenset[str] | None = None
+    job_tenants: frozenset[str] | None = None
+
+    def may_run(self, queue: str, tenant: str) -> bool:
+        """Whether this (worker) credential may take a job of ``queue`` submitted by ``tenant``."""
+        return (self.queues is None or queue in self.queues) and (
+            self.job_tenants is None or tenant in self.job_tenants
+        )
 
     def allows(self, scope: str) -> bool:
         if scope in self.scopes:
@@ -176,7 +191,13 @@ class TokenFile:
                 raise InvalidInput(f"tokens file {self.path}: sha256 {digest!r} is not a sha256 hex digest")
             tenant = check_tenant(str(entry.get("tenant", "")))
             scopes = parse_scopes(entry.get("scopes") or [])
-            by_hash[digest] = Identity(tenant, scopes, f"token:{entry.get('id') or digest[:8]}")
+            by_hash[digest] = Identity(
+                tenant,
+                scopes,
+                f"token:{entry.get('id') or digest[:8]}",
+                _names(entry.get("queues"), "queues", str),
+                _names(entry.get("job_tenants"), "job_tenants", check_tenant),
+            )
         default = TenantPolicy.from_mapping(data.get("defaults") or {})
         tenants = {
             check_tenant(str(name)): TenantPolicy.from_mapping(policy or {}, default)
@@ -194,10 +215,31 @@ class TokenFile:
         return self._tenants.get(tenant, self._default)
 
 
-def create_token(path: Path, tenant: str, scopes: str | Iterable[str]) -> str:
-    """Append a new token's hash to ``path`` (created 0600 if missing); returns the token, once."""
+def _names(value: Any, what: str, check: Any) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise InvalidInput(f"tokens file: {what} must be a non-empty list")
+    return frozenset(check(str(v)) for v in value)
+
+
+def create_token(
+    path: Path,
+    tenant: str,
+    scopes: str | Iterable[str],
+    queues: Iterable[str] | None = None,
+    job_tenants: Iterable[str] | None = None,
+) -> str:
+    """Append a new token's hash to ``path`` (created 0600 if missing); returns the token, once.
+    ``queues`` / ``job_tenants`` limit a worker token to those queues' / tenants' jobs."""
     check_tenant(tenant)
     scope_set = parse_scopes(scopes)
+    limits: dict[str, list[str]] = {}
+    for name, values in (("queues", queues), ("job_tenants", job_tenants)):
+        if values is not None:
+            if "worker" not in scope_set:
+                raise InvalidInput(f"{name} limits a worker token: add the worker scope")
+            limits[name] = sorted(check_tenant(v) if name == "job_tenants" else v for v in values)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     digest = hash_token(token)
     data = _read(path)
@@ -209,6 +251,7 @@ def create_token(path: Path, tenant: str, scopes: str | Iterable[str]) -> str:
             "tenant": tenant,
             "scopes": sorted(scope_set),
             "created_at": round(time.time(), 3),
+            **limits,
         }
     )
     data["tokens"] = entries

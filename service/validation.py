@@ -23,6 +23,7 @@ __all__ = [
     "check_model",
     "format_from_proto",
     "format_to_proto",
+    "page_size",
     "submission_from_request",
 ]
 
@@ -78,6 +79,13 @@ def check_model(data: bytes, fmt: str | None) -> str:
     else:
         raise InvalidInput(f"unknown model format '{name}' (use onnx or torchscript)")
     return name
+
+
+def page_size(requested: int, default: int, largest: int) -> int:
+    """ListJobs' page size: 0 means the default; larger than ``largest`` is clipped; negative is an error."""
+    if requested < 0:
+        raise InvalidInput(f"page_size {requested}: must be >= 0 (0: the default, {default})")
+    return min(requested or default, largest)
 
 
 @dataclass(frozen=True)

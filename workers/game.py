@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,10 +15,12 @@ from workers.interactions import (
     shapley_from_interactions,
     subsets_up_to,
 )
-from workers.models.base import ModelAdapter
 from workers.players import Players, full_mask, subset_bits
 from workers.targets import Target
 from xaudit.contract.errors import ResourceExhausted
+
+if TYPE_CHECKING:  # the model stack (torch, onnx) loads only when a model does
+    from workers.models.base import ModelAdapter
 
 __all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_inputs", "play"]
 
@@ -115,7 +118,7 @@ def play(
     evaluated = np.concatenate([subsets, grand]) if needs_full else subsets
     values = np.empty((len(inputs), len(evaluated)))
     done, total = 0, len(inputs) * len(evaluated)
-    rows = max(1, model.batch_size)
+    rows = model.rows_per_call(int(np.prod(inputs.shape[1:])))
     bits = subset_bits(evaluated, n)  # once: (m, n) bool
     for s, (x, b) in enumerate(zip(inputs, baselines, strict=True)):
         cls = np.full(rows, classes[s])

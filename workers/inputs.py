@@ -57,8 +57,10 @@ def needs_named_model(
     graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
     if len(graph_inputs) != 1:
         return True
-    elem = graph_inputs[0].type.tensor_type.elem_type
-    return bool(elem != onnx.TensorProto.FLOAT)
+    tensor_type = graph_inputs[0].type.tensor_type
+    dims = tensor_type.shape.dim
+    fixed_batch = len(dims) > 0 and dims[0].HasField("dim_value") and dims[0].dim_value > 0
+    return bool(tensor_type.elem_type != onnx.TensorProto.FLOAT or fixed_batch)
 
 
 def add_batch_axis(array: np.ndarray, declared: tuple[int | None, ...] | None) -> np.ndarray:
@@ -76,14 +78,36 @@ def _with_batch(name: str, array: np.ndarray, spec: InputSpec) -> np.ndarray:
     declared = spec.sample_shape
     array = add_batch_axis(array, declared)
     if array.ndim < 1:
-        raise InvalidInput(f"input '{name}' is a scalar: expected (samples, ...) with a batch axis first")
+        raise InvalidInput(
+            f"input '{name}' is a scalar, but the model declares it {spec.declared}: give (samples, ...)"
+        )
     if declared is not None and (
         array.ndim - 1 != len(declared)
         or any(d is not None and d != g for d, g in zip(declared, array.shape[1:], strict=True))
     ):
-        want = "x".join("?" if d is None else str(d) for d in declared)
-        have = "x".join(str(g) for g in array.shape[1:])
-        raise InvalidInput(f"input '{name}': shape {have} (per sample) does not match the model's {want}")
+        raise InvalidInput(
+            f"input '{name}': the model declares {spec.declared}, given {tuple(array.shape)} "
+            "(samples first)"
+        )
+    return array
+
+
+def _as_declared(name: str, array: np.ndarray, spec: InputSpec, axis: int | None) -> np.ndarray:
+    """A held input as the model wants it: its declared rank and fixed sizes; on its batch axis
+    (if any) one value per sample or one for all. One sample given without that axis gets it."""
+    dims = spec.dims
+    if dims is None:
+        return array
+    if axis is not None and array.ndim == len(dims) - 1:
+        array = np.expand_dims(array, axis)
+    fits = array.ndim == len(dims) and all(
+        not isinstance(d, int) or d == g or k == axis for k, (d, g) in enumerate(zip(dims, array.shape, strict=True))
+    )
+    if not fits:
+        where = f"its batch axis is {axis}" if axis is not None else "it has no batch axis: it is held as given"
+        raise InvalidInput(
+            f"input '{name}': the model declares {spec.declared} ({where}), given {tuple(array.shape)}"
+        )
     return array
 
 
@@ -99,7 +123,7 @@ def _checked(name: str, value: np.ndarray, spec: InputSpec) -> np.ndarray:
         raise InvalidInput(f"input '{name}' contains NaN or Inf")
     if spec.integer and arr.dtype.kind == "f" and not (arr == np.round(arr)).all():
         raise InvalidInput(f"input '{name}' holds integers ({spec.dtype}) but was given fractional values")
-    return _with_batch(name, arr, spec)
+    return arr
 
 
 def _given(
@@ -131,21 +155,31 @@ def load_named(
     import torch
 
     from workers.models import detect_format
-    from workers.models.named import NamedOnnxModel, OnnxGraph
+    from workers.models.named import NamedOnnxModel, OnnxGraph, batch_axis
 
     if detect_format(data) != "onnx":
         raise InvalidInput("several named inputs, integer inputs and named outputs need an ONNX model")
     assert isinstance(device, torch.device)
     graph = OnnxGraph(data, sha256, device)
     explained, given = _given(explain, graph, tensors)
-    arrays = {name: _checked(name, value, graph.input(name)) for name, value in given.items()}
-    batch = {name: a.shape[0] for name, a in arrays.items()}
-    if len(set(batch.values())) > 1:
-        sizes = ", ".join(f"{n}: {b}" for n, b in batch.items())
-        raise InvalidInput(f"the inputs disagree on the number of samples ({sizes})")
-    fixed = {n: a.astype(graph.input(n).dtype) for n, a in arrays.items() if n != explained}
+    spec = graph.input(explained)
+    inputs = _with_batch(explained, _checked(explained, given[explained], spec), spec)
+    samples = len(inputs)
+    fixed = {}
+    for name, value in given.items():
+        if name == explained:
+            continue
+        held = graph.input(name)
+        axis = batch_axis(held, spec)
+        array = _as_declared(name, _checked(name, value, held), held, axis)
+        if axis is not None and array.shape[axis] not in (1, samples):
+            raise InvalidInput(
+                f"input '{name}' holds {array.shape[axis]} samples on its batch axis {axis} "
+                f"(declared {held.declared}); '{explained}' holds {samples}"
+            )
+        fixed[name] = array.astype(held.dtype)
     model = NamedOnnxModel(graph, explained, fixed, output)
-    return model, arrays[explained].astype(np.float32)
+    return model, inputs.astype(np.float32)
 
 
 def predict_samples(model: ModelAdapter, inputs: np.ndarray) -> np.ndarray:
@@ -165,9 +199,17 @@ def held_inputs_section(model: ModelAdapter) -> dict[str, object]:
         return {}
     section: dict[str, object] = {"explained": model.explained.name}
     section["held"] = [
-        {"name": name, "shape": list(array.shape), "sha256": tensor_digest(array)}
+        {
+            "name": name,
+            "shape": list(array.shape),
+            "batch_axis": model.axes[name],
+            "sha256": tensor_digest(array),
+        }
         for name, array in sorted(model.fixed.items())
     ]
+    if model.explained.fixed_batch is not None:
+        # A fixed batch size costs one model call per chunk of that size: said in the report.
+        section["fixed_batch"] = model.explained.fixed_batch
     embedding = model.embedding
     if embedding is not None:
         section["embedding_tensor"] = getattr(embedding, "tensor", "")

@@ -83,16 +83,16 @@ def downward_closure(sets: np.ndarray, n: int) -> np.ndarray:
     """Every subset of every set in ``sets`` (small sets), sorted and deduplicated: the sub-inputs
     x_T that the audit of ``sets`` needs. Cost grows with sum 2^|S|, never with 2^n."""
     bits = subset_bits(as_masks(sets, n), n)
+    sizes = bits.sum(axis=1)
     closed = [np.zeros((1, n), dtype=bool)]
-    for row in bits:
-        members = np.flatnonzero(row)
-        k = len(members)
-        if k == 0:
-            continue
+    for k in np.unique(sizes[sizes > 0]):
+        group = bits[sizes == k]
+        members = np.nonzero(group)[1].reshape(len(group), k)  # (g, k) player indices, row by row
         pattern = ((np.arange(2**k)[:, None] >> np.arange(k)[None, :]) & 1).astype(bool)  # (2^k, k)
-        block = np.zeros((2**k, n), dtype=bool)
-        block[:, members] = pattern
-        closed.append(block)
+        block = np.zeros((len(group), 2**k, n), dtype=bool)
+        rows = np.arange(len(group))[:, None, None]
+        block[rows, np.arange(2**k)[None, :, None], members[:, None, :]] = pattern[None]
+        closed.append(block.reshape(-1, n))
     masks = masks_from_bits(np.concatenate(closed))
     return np.unique(masks)
 

@@ -81,7 +81,13 @@ def _load_named(
     if inputs.ndim < 2:
         raise InvalidInput(f"input shape {inputs.shape}: expected (samples, ...) with a batch axis first")
     if model.explained.integer:
-        attach_embedding(model, spec.embedding_tensor, inputs)
+        try:
+            attach_embedding(model, spec.embedding_tensor, inputs)
+        except InvalidInput as exc:
+            if spec.embedding_tensor:  # named by the user: a wrong name is their error to fix
+                raise
+            # Perturbation methods still run on the tokens; gradient methods say why they cannot.
+            model.no_embedding = f"and the graph gives no float tensor to take gradients at ({exc})"
     return model, inputs
 
 

@@ -1,16 +1,22 @@
 """``xaudit audit``: run the criterion audit locally and write the report.
 
 Exit 0 when the audit ran, whatever the verdicts (a policy decides what fails: ``xaudit gate``);
-exit 2 on errors.
+exit 2 on errors. Every argument, file and option is checked before torch is imported.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from clients.cli.options import add_job_options, add_threads_option, job_from_args, read_model
+from clients.cli._output import add_json_option, print_outcome
+from clients.cli.options import (
+    add_job_options,
+    add_threads_option,
+    check_writable,
+    job_from_args,
+    read_model,
+)
 from clients.cli.progress import progress_bar
 
 __all__ = ["register"]
@@ -20,8 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("audit", help="audit attribution methods locally and write the report JSON")
     add_job_options(parser, audit=True)
     add_threads_option(parser)
+    parser.add_argument("--out", type=Path, help="where to write the report (xaudit.report/v1 JSON)")
     parser.add_argument(
-        "--out", required=True, type=Path, help="where to write the report (xaudit.report/v1 JSON)"
+        "--plan",
+        action="store_true",
+        help="print what the audit would cost (sub-inputs, forward and backward passes per method, estimated "
+        "time on this device) and exit without auditing",
     )
     parser.add_argument(
         "--attributions-out",
@@ -31,18 +41,40 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from clients.cli.render import add_html_option
 
     add_html_option(parser)
+    add_json_option(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from clients._report import settings_line
+
+    # Everything the user typed is checked here, in well under a second; only then is torch loaded.
+    from xaudit.contract.errors import InvalidInput
+
+    spec, tensors = job_from_args(args, "audit")
+    if args.out is None and not args.plan:
+        raise InvalidInput("--out is required (or --plan to print the cost only)")
+    model = read_model(args.model)
+    for path in (args.out, args.attributions_out, args.html):
+        check_writable(path)
+    vocab = None
+    if getattr(args, "vocab", None) is not None:
+        from clients.cli.options import read_vocab
+
+        vocab = read_vocab(args.vocab)
+
     import numpy as np
 
-    from clients._report import verdict_table
     from workers.audit import run_audit
     from workers.prepare import prepare
 
-    spec, tensors = job_from_args(args, "audit")
-    prep = prepare(spec, read_model(args.model), None, tensors)
+    prep = prepare(spec, model, None, tensors)
+    if args.plan:
+        from clients.cli.plan import plan_text
+        from workers.audit.plan import audit_plan
+
+        print(plan_text(audit_plan(prep, measure=True).section()))
+        return 0
     with progress_bar("audit") as update:
         result = run_audit(prep, update)
     args.out.write_bytes(result.report_bytes)
@@ -52,7 +84,15 @@ def run(args: argparse.Namespace) -> int:
         from clients.render import write_html
 
         maps, labels = result.attributions, prep.players.labels
-        write_html(args.html, result.report, attributions=maps, inputs=prep.inputs, player_labels=labels)
-    print(verdict_table(result.report), file=sys.stderr)
-    print(f"report: {args.out}", file=sys.stderr)
+        write_html(
+            args.html, result.report, attributions=maps, inputs=prep.inputs, player_labels=labels, vocab=vocab
+        )
+    background = tensors.get("background")
+    settings = settings_line(
+        result.report,
+        requested_order=args.audit_order,
+        background_given=None if background is None else int(background.shape[0]),
+    )
+    paths = {"report": args.out, "attributions": args.attributions_out, "html": args.html}
+    print_outcome(args, result.report, paths, settings=settings)
     return 0

@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from clients.cli.options import add_threads_option
 
     add_threads_option(parser)
+    from clients.cli._output import add_json_option
+
+    add_json_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -58,7 +61,8 @@ def _audit(client: XauditClient, args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from clients._report import report_document, verdict_table
+    from clients._report import report_document, settings_line
+    from clients.cli._output import print_outcome
     from clients.cli._results import follow
 
     model_path = _asset("digits_cnn.onnx")
@@ -85,10 +89,11 @@ def _audit(client: XauditClient, args: argparse.Namespace) -> int:
     data = client.get_report(job.id)
     args.out.write_bytes(data)
     report = report_document(data)
-    print(verdict_table(report))
-    print()
-    print(f"report: {args.out.resolve()}")
-    print(_signature_note(client, data, args.out, model_path))
+    note = _signature_note(client, data, args.out, model_path)
+    settings = settings_line(report, background_given=int(background.shape[0]))
+    print_outcome(args, report, {"report": args.out}, settings=settings, extra={"job": job.id, "signature": note})
+    if not args.json:
+        print(note)
     return 0
 
 

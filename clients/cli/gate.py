@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if stray:
         raise InvalidInput(f"gate: --param names methods the policy does not audit: {', '.join(stray)}")
     spec = dataclasses.replace(spec, methods=policy.audit, tolerances=policy.audit_tolerances())
-    model = read_model(args.model)
+    model = read_model(args.model, sniff=False)
     inputs_sha256 = tensor_digest(tensors["inputs"])
 
     envelope, server_keys = _audit_on_server(args, model, spec, tensors, fetch_keys=not pinned)
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
         args.summary.write_text(gate_markdown(outcome, verified.report, verified.key_id), encoding="utf-8")
     for m in outcome.methods:
-        line = f"{m.status.upper():7} {m.method} ({m.verdict}{', required' if m.required else ''})"
+        line = f"{m.label:7} {m.method} ({m.verdict}{', required' if m.required else ', not required'})"
         print(line)
         if m.status == "failed":
             for c in m.failing:

@@ -14,7 +14,31 @@ from xaudit.contract.params import parse_param_text
 from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 from xaudit.contract.subspecs import parse_players
 
-__all__ = ["add_job_options", "add_threads_option", "apply_threads_option", "job_from_args", "read_file", "read_inputs", "read_model", "read_npy"]
+__all__ = [
+    "add_job_options",
+    "add_threads_option",
+    "apply_threads_option",
+    "check_methods",
+    "check_writable",
+    "job_from_args",
+    "positive_int",
+    "read_file",
+    "read_inputs",
+    "read_model",
+    "read_npy",
+]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1 (refused, never clamped)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
 
 
 def _thread_count(text: str) -> int:
@@ -49,7 +73,9 @@ def apply_threads_option(args: argparse.Namespace) -> None:
 
 
 def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
-    parser.add_argument("--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file")
+    parser.add_argument(
+        "--model", required=True, type=Path, help="ONNX (.onnx) or TorchScript (.pt) model file"
+    )
     parser.add_argument(
         "--input",
         required=True,
@@ -58,7 +84,10 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="inputs .npy, batch axis first; for a model with several inputs, NAME=FILE.npy once per input",
     )
     parser.add_argument(
-        "--explain", default="", metavar="NAME", help="the named input whose units are the players (the others are held)"
+        "--explain",
+        default="",
+        metavar="NAME",
+        help="the named input whose units are the players (the others are held)",
     )
     parser.add_argument(
         "--vocab",
@@ -84,8 +113,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="zeros (default), mean, blur[:SIGMA], constant:V, token:ID (token inputs) or FILE.npy",
     )
     parser.add_argument(
-        "--background", type=Path, help="background set .npy (samples first) for expected_gradients, deepshap, "
-        "prediction_difference"
+        "--background",
+        type=Path,
+        help="background set .npy (samples first) for expected_gradients, deepshap, prediction_difference",
     )
     parser.add_argument(
         "--target",
@@ -93,7 +123,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         help="predicted (logit of the predicted class, or a scalar output as is), class:K, prob[:K], logodds[:K], "
         "output:NAME[INDEX]",
     )
-    parser.add_argument("--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list")
+    parser.add_argument(
+        "--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list"
+    )
     parser.add_argument(
         "--param",
         action="append",
@@ -101,10 +133,21 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         metavar="METHOD.KEY=VALUE",
         help="a method parameter, e.g. integrated_gradients.steps=32 (repeatable)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the stochastic methods and the audit (default 0)"
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if audit:
-        parser.add_argument("--audit-order", type=int, default=3, help="largest set size judged set by set (default 3)")
+        parser.add_argument(
+            "--audit-order", type=positive_int, default=3, help="largest set size judged set by set (default 3, at least 1)"
+        )
+        parser.add_argument(
+            "--budget",
+            default="",
+            metavar="EVALUATIONS|SECONDSs",
+            help="cap on the audit's work above 10 players: model evaluations (e.g. 2e6) or seconds on this "
+            "device (e.g. 600s); sets are sampled to fit (default: up to 2048 sets per order)",
+        )
         parser.add_argument(
             "--tolerance",
             action="append",
@@ -120,7 +163,9 @@ def read_npy(path: Path, what: str) -> np.ndarray:
     except FileNotFoundError:
         raise InvalidInput(f"{what} file not found: {path}") from None
     except Exception as exc:
-        raise InvalidInput(f"{what} file {path} is not a readable .npy array ({type(exc).__name__})") from None
+        raise InvalidInput(
+            f"{what} file {path} is not a readable .npy array ({type(exc).__name__})"
+        ) from None
 
 
 def read_file(path: Path, what: str) -> bytes:
@@ -133,14 +178,70 @@ def read_file(path: Path, what: str) -> bytes:
         raise InvalidInput(f"{what} file {path} cannot be read ({exc.strerror})") from None
 
 
-def read_model(path: Path) -> bytes:
-    """The model's bytes; an ONNX model's external data files are read in from its directory."""
+# What a model file starts with: ONNX is a protobuf (first byte a field tag, 0x08 ir_version),
+# TorchScript a zip archive ("PK").
+_TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript")
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() or c in "\r\n\t" for c in text)
+
+
+def read_model(path: Path, *, sniff: bool = True) -> bytes:
+    """The model's bytes; an ONNX model's external data files are read in from its directory.
+
+    First a look at what they are (``sniff``): a text file or a .pt that is no TorchScript archive is
+    named as such here, rather than reported later as a bad ONNX model. The gate and verify, which
+    only compare the bytes with a signed report's subject, do not sniff."""
     data = read_file(path, "model")
+    if sniff:
+        _sniff_model(path, data)
     if data[:2] == b"PK":  # TorchScript
         return data
     from xaudit.contract.onnx_external import inline_external_data
 
     return inline_external_data(path, data)
+
+
+def _sniff_model(path: Path, data: bytes) -> None:
+    if not data:
+        raise InvalidInput(f"model file {path} is empty")
+    head = data[:512]
+    if path.suffix.lower() in _TORCHSCRIPT_SUFFIXES and not data.startswith(b"PK"):
+        kind = "a text file" if _looks_like_text(head) else "not a zip archive"
+        raise InvalidInput(
+            f"model file {path} is {kind}, not a TorchScript model (torch.jit.save writes a zip archive)"
+        )
+    if path.suffix.lower() == ".onnx" and _looks_like_text(head):
+        raise InvalidInput(f"model file {path} is a text file, not an ONNX or TorchScript model")
+
+
+def check_writable(path: Path | None) -> None:
+    """Fail now, not after the audit, when an output cannot be written (a missing directory)."""
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise InvalidInput(f"cannot write {path}: directory {parent} does not exist")
+
+
+def check_methods(text: str) -> None:
+    """Unknown method names, with the nearest known one ("did you mean")."""
+    import difflib
+
+    from xaudit.contract.names import ALL_METHODS
+
+    for name in (n.strip() for n in text.split(",")):
+        if name and name not in ALL_METHODS and name not in ("all", "all+extras"):
+            close = difflib.get_close_matches(name, ALL_METHODS, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(ALL_METHODS)}"
+            from xaudit.contract.errors import UnknownMethod
+
+            raise UnknownMethod(f"unknown method '{name}'{hint} (xaudit methods lists them)")
 
 
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
@@ -194,10 +295,26 @@ def read_vocab(path: Path) -> list[str]:
     return text.splitlines()
 
 
+def parse_budget(text: str) -> tuple[int, float]:
+    """``--budget``: model evaluations (``2e6``) or seconds (``600s``, ``10m``) -> (evaluations, seconds)."""
+    text = text.strip().lower()
+    if not text:
+        return 0, 0.0
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1])
+    try:
+        number = float(text[:-1] if scale else text)
+    except ValueError:
+        number = -1.0
+    if not number > 0 or number != number or number == float("inf"):
+        raise InvalidInput(f"--budget '{text}': expected model evaluations (e.g. 2e6) or seconds (e.g. 600s)")
+    return (0, number * scale) if scale else (int(number), 0.0)
+
+
 def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[str, np.ndarray]]:
     """The spec and attached tensors for the options in ``args``; files are read here, once."""
     from xaudit.contract.spec import resolve_method_names
 
+    check_methods(args.methods)
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players
     player_spec = parse_players(players)  # the one parser of the players string
@@ -210,7 +327,9 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         except FileNotFoundError:
             raise InvalidInput(f"group file not found: {path}") from None
         except (ValueError, KeyError, TypeError):
-            raise InvalidInput(f'group file {path} must be JSON {{"groups": [...], "names": [...]}}') from None
+            raise InvalidInput(
+                f'group file {path} must be JSON {{"groups": [...], "names": [...]}}'
+            ) from None
         group_names = tuple(str(n) for n in raw.get("names", []))
     elif player_spec.kind == "mask":
         tensors["player_mask"] = read_npy(Path(player_spec.source), "player mask")
@@ -241,11 +360,14 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     for item in getattr(args, "tolerance", []):
         name, sep, value = item.partition("=")
         if not sep or name not in CRITERIA:
-            raise InvalidInput(f"--tolerance '{item}': expected CRITERION=VALUE with one of {', '.join(CRITERIA)}")
+            raise InvalidInput(
+                f"--tolerance '{item}': expected CRITERION=VALUE with one of {', '.join(CRITERIA)}"
+            )
         try:
             tolerances[name] = float(value)
         except ValueError:
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
+    evaluations, seconds = parse_budget(getattr(args, "budget", ""))
     # JobSpec checks every option (bounds included) as the service and the worker do.
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
@@ -255,6 +377,8 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         methods=methods,
         method_params=params,
         audit_order=getattr(args, "audit_order", 3),
+        budget_evaluations=evaluations,
+        budget_seconds=seconds,
         tolerances=tolerances,
         seed=args.seed,
         device=args.device,

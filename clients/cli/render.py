@@ -63,6 +63,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="FILE.json",
         help='the group file of a groups:FILE.json audit ({"groups": [...], "names": [...]}), to sum features per group',
     )
+    parser.add_argument(
+        "--vocab",
+        type=Path,
+        help="a token model's vocabulary (one token per line or a JSON list), to show the inputs as text",
+    )
     add_html_option(parser, required=True)
     parser.set_defaults(func=run)
 
@@ -131,8 +136,19 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.input} is not the report's audited inputs (digest {str(expected)[:16]}...)"
             )
     labels = _read_groups(args.groups) if args.groups is not None else None
+    vocab = None
+    if args.vocab is not None:
+        from clients.cli.options import read_vocab
+
+        vocab = read_vocab(args.vocab)
     write_html(
-        args.html, report, attributions=attributions, inputs=inputs, signature=status, player_labels=labels
+        args.html,
+        report,
+        attributions=attributions,
+        inputs=inputs,
+        signature=status,
+        player_labels=labels,
+        vocab=vocab,
     )
     print(f"{status.headline}; wrote {args.html}", file=sys.stderr)
     return 0

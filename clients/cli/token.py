@@ -25,13 +25,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="comma-separated: submit, read, admin, worker (default submit,read)",
     )
     create.add_argument("--tokens", required=True, type=Path, help="tokens file (YAML; created if missing)")
+    create.add_argument(
+        "--queues", help="worker tokens: take only jobs of these comma-separated queues (default: any)"
+    )
+    create.add_argument(
+        "--job-tenants", help="worker tokens: take only these comma-separated tenants' jobs (default: any)"
+    )
     create.set_defaults(func=run_create)
 
 
 def run_create(args: argparse.Namespace) -> int:
     from service.tokens import create_token
 
-    token = create_token(args.tokens, args.tenant, args.scopes)
+    def names(text: str | None) -> list[str] | None:
+        return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
+
+    token = create_token(args.tokens, args.tenant, args.scopes, names(args.queues), names(args.job_tenants))
     print(token)
     print(f"xaudit: token for tenant '{args.tenant}' stored (hashed) in {args.tokens}", file=sys.stderr)
     return 0

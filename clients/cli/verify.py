@@ -43,8 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
     keys = [load_public_key_file(path) for path in args.key]
     envelope = read_file(args.envelope, "envelope")
-    model = read_model(args.model) if args.model is not None else None
+    model = read_model(args.model, sniff=False) if args.model is not None else None
     try:
+        _refuse_unsigned(envelope)
         verified = verify_envelope(envelope, keys)
         if model is not None:
             check_model_subject(verified.statement, model)
@@ -57,3 +58,21 @@ def run(args: argparse.Namespace) -> int:
     )
     print(verdict_summary(verified.report))
     return 0
+
+
+def _refuse_unsigned(data: bytes) -> None:
+    """A plain report (``xaudit audit`` writes them locally) has no signature to check: say that,
+    rather than that an envelope field is missing."""
+    import json
+
+    from xaudit.contract.errors import VerificationError
+
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return
+    if isinstance(doc, dict) and "payload" not in doc and str(doc.get("schema", "")).startswith("xaudit.report/"):
+        raise VerificationError(
+            "this is an unsigned report (plain JSON, as `xaudit audit` writes locally); only reports from a "
+            "server are signed: run the audit with `xaudit submit` to get one, or read this one with `xaudit render`"
+        )

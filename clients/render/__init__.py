@@ -8,7 +8,7 @@ each method's allocation, provenance. One file, no network: inline CSS, figures 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +26,26 @@ def render_html(
     inputs: np.ndarray | None = None,
     signature: SignatureStatus | None = None,
     player_labels: np.ndarray | None = None,
+    vocab: Sequence[str] | None = None,
 ) -> str:
     """The page for ``report`` (an ``xaudit.report/v1`` dict, JSON or straight from ``run_audit``).
 
     ``attributions``: method name -> (B, *sample_shape) maps of the audited inputs (other keys, such
     as an attribution job's ``target_values``, are ignored). ``inputs``: the audited inputs, drawn
     under image heatmaps. ``player_labels``: sample-shaped map from element to player index, needed to
-    sum a tabular model's features into its groups. ``signature``: what is known about the report's
+    sum a tabular model's features into its groups. ``vocab``: token id -> word, to show a text
+    model's inputs as text. ``signature``: what is known about the report's
     signature (default: unsigned).
     """
     from clients.render._data import as_floats, normalise_report, players_of
+    from clients.render._grid import grid_section
     from clients.render._page import document
     from clients.render._sections import (
+        decision_section,
         header,
         interactions_section,
         method_section,
         provenance_section,
-        verdicts_section,
     )
 
     doc = normalise_report(report)
@@ -56,25 +59,18 @@ def render_html(
     game = doc.get("game") or {}
     players = players_of(doc)
     classes = as_floats(game.get("classes"))
-    maps = dict(attributions or {})
+    maps = {k: np.asarray(v) for k, v in (attributions or {}).items()}
+    tolerances = config.get("tolerances") or {}
     sections = [
         header(doc, status, methods),
-        verdicts_section(methods, config),
-        interactions_section(game),
-        '<section id="methods"><h2>Methods</h2>',
-        *(
-            method_section(
-                m,
-                attributions=maps.get(str(m.get("name"))),
-                inputs=inputs,
-                players=players,
-                labels=player_labels,
-                classes=classes,
-                tolerances=config.get("tolerances") or {},
-            )
-            for m in methods
-        ),
+        decision_section(doc, methods, config),
+        grid_section(methods, maps, inputs, players, player_labels, classes, vocab),
+        '<section id="methods"><h2>Method details</h2>'
+        '<p class="note">One line per method; open it for its criteria, how it allocates effects of each '
+        "order, and the sets where it is furthest off.</p>",
+        *(method_section(m, tolerances=tolerances) for m in methods),
         "</section>",
+        interactions_section(game),
         provenance_section(doc, status),
     ]
     title = f"xaudit report {str((doc.get('model') or {}).get('sha256', ''))[:12]}"
@@ -89,10 +85,12 @@ def write_html(
     inputs: np.ndarray | None = None,
     signature: SignatureStatus | None = None,
     player_labels: np.ndarray | None = None,
+    vocab: Sequence[str] | None = None,
 ) -> None:
     """Render and write the page (UTF-8): what ``--html`` on audit, submit and render calls."""
     page = render_html(
-        report, attributions=attributions, inputs=inputs, signature=signature, player_labels=player_labels
+        report, attributions=attributions, inputs=inputs, signature=signature, player_labels=player_labels,
+        vocab=vocab,
     )
     from xaudit.contract.errors import InvalidInput
 

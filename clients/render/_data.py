@@ -22,6 +22,7 @@ __all__ = [
     "Players",
     "as_float",
     "as_floats",
+    "confidence_text",
     "input_kind",
     "normalise_report",
     "per_player",
@@ -36,6 +37,13 @@ CRITERION_TITLES: dict[str, str] = {
 }
 
 InputKind = str  # "image" (two spatial axes) or "vector" (anything else, drawn as bars)
+
+# Short names for the narrow decision table.
+CRITERION_SHORT: dict[str, str] = {
+    "coverage": "coverage",
+    "unrelated_allocation": "unrelated",
+    "complete_allocation": "complete",
+}
 
 
 def _plain(value: Any) -> Any:
@@ -129,3 +137,51 @@ def per_player(
     if players.n == flat.shape[1] and all(s == 1 for s in players.sizes):
         return flat, players.names
     return flat, tuple(f"feature {i}" for i in range(flat.shape[1]))
+
+
+def _interval(criterion: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A criterion's confidence interval when the report has one (schema v2), whatever it is called."""
+    for key in ("interval", "ci", "confidence_interval"):
+        value = criterion.get(key)
+        if isinstance(value, Mapping):
+            value = [value.get("low", value.get("lower")), value.get("high", value.get("upper"))]
+        pair = [as_float(v) for v in value] if isinstance(value, Sequence) and not isinstance(value, str) else []
+        if len(pair) == 2 and pair[0] is not None and pair[1] is not None:
+            return pair[0], pair[1]
+    lo, hi = as_float(criterion.get("low")), as_float(criterion.get("high"))
+    return (lo, hi) if lo is not None and hi is not None else None
+
+
+def confidence_text(method: Mapping[str, Any]) -> str:
+    """How sure the verdict is, in a few words: the report's own statement when it has one (v2), else
+    the deciding criterion's score against its tolerance and on how many inputs it holds or fails."""
+    verdict = str(method.get("verdict", ""))
+    if verdict == "not_applicable":
+        return "–"
+    own = method.get("confidence")
+    if isinstance(own, str) and own:
+        return own
+    if isinstance(own, (int, float)) and not isinstance(own, bool) and as_float(own) is not None:
+        return f"{float(own):.0%}"
+    criteria = {k: v for k, v in (method.get("criteria") or {}).items() if isinstance(v, Mapping)}
+    if not criteria:
+        return "not measured"
+
+    def ratio(item: tuple[str, Mapping[str, Any]]) -> float:
+        score, tol = as_float(item[1].get("score")), as_float(item[1].get("tolerance"))
+        return (score or 0.0) / tol if tol else 0.0
+
+    failing = [item for item in criteria.items() if item[1].get("passed") is False]
+    name, c = max(failing or list(criteria.items()), key=ratio)
+    score, tol = as_float(c.get("score")), as_float(c.get("tolerance"))
+    interval = _interval(c)
+    text = CRITERION_SHORT.get(name, name) + " "
+    text += "n/a" if score is None else f"{score:.3f}"
+    if interval is not None:
+        text += f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+    if tol is not None:
+        text += f" vs {tol:.3f}"
+    share = as_float(c.get("fraction_failing"))
+    if share is not None:
+        text += f"; fails on {share:.0%} of inputs" if failing else f"; holds on {1 - share:.0%} of inputs"
+    return text

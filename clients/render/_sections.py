@@ -7,20 +7,13 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-import numpy as np
-
-from clients.render._data import Players, as_float, as_floats, input_kind, per_player
-from clients.render._figures import (
-    MAX_INPUTS,
-    Picture,
-    allocation_picture,
-    bar_picture,
-    heatmap_picture,
-    interactions_picture,
-)
+from clients.render._data import CRITERIA, CRITERION_TITLES, as_float, as_floats
+from clients.render._figures import Picture, allocation_picture, interactions_picture
 from clients.render._source import SignatureStatus
 from clients.render._tables import (
     by_order_table,
+    criterion_cell,
+    decision_table,
     evidence_table,
     fmt,
     interactions_table,
@@ -30,19 +23,22 @@ from clients.render._tables import (
     verdict_table,
 )
 
-__all__ = ["header", "interactions_section", "method_section", "provenance_section", "verdicts_section"]
+__all__ = ["decision_section", "figure", "header", "interactions_section", "method_section", "provenance_section", "verdicts_section"]
 
 
-def _figure(picture: Picture, element_id: str, caption: str) -> str:
+def figure(picture: Picture, element_id: str, caption: str) -> str:
+    cap = f"<figcaption>{caption}</figcaption>" if caption else ""
     return (
-        f'<figure><img id="{escape(element_id)}" src="{picture.uri}" alt="{escape(picture.alt)}">'
-        f"<figcaption>{caption}</figcaption></figure>"
+        f'<figure><img id="{escape(element_id)}" src="{picture.uri}" alt="{escape(picture.alt)}">{cap}</figure>'
     )
+
+
+_figure = figure
 
 
 def signature_banner(status: SignatureStatus) -> str:
     key = (
-        f'<br>Key id: <span class="mono">{escape(status.key_id)}</span>'
+        f' Key id <span class="mono">{escape(status.key_id[:16])}…</span>'
         + (" (claimed by the envelope, not checked)" if status.state == "not_checked" else "")
         if status.key_id
         else ""
@@ -53,44 +49,66 @@ def signature_banner(status: SignatureStatus) -> str:
     )
 
 
-def header(report: Mapping[str, Any], status: SignatureStatus, methods: Sequence[Mapping[str, Any]]) -> str:
+def _counts(report: Mapping[str, Any], methods: Sequence[Mapping[str, Any]]) -> str:
     summary = report.get("summary") or {}
     parts = []
-    for key in ("reliable", "unreliable", "not_applicable"):
+    for key in ("reliable", "unreliable", "inconclusive", "not_applicable"):
         names = summary.get(key) or [m.get("name") for m in methods if m.get("verdict") == key]
-        parts.append(
-            f"{verdict_badge(key)}: {len(names)}"
-            + (f" ({escape(', '.join(map(str, names)))})" if names else "")
-        )
+        if names or key != "inconclusive":
+            parts.append(f"{verdict_badge(key)} {len(names)}")
+    return " · ".join(parts)
+
+
+def header(report: Mapping[str, Any], status: SignatureStatus, methods: Sequence[Mapping[str, Any]]) -> str:
     model = report.get("model") or {}
-    toc = "".join(
-        f'<li><a href="#method-{escape(str(m.get("name")))}">{escape(str(m.get("name")))}</a></li>'
-        for m in methods
-    )
+    inputs = report.get("inputs") or {}
+    count = inputs.get("count")
     return (
-        "<header><h1>xaudit: attribution method audit</h1>"
-        f'<p class="note">Report {escape(str(report.get("schema", "?")))}, created {escape(str(report.get("created", "?")))}; '
-        f'model <span class="mono">{escape(str(model.get("sha256", "?"))[:16])}…</span> '
-        f"({escape(str(model.get('format', '?')))}).</p>"
-        f"{signature_banner(status)}"
-        f'<p id="summary">{"; ".join(parts)}.</p></header>'
-        '<nav class="toc" aria-label="Contents"><strong>Contents</strong><ul>'
-        '<li><a href="#verdicts">Verdicts</a></li><li><a href="#interactions">The model\'s interactions</a></li>'
-        f'{toc}<li><a href="#provenance">Provenance</a></li></ul></nav>'
+        "<header><h1>Which attribution methods can this model's reviewer trust?</h1>"
+        f'<p class="note">Model <span class="mono">{escape(str(model.get("sha256", "?"))[:16])}…</span> '
+        f"({escape(str(model.get('format', '?')))})"
+        + (f", {escape(str(count))} audited input{'s' if count != 1 else ''}" if count is not None else "")
+        + f", report {escape(str(report.get('schema', '?')))} created {escape(str(report.get('created', '?')))}."
+        f"</p>{signature_banner(status)}</header>"
+        '<nav class="toc" aria-label="Contents"><a href="#decision">Decision</a> · <a href="#grid">Maps</a> · '
+        '<a href="#methods">Method details</a> · <a href="#interactions">The model\'s interactions</a> · '
+        '<a href="#provenance">Provenance</a></nav>'
+    )
+
+
+def _unaudited(report: Mapping[str, Any]) -> str:
+    """Schema v2 states the effect mass the audit did not judge as its own field; v1 does not."""
+    entry = report.get("unaudited")
+    if not isinstance(entry, Mapping):
+        entry = (report.get("game") or {}).get("unaudited")
+    if not isinstance(entry, Mapping):
+        return ""
+    share = as_float(entry.get("share", entry.get("mass_share")))
+    if share is None:
+        return ""
+    return f" Effect mass not audited (orders above the audit order): {share:.1%} of the total."
+
+
+def decision_section(
+    report: Mapping[str, Any], methods: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
+) -> str:
+    order = config.get("audit_order", "?")
+    return (
+        '<section id="decision"><h2>Decision</h2>'
+        f'<p id="summary">{_counts(report, methods)}. Sets of up to {escape(str(order))} players judged; '
+        "a criterion's score is the share of the model's effect mass misallocated (0 is perfect, the "
+        f"tolerance is the most allowed).{escape(_unaudited(report))}</p>"
+        f"{decision_table(methods)}"
+        '<details id="criteria"><summary>Scores of each criterion, per method</summary>'
+        '<p class="note">Coverage: no effect dropped. No unrelated allocation: nothing given to players '
+        "outside the set that caused an effect. Complete allocation: each effect handed out exactly once, "
+        "not twice. ✔ when the score is at most the tolerance.</p>"
+        f"{verdict_table(methods)}</details></section>"
     )
 
 
 def verdicts_section(methods: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> str:
-    order = config.get("audit_order", "?")
-    return (
-        '<section id="verdicts"><h2>Verdicts</h2>'
-        '<p class="note">A method is reliable when it hands out the model\'s actual effects (Harsanyi '
-        "interactions I(S) of the players) within tolerance on all three criteria: it drops none "
-        "(coverage), gives none to units outside the set that caused it (no unrelated allocation) and "
-        f"hands each out exactly once (complete allocation). Sets are judged up to order {escape(str(order))}"
-        " and above each method's noise floor.</p>"
-        f"{verdict_table(methods)}</section>"
-    )
+    return decision_section({}, methods, config)
 
 
 def interactions_section(game: Mapping[str, Any]) -> str:
@@ -111,7 +129,9 @@ def interactions_section(game: Mapping[str, Any]) -> str:
     body = [
         '<section id="interactions"><h2>The model\'s interactions</h2>',
         f"<p>{len(players)} players ({escape(names)}); {escape(exact)}. Target v(N) per input: "
-        f"{escape(targets) or 'n/a'}; at the reference v(∅): {escape(refs) or 'n/a'}.</p>",
+        f"{escape(targets) or 'n/a'}; at the reference v(∅): {escape(refs) or 'n/a'}. An interaction I(S) "
+        "is the part of the output that only the players of S together produce; the audit checks how each "
+        "method hands these out.</p>",
     ]
     remainder = as_float(game.get("unexplained_high_order"))
     if remainder is not None:
@@ -121,70 +141,65 @@ def interactions_section(game: Mapping[str, Any]) -> str:
     if mass or top:
         picture = interactions_picture(mass, top)
         body.append(
-            _figure(
+            figure(
                 picture,
                 "interactions-figure",
-                "Left: total |I(S)| per order |S|, mean over inputs. Right: the largest interactions, bar = "
-                "mean over inputs, ticks = each input.",
+                "Left: x = order |S| (how many players act together), y = total |I(S)|, mean over inputs; most "
+                "mass at low orders means a model the audit sees well. Right: the largest interactions, bar = "
+                "mean I(S) over inputs, ticks = each input (x: effect on the target, right of 0 raises it).",
             )
         )
         body.append(
-            table(
+            '<details><summary>Interaction tables</summary>'
+            + table(
                 "Effect mass by order",
                 ["Order |S|", "Mass Σ|I(S)| (mean over inputs)"],
                 [[str(m.get("order")), f'<span class="num">{fmt(m.get("mass"))}</span>'] for m in mass],
             )
+            + interactions_table(top)
+            + "</details>"
         )
-        body.append(interactions_table(top))
     body.append("</section>")
     return "".join(body)
 
 
-def _attribution_block(
-    name: str,
-    attributions: np.ndarray | None,
-    inputs: np.ndarray | None,
-    players: Players,
-    labels: np.ndarray | None,
-    classes: Sequence[float],
-) -> str:
-    if attributions is None:
-        return '<p class="note">No attribution maps were supplied for this method (render with --attributions).</p>'
-    maps = np.asarray(attributions)
-    if maps.ndim < 2 or len(maps) == 0:
-        return '<p class="note">The attribution array for this method is empty.</p>'
-    more = f" The first {MAX_INPUTS} of {len(maps)} inputs are drawn." if len(maps) > MAX_INPUTS else ""
-    if input_kind(maps.shape[1:]) == "image":
-        picture = heatmap_picture(name, maps, inputs, players, classes)
-        caption = (
-            "Attribution heatmaps"
-            + (" over the input" if inputs is not None else "")
-            + ("; dotted lines mark the players' patches." if players.is_grid else ".")
+def _criteria_rows(method: Mapping[str, Any]) -> str:
+    criteria = method.get("criteria") or {}
+    rows = []
+    for name in CRITERIA:
+        c = criteria.get(name)
+        if not isinstance(c, Mapping):
+            continue
+        rows.append(
+            [
+                escape(CRITERION_TITLES[name]),
+                criterion_cell(c),
+                f'<span class="num">{fmt(c.get("mean"))}</span>',
+                f'<span class="num">{fmt(c.get("worst"))}</span>',
+                f'<span class="num">{fmt(c.get("fraction_failing"), 2)}</span>',
+            ]
         )
-    else:
-        values, bar_names = per_player(maps, players, labels)
-        picture = bar_picture(name, values, bar_names, classes)
-        caption = "Attribution per " + ("player" if bar_names == players.names else "input feature") + "."
-        if bar_names != players.names and players.n != values.shape[1]:
-            caption += " The feature-to-group map is not in the report (render with --groups FILE.json)."
-    return _figure(picture, f"heatmap-{name}", escape(caption + more))
+    if not rows:
+        return ""
+    return table(
+        f"{escape(str(method.get('name')))}: criteria (scores are shares of effect mass misallocated; 0 is perfect)",
+        ["Criterion", "Score vs tolerance", "Mean over inputs", "Worst input", "Share of inputs failing"],
+        rows,
+    )
 
 
 def method_section(
     method: Mapping[str, Any],
     *,
-    attributions: np.ndarray | None,
-    inputs: np.ndarray | None,
-    players: Players,
-    labels: np.ndarray | None,
-    classes: Sequence[float],
     tolerances: Mapping[str, Any],
+    **_: Any,
 ) -> str:
     name = str(method.get("name", "?"))
     verdict = str(method.get("verdict", ""))
+    reason = str(method.get("reason", ""))
     body = [
-        f'<section class="method" id="method-{escape(name)}"><h3>{escape(name)}: {verdict_badge(verdict)}</h3>',
-        f"<p>{escape(str(method.get('reason', '')))}</p>",
+        f'<details class="method" id="method-{escape(name)}"><summary><strong>{escape(name)}</strong> '
+        f'{verdict_badge(verdict)} <span class="note">{escape(reason)}</span></summary>',
     ]
     context = method.get("paper_context") or {}
     if context.get("text"):
@@ -194,32 +209,33 @@ def method_section(
         )
     if verdict == "not_applicable":
         body.append(
-            '<p class="note">Not applicable to this model: no attributions and no allocation to show.</p>'
+            f'<p class="note">Not applicable to this model: {escape(reason) or "no reason given"}. No '
+            "attributions and no allocation to show.</p></details>"
         )
-        body.append("</section>")
         return "".join(body)
-    body.append("<h4>Attributions</h4>")
-    body.append(_attribution_block(name, attributions, inputs, players, labels, classes))
-    body.append("<h4>Allocation</h4>")
+    body.append(_criteria_rows(method))
     by_order = method.get("by_order") or []
     if by_order:
         picture = allocation_picture(name, by_order, tolerances)
         body.append(
-            _figure(
+            figure(
                 picture,
                 f"allocation-{name}",
-                "Left: mean r(S), the share of each set's effect the method hands out (1 = exactly once). Right: "
-                "mass dropped, handed out in excess, and given to units outside the set, as shares of each "
-                "order's effect mass; dashed line: tolerance.",
+                "Left: x = order |S|, y = mean r(S) = Σ<sub>i∈S</sub> A<sub>i</sub>(S) / I(S), the share of each "
+                "set's effect the method hands to the set's members; good: 1 (handed out exactly once). 2 means "
+                "handed out twice (e.g. Occlusion gives every member the whole effect, so r(S) = |S|); below 0, "
+                "handed out with the wrong sign. Right: x = order, y = share of the order's effect mass dropped, "
+                "handed out in excess or given outside the set; good: 0, at most the dashed tolerance.",
             )
         )
     floor = method.get("noise_floor") or {}
     body.append(
         key_value_table(
-            f"{escape(name)}: aggregate allocation checks",
+            f"{escape(name)}: aggregate checks (informational, not criteria)",
             [
                 (
-                    "completeness residual (Σ_T |d(T)| / Σ_T |v(T) − v(∅)|)",
+                    "completeness residual: how far the attributions' sums are from v(T) − v(∅) over "
+                    "sub-inputs T (Σ_T |d(T)| / Σ_T |v(T) − v(∅)|; 0 = complete)",
                     method.get("completeness_residual"),
                 ),
                 ("out-of-set share (mass to units outside S)", method.get("out_of_set_share")),
@@ -240,7 +256,7 @@ def method_section(
         scores = ", ".join(f"{k} {fmt(v)}" for k, v in all_orders["scores"].items())
         note = str(all_orders.get("note", "not used for the verdict"))
         body.append(f'<p class="note">Scores over all orders: {escape(scores)} ({escape(note)}).</p>')
-    body.append("</section>")
+    body.append("</details>")
     return "".join(body)
 
 
@@ -296,11 +312,12 @@ def provenance_section(report: Mapping[str, Any], status: SignatureStatus) -> st
             table_id="inputs-table",
         )
         + key_value_table("Configuration", _ordered(config, _CONFIG_ORDER), table_id="config-table")
+        + '<details id="environment"><summary>Method parameters and environment</summary>'
         + key_value_table("Methods and parameters", method_rows)
         + key_value_table(
             "Environment",
             [*_ordered(env, _ENV_ORDER), *((f"package {k}", v) for k, v in sorted(packages.items()))],
             table_id="environment-table",
         )
-        + "</section>"
+        + "</details></section>"
     )

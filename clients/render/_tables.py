@@ -12,6 +12,7 @@ from clients.render._data import CRITERIA, CRITERION_TITLES, as_float, as_floats
 __all__ = [
     "by_order_table",
     "criterion_cell",
+    "decision_table",
     "evidence_table",
     "fmt",
     "interactions_table",
@@ -24,17 +25,21 @@ __all__ = [
 _VERDICTS = {
     "reliable": ("✔", "reliable", "ok"),
     "unreliable": ("✘", "unreliable", "bad"),
+    "inconclusive": ("?", "inconclusive", "unsure"),
     "not_applicable": ("–", "not applicable", "na"),
 }
 
 
 def fmt(value: Any, digits: int = 3) -> str:
+    """One format for every number on the page: fixed ``digits`` decimals (a share of 4e-9 reads
+    0.000 beside 0.012, not 4.00e-09), thousands separated above 10,000."""
     f = as_float(value)
     if f is None:
         return "n/a"
-    if f != 0 and (abs(f) < 1e-3 or abs(f) >= 1e5):
-        return f"{f:.{digits - 1}e}"
-    return f"{f:.{digits}f}"
+    if abs(f) >= 1e4:
+        return f"{f:,.0f}"
+    text = f"{f:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
 def table(
@@ -86,7 +91,6 @@ def verdict_table(methods: Sequence[Mapping[str, Any]]) -> str:
         "Method",
         "Verdict",
         *(CRITERION_TITLES[c] for c in CRITERIA),
-        "Completeness residual",
         "Reason",
     ]
     rows = []
@@ -102,7 +106,6 @@ def verdict_table(methods: Sequence[Mapping[str, Any]]) -> str:
                     criterion_cell(criteria.get(c)) if applicable else '<span class="na">– n/a</span>'
                     for c in CRITERIA
                 ),
-                f'<span class="num">{fmt(m.get("completeness_residual"))}</span>' if applicable else "–",
                 escape(str(m.get("reason", ""))),
             ]
         )
@@ -111,6 +114,29 @@ def verdict_table(methods: Sequence[Mapping[str, Any]]) -> str:
         "tolerance; ✔ pass when the score is within tolerance, ✘ fail otherwise"
     )
     return table(caption, headers, rows, cls="verdicts", table_id="verdict-table")
+
+
+def decision_table(methods: Sequence[Mapping[str, Any]]) -> str:
+    """The page's first table: per method its verdict, how sure it is and why, nothing else."""
+    from clients.render._data import confidence_text
+
+    rows = []
+    for m in methods:
+        name = escape(str(m.get("name", "?")))
+        rows.append(
+            [
+                f'<a href="#method-{name}">{name}</a>',
+                verdict_badge(str(m.get("verdict", ""))),
+                f'<span class="num">{escape(confidence_text(m))}</span>',
+                escape(str(m.get("reason", "")) or "–"),
+            ]
+        )
+    caption = (
+        "Decision: reliable methods allocate the model's effects within tolerance on all three criteria; "
+        "confidence is the deciding criterion's score against its tolerance (lower is better) and how many "
+        "inputs agree"
+    )
+    return table(caption, ["Method", "Verdict", "Confidence", "Reason"], rows, cls="decision", table_id="decision-table")
 
 
 def _set_name(names: Iterable[Any]) -> str:
@@ -212,7 +238,7 @@ def key_value_table(caption: str, items: Iterable[tuple[str, Any]], table_id: st
 
 def _text(value: Any) -> str:
     if isinstance(value, float):
-        return fmt(value, 4)
+        return fmt(value)
     if isinstance(value, (list, tuple)):
         return ", ".join(_text(v) for v in value) if value else "–"
     if isinstance(value, dict):

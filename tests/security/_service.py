@@ -29,8 +29,8 @@ from xaudit.v1 import audit_pb2_grpc, worker_pb2_grpc
 __all__ = ["SecureService", "create_token", "secure_service"]
 
 
-def create_token(tokens: Path, tenant: str, scopes: str) -> str:
-    argv = ["token", "create", "--tenant", tenant, "--scopes", scopes, "--tokens", str(tokens)]
+def create_token(tokens: Path, tenant: str, scopes: str, *limits: str) -> str:
+    argv = ["token", "create", "--tenant", tenant, "--scopes", scopes, "--tokens", str(tokens), *limits]
     done = subprocess.run(
         [sys.executable, "-m", "clients.cli.main", *argv],
         cwd=ROOT,
@@ -52,6 +52,7 @@ class SecureService:
     reader: str  # tenant team-a: read only
     worker: str  # a worker token
     other_worker: str  # a second worker token (another machine)
+    team_b_worker: str  # a worker token limited to team-b's jobs on the CPU queue
 
     def channel(self, token: str | None) -> grpc.Channel:
         channel = grpc.insecure_channel(self.service.address)
@@ -73,8 +74,14 @@ def secure_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureS
         service_missing(f"cannot start a private redis-server: {exc}")
     home = tmp_path_factory.mktemp("secure") / "home"
     tokens = home.parent / "tokens.yaml"
-    names = [("team-a", "submit,read"), ("team-a", "read"), ("workers", "worker"), ("workers-2", "worker")]
-    issued = [create_token(tokens, tenant, scopes) for tenant, scopes in names]
+    names = [
+        ("team-a", "submit,read"),
+        ("team-a", "read"),
+        ("workers", "worker"),
+        ("workers-2", "worker"),
+        ("workers-b", "worker", "--queues", "xaudit.cpu", "--job-tenants", "team-b"),
+    ]
+    issued = [create_token(tokens, *entry) for entry in names]
     database = fresh_postgres()
     try:
         url = database.__enter__()

@@ -81,6 +81,26 @@ def test_a_completion_by_a_worker_that_does_not_hold_the_lease_is_refused(
     assert b"forged" not in report.report
 
 
+def test_a_worker_token_limited_to_another_tenant_takes_none_of_its_jobs_or_models(
+    secure_service: SecureService,
+) -> None:
+    s = secure_service
+    api = s.api(s.submitter)
+    sha = upload(api, mlp_onnx(seed=45))
+    job_id = str(api.SubmitAudit(request(sha, inputs(seed=45), QUICK), timeout=30).id)
+    limited = s.workers(s.team_b_worker)
+    fetch = worker_pb2.FetchJobRequest(job_id=job_id, worker_id="host-b:1")
+    assert _code(lambda: limited.FetchJob(fetch, timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
+    blob = worker_pb2.FetchBlobRequest(sha256=sha)
+    assert _code(lambda: list(limited.FetchBlob(blob, timeout=10))) == grpc.StatusCode.PERMISSION_DENIED
+    reader = s.api(s.reader)
+    assert (
+        reader.GetJob(audit_pb2.GetJobRequest(job_id=job_id), timeout=10).state == audit_pb2.JOB_STATE_QUEUED
+    )
+    # An unlimited worker token takes it.
+    assert s.workers(s.worker).FetchJob(fetch, timeout=10).claimed
+
+
 def _watch(
     s: SecureService, job_id: str, opened: list[int], outcome: list[str], stop: threading.Event
 ) -> None:

@@ -15,10 +15,12 @@ import numpy as np
 from workers.audit.checks import GameCheck, game_checks
 from workers.audit.evidence import worst_sets
 from workers.audit.noise import DEFAULT_Z, estimate_floor
+from workers.audit.plan import Plan, audit_plan
+from workers.audit.pooling import compact
 from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
 from workers.audit.schema import validate_report
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
-from workers.audit.sets import AuditedSets, choose_sets, design
+from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, design
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
 from workers.audit.unaudited import unaudited_mass
 from workers.explain import explain, job_params
@@ -44,9 +46,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Up to this many players every sub-input is attributed (2^n per sample): exact remainder-free
-# coverage and the all-order view. Above it, only sub-inputs with |T| <= audit order.
-ALL_ORDER_MAX_PLAYERS = 10
 # Most of the effect mass may sit under a method's noise floor; then nothing about its allocation is
 # shown and it cannot be judged reliable (raise its steps or samples to lower the floor).
 MAX_HIDDEN_SHARE = 0.5
@@ -68,6 +67,9 @@ class AuditResult:
     report_bytes: bytes
     attributions: dict[str, np.ndarray] = field(default_factory=dict)
     not_applicable: dict[str, str] = field(default_factory=dict)
+    # Per method, its scores summed over sets (per-sample parts kept): what a data-set audit pools
+    # over batches of samples (workers.audit.dataset).
+    scores: dict[str, AllocationScores] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,7 @@ def _audit_method(
     order: int,
     tick: Callable[[], None],
     sets: AuditedSets | None = None,
+    kept: dict[str, AllocationScores] | None = None,
 ) -> dict[str, Any]:
     measured = _measure(method, prep, game, background_games, tick)
     n, subsets = prep.players.n, game.subsets
@@ -256,6 +259,8 @@ def _audit_method(
         ), shares  # fmt: skip
 
     scores, shares = score(measured.main.per_player, order)
+    if kept is not None:
+        kept[method.name] = compact(scores)
     spreads: dict[str, float] = {}
     if measured.repeats is not None:
         per_repeat = [score(r, order)[0] for r in measured.repeats]
@@ -314,6 +319,7 @@ def _game_section(
     order: int,
     checks: tuple[GameCheck, ...],
     sets: AuditedSets | None = None,
+    plan: Plan | None = None,
 ) -> dict[str, Any]:
     players = prep.players
     sizes = popcounts(game.subsets)
@@ -352,6 +358,7 @@ def _game_section(
             )
         ],
         "audited_sets": None if sets is None else sets.section(),
+        "plan": None if plan is None else plan.section(),
         "top_interactions": [
             {
                 "set": [players.names[i] for i in mem],
@@ -366,16 +373,21 @@ def _game_section(
     }
 
 
-def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
-    """Audit every method in ``prep.spec.methods``; deterministic under ``prep.spec.seed``."""
+def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | None = None) -> AuditResult:
+    """Audit every method in ``prep.spec.methods``; deterministic under ``prep.spec.seed``.
+
+    ``plan``: the sets to audit, when a caller fixed them for several batches of one data set
+    (workers.audit.dataset); by default planned here from the job's spec and budget."""
     report_progress = progress or (lambda fraction, message: None)
     started = time.perf_counter()
     spec, players = prep.spec, prep.players
     order = max(1, min(spec.audit_order, players.n))
     enumerated = players.n if players.n <= ALL_ORDER_MAX_PLAYERS else order
     # Above the all-order limit: the sets of each order up to the audit order, all of them when few,
-    # a seeded sample otherwise, and only their sub-inputs (workers.audit.sets).
-    sets = None if players.n <= ALL_ORDER_MAX_PLAYERS else choose_sets(players.n, order, spec.seed)
+    # a seeded sample (sized to the job's budget) otherwise, and only their sub-inputs
+    # (workers.audit.sets, workers.audit.plan).
+    plan = plan or audit_plan(prep)
+    sets = plan.sets
     family = None if sets is None else sets.subsets
 
     def play_against(baselines: np.ndarray) -> GameResult:
@@ -405,6 +417,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     played = SubInputGame(players.n, game.subsets, game.values, game.interactions)
     maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg), played)
     entries = []
+    kept: dict[str, AllocationScores] = {}
     for k, method in enumerate(methods):
         fraction, message = 0.15 + 0.85 * k / len(methods), f"auditing {method.name}"
         report_progress(fraction, message)
@@ -420,7 +433,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             try:
                 tick = functools.partial(report_progress, fraction, message)
                 with judged_alone(method.name):
-                    entry = _audit_method(method, prep, game, background_games, order, tick, sets)
+                    entry = _audit_method(method, prep, game, background_games, order, tick, sets, kept)
             except NotApplicable as exc:
                 entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
         entry["among_fourteen"] = method.name in FOURTEEN_METHODS
@@ -466,7 +479,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
             "stochastic_repeats": STOCHASTIC_REPEATS,
         },
         "environment": environment(str(prep.model.device), prep.model.execution_providers),
-        "game": _game_section(prep, game, order, game_checks(prep, game), sets),
+        "game": _game_section(prep, game, order, game_checks(prep, game), sets, plan),
         "methods": entries,
         "summary": {
             verdict: [e["name"] for e in entries if e["verdict"] == verdict]
@@ -478,4 +491,4 @@ def run_audit(prep: Prepared, progress: Progress | None = None) -> AuditResult:
     report = jsonable(report)
     # A report that fails its own schema is a bug: it is never written, signed or returned.
     validate_report(report)
-    return AuditResult(report, canonical_bytes(report), maps.attributions, maps.not_applicable)
+    return AuditResult(report, canonical_bytes(report), maps.attributions, maps.not_applicable, kept)

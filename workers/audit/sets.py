@@ -19,8 +19,19 @@ from workers.audit.scores import SetDesign
 from workers.interactions import FamilyIndex, downward_closure, family_index, popcounts
 from workers.players import as_masks, masks_from_bits
 
-__all__ = ["DEFAULT_SETS_PER_ORDER", "AuditedSets", "Stratum", "choose_sets", "design", "enumerated_sets"]
+__all__ = [
+    "ALL_ORDER_MAX_PLAYERS",
+    "DEFAULT_SETS_PER_ORDER",
+    "AuditedSets",
+    "Stratum",
+    "choose_sets",
+    "design",
+    "enumerated_sets",
+]
 
+# Up to this many players every sub-input is attributed (all 2^n, exact game); above, sets are
+# chosen here.
+ALL_ORDER_MAX_PLAYERS = 10
 # Sets audited per order when no budget is given: all of them up to this many (C(64, 2) = 2016 are
 # enumerated), a uniform sample of this many above.
 DEFAULT_SETS_PER_ORDER = 2048

@@ -13,7 +13,6 @@ from functools import cache
 import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
-from workers.methods._embedding import run_method
 from workers.methods.references import choose_references
 from xaudit.contract.errors import NotApplicable, UnknownMethod
 from xaudit.contract.spec import ALL_METHODS, resolve_method_names
@@ -72,6 +71,8 @@ def attribute(
     background: np.ndarray | None = None,
 ) -> np.ndarray:
     """Run ``method``; distribution-baseline methods average their constituents over ``background``."""
+    from workers.methods._embedding import run_method  # loads the model stack only when computing
+
     if ctx.model.per_sample:  # held-fixed inputs differ per sample: one sample per call
         rows = [slice(s, s + 1) for s in range(len(inputs))]
         return np.concatenate(

@@ -6,15 +6,18 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import torch
 
-from workers.models.base import ModelAdapter
 from workers.players import Players
 from workers.subgames import SubInputGame
 from workers.targets import Target
+
+if TYPE_CHECKING:  # method metadata (the catalogue) loads no torch
+    import torch
+
+    from workers.models.base import ModelAdapter
 
 __all__ = ["AttributionContext", "Capabilities", "Method", "derived_seed", "to_numpy", "to_tensor"]
 
@@ -97,6 +100,8 @@ def derived_seed(seed: int, *parts: object) -> int:
 
 
 def to_tensor(array: np.ndarray, device: torch.device, requires_grad: bool = False) -> torch.Tensor:
+    import torch
+
     t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(device)
     return t.requires_grad_(requires_grad)
 

@@ -1,7 +1,8 @@
 """Gradient and rule-based methods on token inputs: attribute at the embedding output.
 
 Token ids have no gradient. The ONNX graph is cut at the embedding output E (the tensor a Gather
-produces from the ids, found in the graph or named by the job): ``embed`` maps ids to E, ``head``
+produces from the ids, else the first float tensor computed from them such as a one-hot, found in
+the graph or named by the job): ``embed`` maps ids to E, ``head``
 maps E (plus the held inputs) to the output. A method runs on ``head`` with E(x) as the input and
 E(reference ids) as the reference, its players spread over the embedding axis, and its
 attributions are summed over that axis back onto the token positions. Because E is positionwise,
@@ -33,24 +34,40 @@ __all__ = ["EmbeddingView", "attach_embedding", "find_embedding", "run_method"]
 _ID_PASSTHROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Flatten"}
 
 
+# Operators whose output depends on the ids' shape only, never on their values.
+_SHAPE_ONLY = {"Shape", "Size"}
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
 def find_embedding(proto: onnx.ModelProto, ids: str) -> str:
-    """The output of the first Gather that looks up a constant table with (a cast of) ``ids``."""
+    """Where gradients on token ids are taken: the first Gather that looks up a constant table
+    with (a cast of) ``ids``; else the first float tensor computed from the ids' values (a one-hot
+    by Equal+Cast or OneHot, as JAX and TF exporters write it). ``proto`` is shape-inferred."""
     constants = {i.name for i in proto.graph.initializer}
     constants |= {n.output[0] for n in proto.graph.node if n.op_type == "Constant"}
-    derived = {ids}
+    types = {v.name: v.type.tensor_type.elem_type for v in (*proto.graph.value_info, *proto.graph.output)}
+    passed, derived = {ids}, {ids}
+    first_float = ""
     for node in proto.graph.node:  # nodes are topologically sorted
         if (
             node.op_type == "Gather"
             and len(node.input) > 1
-            and node.input[1] in derived
+            and node.input[1] in passed
             and node.input[0] in constants
         ):
             return str(node.output[0])
-        if node.op_type in _ID_PASSTHROUGH and node.input and node.input[0] in derived:
+        if node.op_type in _ID_PASSTHROUGH and node.input and node.input[0] in passed:
+            passed.update(node.output)
+        if node.op_type not in _SHAPE_ONLY and any(i in derived for i in node.input):
             derived.update(node.output)
+            floats = [o for o in node.output if types.get(o) in _FLOATS]
+            if floats and not first_float:
+                first_float = floats[0]
+    if first_float:
+        return first_float
     raise InvalidInput(
-        f"no embedding lookup (a Gather of a constant table by '{ids}') found in the model; "
-        "name the embedding output with --embedding-tensor"
+        f"no float tensor computed from the token input '{ids}' (an embedding lookup, a one-hot) was "
+        "found in the model; name one with --embedding-tensor"
     )
 
 

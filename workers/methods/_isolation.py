@@ -36,7 +36,7 @@ def judged_alone(method: str) -> Iterator[None]:
     except Exception as exc:
         if type(exc).__name__ in _JOB_LEVEL:
             raise
-        logger.warning("%s failed on this model", method, exc_info=True)
+        logger.info("%s failed on this model", method, exc_info=True)
         first = str(exc).splitlines()[0][:200] if str(exc) else "no message"
         raise NotApplicable(
             method, f"it failed on this model's graph ({type(exc).__name__}: {first})"

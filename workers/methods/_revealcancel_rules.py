@@ -34,6 +34,8 @@ __all__ = [
 
 Split = tuple[torch.Tensor, torch.Tensor]
 LinearMap = Callable[[torch.Tensor], torch.Tensor]
+# (g, like) -> W^T g shaped like the layer's input ``like``.
+Transpose = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -64,29 +66,71 @@ class Pair:
 
 @dataclass(frozen=True)
 class AffineMaps:
-    """An affine layer in float64: ``full`` with bias; ``pos``/``neg`` the linear maps of W+ / W-
-    (``neg`` is None where W >= 0, as for average pooling)."""
+    """An affine layer in float64: ``full`` with bias, ``linear`` (W) and ``magnitude`` (|W|) without,
+    and their transposes (vector-Jacobian products). Average pooling (W >= 0) is used as it is:
+    its |W| is W and its transposes come from autograd."""
 
     full: LinearMap
-    pos: LinearMap
-    neg: LinearMap | None
+    linear: LinearMap
+    magnitude: LinearMap
+    linear_t: Transpose
+    magnitude_t: Transpose
+
+
+def _autograd_transpose(fn: LinearMap) -> Transpose:
+    def transpose(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        u = torch.zeros_like(like, requires_grad=True)
+        with torch.enable_grad():
+            (out,) = torch.autograd.grad(fn(u), u, grad)
+        return out
+
+    return transpose
+
+
+def _conv_transpose(module: nn.Module, weight: torch.Tensor) -> Transpose | None:
+    """W^T g of a zero-padded convolution by its input-gradient kernel (no forward pass, no graph)."""
+    if module.padding_mode != "zeros" or isinstance(module.padding, str):
+        return None
+    grad_input = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}  # type: ignore[attr-defined]
+    fn = grad_input[weight.ndim - 2]
+
+    def transpose(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return fn(like.shape, weight, grad, module.stride, module.padding, module.dilation, module.groups)
+
+    return transpose
 
 
 def affine_maps(module: nn.Module) -> AffineMaps:
     """Float64 maps of a Linear or Conv1d/2d/3d module; any other module is taken to be an average
     pooling (linear, W >= 0, dtype-agnostic) and used as it is."""
     if not isinstance(module, (nn.Linear, *_CONV)):
-        return AffineMaps(module, module, None)
+        transpose = _autograd_transpose(module)
+        return AffineMaps(module, module, module, transpose, transpose)
     weight = module.weight.detach().double()
     bias = None if module.bias is None else module.bias.detach().double()
-    w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
+    magnitude = weight.abs()
     if isinstance(module, nn.Linear):
         return AffineMaps(
-            lambda x: F.linear(x, weight, bias), lambda x: F.linear(x, w_pos), lambda x: F.linear(x, w_neg)
+            lambda x: F.linear(x, weight, bias),
+            lambda x: F.linear(x, weight),
+            lambda x: F.linear(x, magnitude),
+            lambda g, like: g @ weight,
+            lambda g, like: g @ magnitude,
         )
     conv = module._conv_forward  # handles every padding mode; linear in the input for a fixed weight
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        return conv(x, weight, None)
+
+    def absolute(x: torch.Tensor) -> torch.Tensor:
+        return conv(x, magnitude, None)
+
     return AffineMaps(
-        lambda x: conv(x, weight, bias), lambda x: conv(x, w_pos, None), lambda x: conv(x, w_neg, None)
+        lambda x: conv(x, weight, bias),
+        linear,
+        absolute,
+        _conv_transpose(module, weight) or _autograd_transpose(linear),
+        _conv_transpose(module, magnitude) or _autograd_transpose(absolute),
     )
 
 
@@ -95,19 +139,12 @@ def sign_split(delta: torch.Tensor) -> Split:
 
 
 def affine_split(maps: AffineMaps, delta_in: torch.Tensor) -> Split:
-    """dz+ = W+ da+ + W- da-, dz- = W+ da- + W- da+; the bias has no difference."""
-    a_pos, a_neg = sign_split(delta_in)
-    if maps.neg is None:
-        return maps.pos(a_pos), maps.pos(a_neg)
-    return maps.pos(a_pos) + maps.neg(a_neg), maps.pos(a_neg) + maps.neg(a_pos)
+    """dz+ = W+ da+ + W- da-, dz- = W+ da- + W- da+; the bias has no difference.
 
-
-def _vjp(fn: LinearMap, grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """grad^T J of a linear map (its Jacobian does not depend on the point)."""
-    u = torch.zeros_like(like, requires_grad=True)
-    with torch.enable_grad():
-        (out,) = torch.autograd.grad(fn(u), u, grad)
-    return out
+    Two passes instead of four: dz+ + dz- = W da and dz+ - dz- = |W| |da|.
+    """
+    total, spread = maps.linear(delta_in), maps.magnitude(delta_in.abs())
+    return 0.5 * (total + spread), 0.5 * (total - spread)
 
 
 def affine_backward(maps: AffineMaps, delta_in: torch.Tensor, out: Pair) -> torch.Tensor:
@@ -116,17 +153,15 @@ def affine_backward(maps: AffineMaps, delta_in: torch.Tensor, out: Pair) -> torc
 
     An input with no difference feeds neither part, but a change in it would (the published rule:
     the mean of the two, see docs/science.md). With a plain pair this is the ordinary gradient
-    W^T g (linear layers not followed by a ReLU).
+    W^T g (linear layers not followed by a ReLU). Two transposed passes instead of four: the sum
+    of both cases is W^T (g+ + g-), their difference |W|^T (g+ - g-).
     """
-
-    def vjp(fn: LinearMap | None, g: torch.Tensor) -> torch.Tensor:
-        return torch.zeros_like(delta_in) if fn is None else _vjp(fn, g, delta_in)
-
     if out.is_plain:
-        return vjp(maps.pos, out.pos) + vjp(maps.neg, out.pos)
-    same = vjp(maps.pos, out.pos) + vjp(maps.neg, out.neg)  # a term w*da keeps da's sign where w > 0
-    flipped = vjp(maps.pos, out.neg) + vjp(maps.neg, out.pos)
-    return torch.where(delta_in > 0, same, torch.where(delta_in < 0, flipped, 0.5 * (same + flipped)))
+        return maps.linear_t(out.pos, delta_in)
+    both = maps.linear_t(out.pos + out.neg, delta_in)
+    apart = maps.magnitude_t(out.pos - out.neg, delta_in)
+    same, flipped = 0.5 * (both + apart), 0.5 * (both - apart)  # a term w*da keeps da's sign where w > 0
+    return torch.where(delta_in > 0, same, torch.where(delta_in < 0, flipped, 0.5 * both))
 
 
 def collapse(pair: Pair, delta: torch.Tensor) -> torch.Tensor:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-import torch
-from captum.attr import DeepLift
 
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
 
@@ -16,6 +14,9 @@ __all__ = ["DeepLiftRescale", "DeepShap"]
 def _deeplift(
     ctx: AttributionContext, method: str, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
 ) -> np.ndarray:
+    import torch  # here, not at import: the catalogue loads no torch
+    from captum.attr import DeepLift
+
     device = ctx.model.device
     model = ctx.target.wrap(ctx.model.torch_hookable(method))
     explainer = DeepLift(model, multiply_by_inputs=True)

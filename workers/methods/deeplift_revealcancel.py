@@ -9,15 +9,16 @@ the rule divides stay exact; attributions are (x - x0) times the input multiplie
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from workers.methods._base import AttributionContext, Capabilities, Method
-from workers.methods._revealcancel_graph import RevealCancelGraph
 from workers.targets import Target
 from xaudit.contract.params import parameter_defaults
+
+if TYPE_CHECKING:  # the catalogue loads no torch
+    import torch
 
 __all__ = ["DeepLiftRevealCancel", "target_seed"]
 
@@ -38,6 +39,8 @@ def target_seed(
     outputs, which no DeepLIFT rule covers; their multipliers are the gradient averaged along the
     straight path from out0 to out (Gauss-Legendre, 64 nodes), which keeps summation-to-delta.
     """
+    import torch
+
     onehot = torch.zeros_like(out).scatter_(1, classes[:, None], 1.0)
     if target.kind == "logit":
         return onehot
@@ -63,6 +66,10 @@ class DeepLiftRevealCancel(Method):
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
+        import torch
+
+        from workers.methods._revealcancel_graph import RevealCancelGraph
+
         self.params(ctx)  # refuses unknown parameters (there are none)
         plan = RevealCancelGraph(ctx.model.torch_hookable(self.name), self.name)
         device = ctx.model.device

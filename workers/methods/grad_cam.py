@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
-from captum.attr import LayerAttribution, LayerGradCam
 
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
 from xaudit.contract.errors import InvalidInput, NotApplicable
@@ -14,25 +12,29 @@ from xaudit.contract.params import parameter_defaults
 
 __all__ = ["GradCam", "conv_layers"]
 
-_CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 # Interpolation mode by number of spatial axes (F.interpolate names).
 _MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
+if TYPE_CHECKING:  # the catalogue loads no torch
+    import torch
 
-ConvLayer = torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d
+    ConvLayer = torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d
 
 
 def conv_layers(graph: torch.nn.Module) -> list[tuple[str, ConvLayer]]:
     """(name, module) of every convolution, in execution order for an fx graph."""
+    import torch
+
+    conv_types = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
     if isinstance(graph, torch.fx.GraphModule):
         found: list[tuple[str, ConvLayer]] = []
         for node in graph.graph.nodes:
             if node.op == "call_module":
                 module = graph.get_submodule(str(node.target))
-                if isinstance(module, _CONV):
+                if isinstance(module, conv_types):
                     found.append((str(node.target), module))
         return found
-    return [(name, m) for name, m in graph.named_modules() if isinstance(m, _CONV)]
+    return [(name, m) for name, m in graph.named_modules() if isinstance(m, conv_types)]
 
 
 class GradCam(Method):
@@ -51,6 +53,9 @@ class GradCam(Method):
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
+        import torch
+        from captum.attr import LayerAttribution, LayerGradCam
+
         p = self.params(ctx)
         graph = ctx.model.torch_hookable(self.name)
         convs = conv_layers(graph)

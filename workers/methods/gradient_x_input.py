@@ -6,7 +6,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from workers.methods._autograd import target_gradients
 from workers.methods._base import AttributionContext, Capabilities, Method
 
 __all__ = ["GradientXInput"]
@@ -22,4 +21,6 @@ class GradientXInput(Method):
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
+        from workers.methods._autograd import target_gradients  # torch only when computing
+
         return ((inputs - baselines) * target_gradients(ctx, inputs, classes)).astype(np.float32)

@@ -12,10 +12,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
-from captum.attr._utils.approximation_methods import approximation_parameters
 
-from workers.methods._autograd import target_gradients_tensor
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.params import parameter_defaults
@@ -62,6 +59,11 @@ def path_integral(
     classes: np.ndarray,
 ) -> np.ndarray:
     """(x - b) times the quadrature of the target's gradient along the straight path from b to x."""
+    import torch  # here, not at import: the catalogue loads no torch
+    from captum.attr._utils.approximation_methods import approximation_parameters
+
+    from workers.methods._autograd import target_gradients_tensor
+
     if steps < min_steps(quadrature):
         raise InvalidInput(
             f"{method}: quadrature {quadrature} needs steps >= {min_steps(quadrature)}, not {steps}"

@@ -12,20 +12,17 @@ explained class, so it is in the target's units.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
-from workers.light_imports import zennit as _light_zennit
 from workers.methods._base import AttributionContext, Capabilities, Method
-from workers.methods._zennit import lrp_relevance
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.params import parameter_defaults
 
-_light_zennit()  # before any zennit import: keeps torchvision out
-from zennit.core import Hook  # noqa: E402
-from zennit.rules import AlphaBeta, Epsilon, ZBox, ZPlus  # noqa: E402
+if TYPE_CHECKING:  # the catalogue loads neither torch nor zennit
+    import torch
+    from zennit.core import Hook
 
 __all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon"]
 
@@ -53,7 +50,11 @@ class LrpEpsilon(Method):
             raise InvalidInput(f"{self.name}: epsilon must be >= 0, got {epsilon}")
 
         def rule(index: int, module: torch.nn.Module) -> Hook:
+            from zennit.rules import Epsilon
+
             return Epsilon(epsilon=epsilon)
+
+        from workers.methods._zennit import lrp_relevance  # torch and zennit only when computing
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
@@ -80,7 +81,11 @@ class LrpAlphaBeta(Method):
             )
 
         def rule(index: int, module: torch.nn.Module) -> Hook:
+            from zennit.rules import AlphaBeta
+
             return AlphaBeta(alpha=alpha, beta=beta)
+
+        from workers.methods._zennit import lrp_relevance  # torch and zennit only when computing
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
@@ -123,6 +128,10 @@ class DeepTaylor(Method):
             raise InvalidInput(f"{self.name}: low ({low}) must not exceed high ({high})")
 
         def rule(index: int, module: torch.nn.Module) -> Hook:
+            from zennit.rules import ZBox, ZPlus
+
             return ZBox(low=low, high=high) if index == 0 else ZPlus(zero_params=["bias"])
+
+        from workers.methods._zennit import lrp_relevance  # torch and zennit only when computing
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)

@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
-from workers.methods._autograd import target_gradients, target_gradients_tensor
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
 from xaudit.contract.params import parameter_defaults
 
@@ -22,6 +20,8 @@ class Saliency(Method):
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
+        from workers.methods._autograd import target_gradients  # torch only when computing
+
         return np.abs(target_gradients(ctx, inputs, classes)).astype(np.float32)
 
 
@@ -36,6 +36,10 @@ class SmoothGrad(Method):
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
+        import torch
+
+        from workers.methods._autograd import target_gradients_tensor
+
         p = self.params(ctx)
         samples, noise = int(p["samples"]), float(p["noise"])
         device = ctx.model.device

@@ -1,34 +1,88 @@
-"""Exact Shapley values from the game: phi_i = sum over S containing i of I(S) / |S|."""
+"""Shapley values of the masking game: exact over the present players up to a limit, permutation
+sampling beyond it (workers.shapley_estimate; docs/science.md)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.game import MAX_EXACT_PLAYERS, play
-from workers.methods._base import AttributionContext, Capabilities, Method
+from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
 from workers.players import Players
+from workers.shapley_estimate import estimate_shapley
 from workers.subgames import SubInputGame, restricted_shapley
-from xaudit.contract.errors import NotApplicable
+from workers.targets import Target
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.params import parameter_defaults
+
+if TYPE_CHECKING:  # importing it loads torch, which `xaudit methods` must not
+    from workers.models.base import ModelAdapter
 
 __all__ = ["ShapleyValue"]
+
+MAX_PERMUTATIONS = 100_000
 
 
 class ShapleyValue(Method):
     name = "shapley_value"
     capabilities = Capabilities(gradients=False, hooks=False, baseline="single", stochastic=False)
-    paper_context: ClassVar[str] = "equal split: each member gets the same share of each effect; expected to pass"
+    # Permutations per sample when more players are present than exact enumeration affords.
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("shapley_value")  # declared in xaudit.contract.params
+    paper_context: ClassVar[str] = (
+        "equal split: each member gets the same share of each effect; expected to pass"
+    )
 
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
-        if ctx.players.n > MAX_EXACT_PLAYERS:
-            raise NotApplicable(self.name, f"exact Shapley values need at most {MAX_EXACT_PLAYERS} players")
-        game = play(ctx.model, inputs, baselines, ctx.players, ctx.target, classes)
-        return ctx.players.spread(game.shapley())
+        params = self.params(ctx)
+        permutations = _permutations(params["permutations"])
+        players = ctx.players
+        out = np.zeros((len(inputs), players.n))
+        for s, (x, b) in enumerate(zip(inputs, baselines, strict=True)):
+            differs = (np.asarray(x) != np.asarray(b)).reshape(-1).astype(np.float64)
+            present = np.bincount(players.labels.reshape(-1), weights=differs, minlength=players.n) > 0
+            rng = np.random.default_rng(derived_seed(ctx.seed, self.name, s))
+            value = functools.partial(
+                _values, ctx.model.for_sample(s), ctx.target, players, x, b, int(classes[s])
+            )
+            out[s] = estimate_shapley(value, present, permutations, rng).values
+        return players.spread(out)
 
     def from_game(self, params: Mapping[str, Any], players: Players, game: SubInputGame) -> np.ndarray | None:
         self.params_from(params)
         return restricted_shapley(game)
+
+
+def _values(
+    model: ModelAdapter,
+    target: Target,
+    players: Players,
+    x: np.ndarray,
+    b: np.ndarray,
+    cls: int,
+    bits: np.ndarray,
+) -> np.ndarray:
+    """v(T) for coalitions ``bits`` (r, n) of one sample, in batches of the model's size."""
+    rows = max(1, model.batch_size)
+    classes = np.full(rows, cls)
+    values = np.empty(len(bits))
+    for start in range(0, len(bits), rows):
+        chunk = bits[start : start + rows]
+        masked = np.where(chunk[:, players.labels], x[None], b[None]).astype(np.float32)
+        values[start : start + len(chunk)] = target.values(model.predict(masked), classes[: len(chunk)])
+    return values
+
+
+def _permutations(given: object) -> int:
+    try:
+        value = int(str(given))
+    except ValueError:
+        value = 0
+    if isinstance(given, bool) or not 2 <= value <= MAX_PERMUTATIONS:
+        raise InvalidInput(
+            f"shapley_value.permutations must be an integer in 2..{MAX_PERMUTATIONS}, got {given!r}"
+        )
+    return value

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # the catalogue and argument checks load no torch
+    import torch
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo"]
 
@@ -15,6 +18,10 @@ logger = logging.getLogger(__name__)
 
 # Rows per forward call: bounds peak memory of masked-input batches (the game may need 2^16 rows).
 DEFAULT_BATCH_SIZE = 256
+# Small inputs get more rows per forward call (the per-call overhead dominates a tiny model), as
+# many as fit this many input elements, at most MAX_ROWS_PER_CALL.
+ROWS_ELEMENT_BUDGET = 65536
+MAX_ROWS_PER_CALL = 4096
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,12 @@ class ModelAdapter(ABC):
 
         Raises :class:`~xaudit.contract.errors.NotApplicable` naming ``method`` when no such graph exists.
         """
+
+    def rows_per_call(self, sample_elements: int) -> int:
+        """Rows per forward call for samples of ``sample_elements`` elements: ``batch_size``, more for
+        small inputs."""
+        by_budget = min(MAX_ROWS_PER_CALL, ROWS_ELEMENT_BUDGET // max(1, sample_elements))
+        return max(1, self.batch_size, by_budget)
 
     @property
     def execution_providers(self) -> list[str]:

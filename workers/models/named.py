@@ -26,7 +26,7 @@ from workers.models.onnx_to_torch import onnx_to_torch
 from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 from xaudit.contract.onnx_checks import parse_onnx
 
-__all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph", "SampleBound"]
+__all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph", "SampleBound", "batch_axis", "held_row"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,9 @@ _ORT_DTYPES: dict[str, np.dtype] = {
 }
 
 
+Dim = int | str | None  # a declared dimension: fixed size, symbolic name, or unknown
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """A model input as the model declares it; None for a dynamic or unknown dimension."""
@@ -51,10 +54,36 @@ class InputSpec:
     dtype: np.dtype
     sample_shape: tuple[int | None, ...] | None
     fixed_batch: int | None
+    dims: tuple[Dim, ...] | None = None  # every declared dimension, symbolic names kept
 
     @property
     def integer(self) -> bool:
         return self.dtype.kind in "iub"
+
+    @property
+    def declared(self) -> str:
+        """The declared shape as written in messages, e.g. ``(batch, 3, 224, 224)`` or ``()``."""
+        if self.dims is None:
+            return "(unknown shape)"
+        parts = ["?" if d is None else str(d) for d in self.dims]
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+def batch_axis(spec: InputSpec, explained: InputSpec) -> int | None:
+    """The axis of ``spec`` that runs over samples, read from the graph: the axis whose symbolic
+    dim is the explained input's batch dim (RNN state ``(layers, batch, hidden)`` gives 1), else
+    none (a scalar, a batch-less table): such inputs are held as given for every sample. Without
+    dim names (unnamed dynamic batch), a leading unknown dim is taken as the batch axis."""
+    if spec.name == explained.name:
+        return 0
+    if not spec.dims or not explained.dims:
+        return None
+    lead = explained.dims[0]
+    if isinstance(lead, str) and lead:
+        return spec.dims.index(lead) if lead in spec.dims else None
+    if lead is None and not isinstance(spec.dims[0], int):
+        return 0
+    return None
 
 
 class OnnxGraph:
@@ -102,7 +131,24 @@ def _spec(arg: ort.NodeArg) -> InputSpec:
     shape = arg.shape
     sample = tuple(d if isinstance(d, int) else None for d in shape[1:]) if shape else None
     fixed = shape[0] if shape and isinstance(shape[0], int) else None
-    return InputSpec(arg.name, dtype, sample, fixed)
+    dims = tuple(d if isinstance(d, (int, str)) and d != "" else None for d in shape) if shape is not None else None
+    return InputSpec(arg.name, dtype, sample, fixed, dims)
+
+
+def held_row(value: np.ndarray, axis: int | None, sample: int) -> np.ndarray:
+    """Sample ``sample``'s slice of a held input (its batch axis kept, size 1); as given without one."""
+    if axis is None:
+        return value
+    index = sample if value.shape[axis] > 1 else 0
+    return np.take(value, [index], axis=axis)
+
+
+def _repeat(row: np.ndarray, axis: int | None, k: int) -> np.ndarray:
+    if axis is None:
+        return row
+    shape = list(row.shape)
+    shape[axis] = k
+    return np.ascontiguousarray(np.broadcast_to(row, shape))
 
 
 class SampleBound(Protocol):
@@ -111,8 +157,22 @@ class SampleBound(Protocol):
     def for_sample(self, index: int) -> SampleBound: ...
 
 
+def _held_value(value: torch.Tensor, rows: int, axis: int | None) -> torch.Tensor:
+    """A held input expanded to ``rows`` on its batch axis (as given without one). Floats require
+    gradients while they are on: Captum's DeepLift hooks every nonlinearity's input and needs it,
+    also on branches fed only by held inputs; those gradients are unused."""
+    if axis is not None:
+        shape = list(value.shape)
+        shape[axis] = rows
+        value = value.expand(*shape)
+    if value.is_floating_point() and torch.is_grad_enabled():
+        value = value.clone().requires_grad_(True)
+    return value
+
+
 class _Feed(torch.nn.Module):
-    """The graph as a function of the explained input alone, the other inputs bound to one sample."""
+    """The graph as a function of the explained input alone, the other inputs bound to one sample;
+    a graph with a fixed batch size is called once per chunk of that size."""
 
     def __init__(
         self,
@@ -121,6 +181,8 @@ class _Feed(torch.nn.Module):
         explained: str,
         fixed: Mapping[str, torch.Tensor],
         output: int,
+        axes: Mapping[str, int | None],
+        fixed_batch: int | None = None,
     ) -> None:
         super().__init__()
         self.graph = graph
@@ -128,31 +190,28 @@ class _Feed(torch.nn.Module):
         self.explained = explained
         self.fixed = dict(fixed)
         self.output = output
+        self.axes = dict(axes)
+        self.fixed_batch = fixed_batch
 
-    def _held(self, name: str, k: int) -> torch.Tensor:
-        value = self.fixed[name]
-        value = value.expand(k, *value.shape[1:])
-        if value.is_floating_point() and torch.is_grad_enabled():
-            # Hook-based methods (Captum's DeepLift) hook every nonlinearity's input and need it to
-            # require gradients, also on branches fed only by held inputs; those gradients are unused.
-            value = value.clone().requires_grad_(True)
-        return value
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _call(self, x: torch.Tensor) -> torch.Tensor:
         k = x.shape[0]
-        args = [x if n == self.explained else self._held(n, k) for n in self.order]
+        args = [x if n == self.explained else _held_value(self.fixed[n], k, self.axes[n]) for n in self.order]
         out = self.graph(*args)
         if isinstance(out, (tuple, list)):
             out = out[self.output]
         return out.reshape(k, -1)
 
-
-def _held_value(value: torch.Tensor, rows: int) -> torch.Tensor:
-    """A held input expanded to ``rows``; requiring gradients where Captum hooks need it (see _Feed)."""
-    value = value.expand(rows, *value.shape[1:])
-    if value.is_floating_point() and torch.is_grad_enabled():
-        value = value.clone().requires_grad_(True)
-    return value
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        step = self.fixed_batch
+        if step is None or x.shape[0] == step:
+            return self._call(x)
+        outs = []
+        for chunk in torch.split(x, step):
+            rows = chunk.shape[0]
+            if rows < step:
+                chunk = torch.cat([chunk, chunk[-1:].expand(step - rows, *chunk.shape[1:])])
+            outs.append(self._call(chunk)[:rows])
+        return torch.cat(outs)
 
 
 def _bound_graph(
@@ -161,6 +220,7 @@ def _bound_graph(
     explained: str,
     fixed: Mapping[str, torch.Tensor],
     output: int,
+    axes: Mapping[str, int | None],
 ) -> torch.fx.GraphModule:
     """``graph`` with its held inputs replaced by constants of one sample: one placeholder left, so
     rule-based methods can plan it node by node (and name the operator they have no rule for)."""
@@ -175,7 +235,8 @@ def _bound_graph(
             values[node] = x
             continue
         attrs[f"xaudit_held_{index}"] = fixed[name]
-        values[node] = new.call_function(_held_value, (new.get_attr(f"xaudit_held_{index}"), rows))
+        held = new.get_attr(f"xaudit_held_{index}")
+        values[node] = new.call_function(_held_value, (held, rows, axes[name]))
     for node in graph.graph.nodes:
         if node.op == "call_module":
             attrs[str(node.target)] = graph.get_submodule(str(node.target))
@@ -192,11 +253,13 @@ def _bound_graph(
 
 
 class NamedOnnxModel(ModelAdapter):
-    """``explained`` fed from the rows, every other input from ``fixed[name][sample]``.
+    """``explained`` fed from the rows, every other input held: sample ``s``'s slice on its batch
+    axis (found from the graph, :func:`batch_axis`), or as given when it has none.
 
-    ``fixed`` holds (B, ...) arrays in the model's dtypes; unbound (``sample`` None) a model with
-    fixed inputs refuses to run, so a caller that mixes samples fails loudly instead of silently
-    using the wrong state.
+    ``fixed`` holds the arrays as the model wants them (the batch axis sized B or 1), in the
+    model's dtypes; unbound (``sample`` None) a model with per-sample inputs refuses to run, so a
+    caller that mixes samples fails loudly instead of silently using the wrong state. A model with
+    a fixed batch size (often 1) is evaluated one chunk of that size per call.
     """
 
     def __init__(
@@ -211,16 +274,21 @@ class NamedOnnxModel(ModelAdapter):
         self.graph = graph
         self.explained = graph.input(explained)
         self.fixed = dict(fixed)
+        self.axes = {name: batch_axis(graph.input(name), self.explained) for name in self.fixed}
         if output is not None and output not in graph.outputs:
             raise InvalidInput(f"the model has no output '{output}' (outputs: {', '.join(graph.outputs)})")
         self.output = output or graph.outputs[0]
         self.device = graph.device
         self.batch_size = batch_size
         self.sample = sample
-        self.per_sample = bool(self.fixed) and sample is None
+        self.per_sample = sample is None and any(
+            axis is not None and self.fixed[name].shape[axis] > 1 for name, axis in self.axes.items()
+        )
         self.info = ModelInfo("onnx", graph.sha256, explained, self.explained.sample_shape, self.output)
         # Filled by workers.methods._embedding for token inputs: where gradients are taken instead.
         self.embedding: SampleBound | None = None
+        # Why gradient methods cannot run on integer inputs, when no embedding was found.
+        self.no_embedding = ""
 
     @property
     def execution_providers(self) -> list[str]:
@@ -233,53 +301,53 @@ class NamedOnnxModel(ModelAdapter):
             self.graph, self.explained.name, self.fixed, self.output, self.batch_size, index
         )
         bound.embedding = self.embedding.for_sample(index) if self.embedding is not None else None
+        bound.no_embedding = self.no_embedding
         return bound
 
     def _fixed_row(self, name: str) -> np.ndarray:
-        if self.sample is None:
-            raise RuntimeError("a model with held-fixed inputs must be bound to a sample (for_sample)")
-        return self.fixed[name][self.sample : self.sample + 1]
+        if self.per_sample:
+            raise RuntimeError("a model with per-sample held inputs must be bound to a sample (for_sample)")
+        return held_row(self.fixed[name], self.axes[name], self.sample or 0)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         step = self.explained.fixed_batch or self.batch_size
         outs = []
+        rows_held = {name: self._fixed_row(name) for name in self.fixed}
         for start in range(0, x.shape[0], step):
             chunk = x[start : start + step]
             rows = chunk.shape[0]
             if self.explained.fixed_batch and rows < step:
                 chunk = np.concatenate([chunk, np.repeat(chunk[-1:], step - rows, axis=0)])
             feed = {self.explained.name: np.ascontiguousarray(chunk).astype(self.explained.dtype)}
-            for name in self.fixed:
-                row = self._fixed_row(name)
-                feed[name] = np.ascontiguousarray(np.broadcast_to(row, (len(chunk), *row.shape[1:])))
+            for name, row in rows_held.items():
+                feed[name] = _repeat(row, self.axes[name], len(chunk))
             out = self.graph.session.run([self.output], feed)[0]
             outs.append(np.asarray(out).reshape(len(chunk), -1)[:rows])
         count_forward(x.shape[0], len(outs))
         return np.concatenate(outs).astype(np.float32)
 
-    def _feed_module(self, method: str) -> torch.nn.Module:
+    def _feed_module(self, method: str) -> _Feed:
         if self.explained.integer:
-            raise NotApplicable(
-                method, f"input '{self.explained.name}' holds integer ids, which have no gradient"
-            )
+            reason = self.no_embedding or "which have no gradient"
+            raise NotApplicable(method, f"input '{self.explained.name}' holds integer ids, {reason}")
         fixed = {
             name: torch.as_tensor(np.ascontiguousarray(self._fixed_row(name)), device=self.device)
             for name in self.fixed
         }
         return _Feed(
             self.graph.torch_graph(), self.graph.input_names, self.explained.name, fixed,
-            self.graph.outputs.index(self.output),
+            self.graph.outputs.index(self.output), self.axes, self.explained.fixed_batch,
         )  # fmt: skip
 
     def torch_differentiable(self) -> torch.nn.Module:
         return self._feed_module("gradient methods")
 
     def torch_hookable(self, method: str) -> torch.nn.Module:
-        if not self.fixed and len(self.graph.inputs) == 1 and self.output == self.graph.outputs[0]:
+        plain = not self.fixed and len(self.graph.inputs) == 1 and self.output == self.graph.outputs[0]
+        if plain and self.explained.fixed_batch is None:
             return self.graph.torch_graph()  # the plain fx graph: rule-based methods can plan it
         feed = self._feed_module(method)
-        assert isinstance(feed, _Feed)
-        if not isinstance(feed.graph, torch.fx.GraphModule):
+        if not isinstance(feed.graph, torch.fx.GraphModule) or self.explained.fixed_batch is not None:
             return feed
         outputs = self.graph.outputs.index(self.output)
-        return _bound_graph(feed.graph, feed.order, feed.explained, feed.fixed, outputs)
+        return _bound_graph(feed.graph, feed.order, feed.explained, feed.fixed, outputs, self.axes)

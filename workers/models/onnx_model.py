@@ -64,7 +64,7 @@ class OnnxModel(ModelAdapter):
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
-        step = self._fixed_batch or self.batch_size
+        step = self._fixed_batch or self.rows_per_call(int(np.prod(x.shape[1:])))
         outs = []
         for start in range(0, x.shape[0], step):
             chunk = x[start : start + step]

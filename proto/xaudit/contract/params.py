@@ -148,6 +148,10 @@ METHOD_PARAMETERS: Mapping[str, Mapping[str, Param]] = {
         "low": Param("float", None, -1e30, 1e30, optional=True),
         "high": Param("float", None, -1e30, 1e30, optional=True),
     },
+    "shapley_value": {
+        # Sampled permutations above the exact limit (an unbiased estimate; docs/science.md).
+        "permutations": Param("int", 256, 2, 100_000),
+    },
     "occlusion_patch": {
         "window": Param("pair", "2x2", 1, 1024),
         "stride": Param("pair", "1x1", 1, 1024),

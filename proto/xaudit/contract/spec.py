@@ -54,6 +54,7 @@ ATTACHMENTS: tuple[str, ...] = ("inputs", "background", "baseline", "player_mask
 
 
 MAX_SEED = 2**63 - 1
+MAX_BUDGET_S = 366 * 86400.0  # a year: beyond it a budget is no cap
 MAX_NAME = 256  # explain, embedding_tensor, one group name
 MAX_GROUP_NAMES = 65536
 
@@ -76,6 +77,10 @@ class JobSpec:
     methods: tuple[str, ...] = FOURTEEN_METHODS
     method_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     audit_order: int = 3
+    # Caps on the audit's work above the exhaustive limit (0: none; workers.audit.plan): model rows
+    # (forward or forward+backward passes) and seconds on the worker's device.
+    budget_evaluations: int = 0
+    budget_seconds: float = 0.0
     tolerances: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     seed: int = 0
     device: str = "auto"
@@ -113,6 +118,22 @@ class JobSpec:
                 params[method] = check_method_params(method, given)
         set_(self, "method_params", params)
         set_(self, "audit_order", check_audit_order(self.audit_order))
+        evaluations, seconds = self.budget_evaluations, self.budget_seconds
+        if (
+            isinstance(evaluations, bool)
+            or not isinstance(evaluations, int)
+            or not 0 <= evaluations <= MAX_SEED
+        ):
+            raise InvalidInput(f"budget of {str(evaluations)[:24]} evaluations: must be a whole number >= 0")
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not 0 <= seconds <= MAX_BUDGET_S
+        ):
+            raise InvalidInput(
+                f"budget of {str(seconds)[:24]} seconds: must be between 0 and {MAX_BUDGET_S:g}"
+            )
+        set_(self, "budget_seconds", float(seconds))
         if not isinstance(self.tolerances, Mapping):
             raise InvalidInput("tolerances must map criteria to numbers")
         set_(self, "tolerances", check_tolerances(self.tolerances))

@@ -95,6 +95,36 @@ def test_detach_status_jobs_and_report_round_trip(service: Service, tmp_path: Pa
     assert [r.split()[:3] for r in rows if r.startswith(job_id)] == [[job_id, "audit", "succeeded"]]
 
 
+def test_remote_commands_print_verdicts_on_stdout_and_say_what_they_reuse(
+    service: Service, tmp_path: Path
+) -> None:
+    args = ("submit", *JOB, "--methods", "occlusion_1,shapley_value", "--seed", "31")
+    out, page = tmp_path / "r.json", tmp_path / "r.html"
+    first = xaudit(*args, "--out", str(out), server=service.address)
+    assert first.returncode == 0, first.stderr
+    rows = {line.split()[0]: line.split()[1] for line in first.stdout.splitlines()[1:3]}
+    assert first.stdout.startswith("METHOD") and rows == {"occlusion_1": "unreliable", "shapley_value": "reliable"}
+    assert f"report: {out.resolve()}" in first.stdout and "returning existing job" not in first.stderr
+    job_id = first.stderr.split("job ", 1)[1].split()[0]
+
+    again = xaudit(*args, "--out", str(out), "--json", server=service.address)
+    assert again.returncode == 0, again.stderr
+    assert f"returning existing job {job_id} (succeeded" in again.stderr and "pass --new" in again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["job"] == job_id and summary["summary"]["reliable"] == ["shapley_value"]
+    fresh = xaudit(*args, "--out", str(out), "--new", "--detach", server=service.address)
+    assert fresh.returncode == 0 and fresh.stdout.strip() != job_id and "existing" not in fresh.stderr
+
+    status = xaudit("status", job_id, server=service.address)
+    assert status.returncode == 0 and "state:     succeeded" in status.stdout
+    assert any(line.split()[:2] == ["occlusion_1", "unreliable"] for line in status.stdout.splitlines())
+
+    report = xaudit("report", job_id, "--out", str(out), "--html", str(page), server=service.address)
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.startswith("METHOD") and f"html: {page.resolve()}" in report.stdout
+    assert 'id="decision-table"' in page.read_text()
+
+
 def test_attribution_jobs_write_an_npz_equal_to_a_local_explain(service: Service, tmp_path: Path) -> None:
     remote, local = tmp_path / "remote.npz", tmp_path / "local.npz"
     opts = (
@@ -146,6 +176,7 @@ def test_cancel_a_queued_job_then_a_running_one(service: Service) -> None:
     assert "state:     cancelled" in xaudit("status", queued.id, server=service.address).stdout
     no_result = xaudit("report", queued.id, "--out", os.devnull, server=service.address)
     assert no_result.returncode == 2 and "cancelled" in no_result.stderr
+    assert "--wait" not in no_result.stderr  # waiting will not give a cancelled job a result
 
     # A running audit stops at its worker's next progress step (audits check once per method).
     with XauditClient(service.address) as client:

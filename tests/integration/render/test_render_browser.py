@@ -25,7 +25,7 @@ from tests.integration.render._browser import (
     open_page,
     save_full_page,
 )
-from tests.unit.render._reports import GROUP_NAMES, GROUPS, image_audit, tabular_audit
+from tests.unit.render._reports import GROUP_NAMES, GROUPS, image_audit, tabular_audit, text_audit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -44,22 +44,35 @@ def browser() -> Iterator[Any]:
         yield driver
 
 
-def _check_page(result: PageResult, report: dict[str, Any]) -> None:  # type: ignore[misc]
+def _check_page(result: PageResult, report: dict[str, Any], driver: Any) -> None:  # type: ignore[misc]
+    """The reviewer's acceptance: the decision table inside the first 1280x900 screen, the method grid
+    present, the page under 6,000 px with details collapsed, no console errors."""
     assert result.console_errors == []
+    assert driver.execute_script("return window.scrollY") == 0
+    bottom = driver.execute_script(
+        "return document.querySelector('#decision-table').getBoundingClientRect().bottom"
+    )
+    assert 0 < bottom <= 900, bottom
+    assert driver.execute_script("return document.documentElement.scrollHeight") < 6000
+    assert driver.execute_script("return [...document.querySelectorAll('details[open]')].length") == 0
     images = {i["id"]: i for i in result.images}
+    text_grid = driver.execute_script("return document.querySelectorAll('table.text-grid').length")
+    assert "grid-0" in images or text_grid > 0
     for method in report["methods"]:
-        name = method["name"]
-        if method["verdict"] == "not_applicable":
-            assert f"heatmap-{name}" not in images
-            continue
-        for kind in ("heatmap", "allocation"):
-            image = images[f"{kind}-{name}"]
+        if method["verdict"] != "not_applicable":
+            image = images[f"allocation-{method['name']}"]
             assert image["w"] > 100 and image["h"] > 100, image  # decoded, not a broken-image icon
-            assert image["alt"]
     assert all(i["alt"] for i in result.images)
     for table in result.tables:
         assert table["caption"] and table["col"] > 0 and table["rows"] > 0, table
     assert "✔" in result.text or "✘" in result.text
+
+
+def _pdf_pages(driver: Any) -> int:
+    pdf = driver.execute_cdp_cmd("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": True})
+    data = base64.b64decode(pdf["data"])
+    assert data.startswith(b"%PDF")
+    return data.count(b"/Type /Page") - data.count(b"/Type /Pages")
 
 
 def _print_views(driver: Any, name: str) -> None:
@@ -84,11 +97,11 @@ def test_image_model_page_in_chromium(browser: Any) -> None:
     page = ARTIFACTS / "image.html"
     page.write_text(render_html(a.report, attributions=a.attributions, inputs=a.inputs), encoding="utf-8")
     result = open_page(browser, page, ARTIFACTS / "image.png")
-    _check_page(result, a.report)
-    assert "overlaid on the input image" in next(
-        i["alt"] for i in result.images if i["id"].startswith("heatmap-")
-    )
+    browser.save_screenshot(str(ARTIFACTS / "image-first-screen.png"))
+    _check_page(result, a.report, browser)
+    assert all(m["name"] in next(i["alt"] for i in result.images if i["id"] == "grid-0") for m in a.report["methods"])
     _print_views(browser, "image")
+    assert 1 <= _pdf_pages(browser) <= 6
 
 
 def test_tabular_model_page_in_chromium(browser: Any) -> None:
@@ -97,10 +110,28 @@ def test_tabular_model_page_in_chromium(browser: Any) -> None:
     html = render_html(a.report, attributions=a.attributions, inputs=a.inputs, player_labels=GROUPS)
     page.write_text(html, encoding="utf-8")
     result = open_page(browser, page, ARTIFACTS / "tabular.png")
-    _check_page(result, a.report)
+    browser.save_screenshot(str(ARTIFACTS / "tabular-first-screen.png"))
+    _check_page(result, a.report, browser)
+    assert 1 <= _pdf_pages(browser) <= 6
     assert "grad_cam" in [m["name"] for m in a.report["methods"] if m["verdict"] == "not_applicable"]
     for name in GROUP_NAMES:
         assert name in result.text
+
+
+def test_text_model_page_in_chromium(browser: Any) -> None:
+    from tests.unit.multi_input.models import NEGATION_VOCAB
+
+    a = text_audit()
+    page = ARTIFACTS / "text.html"
+    html = render_html(a.report, attributions=a.attributions, inputs=a.inputs, vocab=NEGATION_VOCAB)
+    page.write_text(html, encoding="utf-8")
+    result = open_page(browser, page, ARTIFACTS / "text.png")
+    browser.save_screenshot(str(ARTIFACTS / "text-first-screen.png"))
+    _check_page(result, a.report, browser)
+    # The sentences read as words, highlighted per method: "not" and "good" of the negation sentence.
+    row = browser.execute_script("return document.querySelector('#grid-text-0 td.text-row').innerText")
+    assert row.split() == ["the", "movie", "was", "not", "good", "<pad>"]
+    assert 1 <= _pdf_pages(browser) <= 6
 
 
 def test_verified_envelope_page_in_chromium(browser: Any, tmp_path: Path) -> None:
@@ -145,6 +176,6 @@ def test_submit_html_against_a_real_server(browser: Any, embedded_service: Any, 
     assert run.returncode == 0, run.stderr
     result = open_page(browser, page, ARTIFACTS / "submit.png")
     assert result.console_errors == []
-    ids = {i["id"] for i in result.images}
-    assert {"heatmap-occlusion_1", "heatmap-shapley_value"} <= ids
+    grid = next(i["alt"] for i in result.images if i["id"] == "grid-0")
+    assert "occlusion_1" in grid and "shapley_value" in grid
     assert "✔ signature verified" in result.text  # against the key the server publishes

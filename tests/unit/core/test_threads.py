@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.errors import InvalidInput
 from workers.threads import CONCURRENCY_ENV, THREADS_ENV, available_cpus, choose
+from xaudit.contract.errors import InvalidInput
 
 
 def test_default_is_the_cpus_divided_among_workers() -> None:

@@ -1,4 +1,4 @@
-"""The one-line hooks the service calls: no-ops until activated, then they move the metrics."""
+"""The one-line hooks the service calls with the metrics it was handed: no-ops for None."""
 
 from __future__ import annotations
 
@@ -25,39 +25,34 @@ class FakeJob:
 
 @pytest.fixture
 def activated() -> Iterator[sm.ServiceMetrics]:
-    metrics = sm.ServiceMetrics(CollectorRegistry())
-    previous = sm.activate(metrics)
-    yield metrics
-    sm.activate(previous)
+    yield sm.ServiceMetrics(CollectorRegistry())
 
 
 def value(m: sm.ServiceMetrics, series: str, **labels: str) -> float:
     return m.registry.get_sample_value(series, labels) or 0.0
 
 
-def test_inactive_hooks_do_nothing_and_add_no_interceptor() -> None:
-    previous = sm.activate(None)
-    try:
-        assert metrics_interceptors() == []
-        sm.record_submitted(FakeJob("audit", time.time()), created=True)  # no error, nowhere to count
-        assert list(sm.counted_chunks([1, 2])) == [1, 2]
-    finally:
-        sm.activate(previous)
+def test_no_metrics_hooks_do_nothing_and_add_no_interceptor() -> None:
+    assert metrics_interceptors(None) == []
+    sm.record_submitted(None, FakeJob("audit", time.time()), created=True)  # no error, nowhere to count
+    assert list(sm.counted_chunks(None, [1, 2])) == [1, 2]
+    signer = object()
+    assert sm.counted_signer(None, signer) is signer
 
 
 def test_job_lifecycle_hooks(activated: sm.ServiceMetrics) -> None:
     m = activated
-    [interceptor] = metrics_interceptors()
+    [interceptor] = metrics_interceptors(m)
     assert isinstance(interceptor, MetricsInterceptor)
     now = time.time()
     job = FakeJob("attribution", now - 10.0)
-    sm.record_submitted(job, created=True)
-    sm.record_submitted(job, created=False)  # the same request again: not a new job
-    sm.record_started(FakeJob("attribution", now - 10.0, now - 4.0, attempts=1), claimed=True)
-    sm.record_started(FakeJob("attribution", now - 10.0, now - 4.0, attempts=2), claimed=True)  # re-run
-    sm.record_started(FakeJob("attribution", now - 10.0, now - 4.0, attempts=1), claimed=False)
-    sm.record_finished(job, "succeeded", accepted=True)
-    sm.record_finished(job, "succeeded", accepted=False)  # a duplicate result, dropped by the store
+    sm.record_submitted(m, job, created=True)
+    sm.record_submitted(m, job, created=False)  # the same request again: not a new job
+    sm.record_started(m, FakeJob("attribution", now - 10.0, now - 4.0, attempts=1), claimed=True)
+    sm.record_started(m, FakeJob("attribution", now - 10.0, now - 4.0, attempts=2), claimed=True)  # re-run
+    sm.record_started(m, FakeJob("attribution", now - 10.0, now - 4.0, attempts=1), claimed=False)
+    sm.record_finished(m, job, "succeeded", accepted=True)
+    sm.record_finished(m, job, "succeeded", accepted=False)  # a duplicate result, dropped by the store
     assert value(m, "xaudit_jobs_submitted_total", kind="attribution") == 1
     assert value(m, "xaudit_job_queue_wait_seconds_count", kind="attribution") == 1
     assert value(m, "xaudit_job_queue_wait_seconds_sum", kind="attribution") == pytest.approx(6.0)
@@ -65,15 +60,11 @@ def test_job_lifecycle_hooks(activated: sm.ServiceMetrics) -> None:
     assert value(m, "xaudit_job_duration_seconds_sum", kind="attribution") == pytest.approx(10.0, abs=1.0)
 
 
-def test_failed_and_cancelled_through_the_store(activated: sm.ServiceMetrics) -> None:
-    class Store:
-        def job_by_id(self, job_id: str) -> FakeJob:
-            return FakeJob("audit", time.time() - 1.0)
-
-    store = Store()
-    sm.record_failed(store, "j1", "INVALID_ARGUMENT", accepted=True)  # type: ignore[arg-type]
-    sm.record_failed(store, "j2", "CANCELLED", accepted=True)  # type: ignore[arg-type]
-    sm.record_failed(store, "j3", "INTERNAL", accepted=False)  # type: ignore[arg-type]
+def test_failed_and_cancelled(activated: sm.ServiceMetrics) -> None:
+    job = FakeJob("audit", time.time() - 1.0)
+    sm.record_failed(activated, job, "INVALID_ARGUMENT", accepted=True)
+    sm.record_failed(activated, job, "CANCELLED", accepted=True)
+    sm.record_failed(activated, job, "INTERNAL", accepted=False)
     assert value(activated, "xaudit_jobs_finished_total", kind="audit", outcome="failed") == 1
     assert value(activated, "xaudit_jobs_finished_total", kind="audit", outcome="cancelled") == 1
 
@@ -84,7 +75,7 @@ def test_counted_chunks_count_model_bytes_only(activated: sm.ServiceMetrics) -> 
         data: bytes = b""
 
     chunks = [Chunk(), Chunk(b"x" * 1000), Chunk(b"y" * 24)]  # metadata first: no data
-    assert list(sm.counted_chunks(chunks)) == chunks
+    assert list(sm.counted_chunks(activated, chunks)) == chunks
     assert value(activated, "xaudit_upload_bytes_total") == 1024
 
 
@@ -102,7 +93,7 @@ def test_counted_signer(activated: sm.ServiceMetrics) -> None:
             return [("k1", "PEM")]
 
     inner = Signer()
-    signer = sm.counted_signer(inner)
+    signer = sm.counted_signer(activated, inner)
     assert signer.sign(b"r", "m", "n", "i") == b"signed:r"
     assert signer.public_keys() == [("k1", "PEM")]
     inner.fail = True
@@ -140,7 +131,7 @@ def test_queue_depth_and_running_read_from_a_real_job_store(
         new("k2", "audit")
         new("k3", "attribution")
         store.claim(first, "worker-1", lease_seconds=60)
-        sm.watch_store(store)
+        sm.watch_store(activated, store)
         m = activated
         assert value(m, "xaudit_queue_depth", kind="audit") == 1
         assert value(m, "xaudit_queue_depth", kind="attribution") == 1

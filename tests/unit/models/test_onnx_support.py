@@ -16,12 +16,12 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 
 from clients.cli.options import read_model
-from workers.errors import InvalidModel
 from workers.models import load_model
 from workers.models.onnx_to_torch import onnx_to_torch, unconvertible_nodes
 from workers.onnx_checks import parse_onnx
 from workers.prepare import prepare
-from workers.spec import JobSpec
+from xaudit.contract.errors import InvalidModel
+from xaudit.contract.spec import JobSpec
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
@@ -166,8 +166,8 @@ def _relocated(data: bytes, location: str) -> bytes:
 
 
 def test_external_data_size_cap(tmp_path: Path) -> None:
-    from workers.errors import ResourceExhausted
     from workers.onnx_external import inline_external_data
+    from xaudit.contract.errors import ResourceExhausted
 
     path = _external(tmp_path)
     with pytest.raises(ResourceExhausted, match="external data exceeds"):

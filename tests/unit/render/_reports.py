@@ -1,7 +1,8 @@
 """Fresh audit results through the real pipeline, small enough for tests (a few seconds each).
 
 Image: the shipped digits CNN on two inputs with 8 grid patches. Tabular: a 6-feature ReLU MLP,
-with every feature a player or with three named groups.
+with every feature a player or with three named groups. Text: the negation transformer on two
+sentences, its tokens the players (training it takes the longest, ~15 s).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["IMAGE_METHODS", "TABULAR_METHODS", "Audited", "image_audit", "tabular_audit"]
+__all__ = ["IMAGE_METHODS", "TABULAR_METHODS", "Audited", "image_audit", "tabular_audit", "text_audit"]
 
 ASSETS = Path(__file__).resolve().parents[3] / "workers" / "assets"
 IMAGE_METHODS = ("occlusion_1", "integrated_gradients", "shapley_value", "grad_cam")
@@ -73,3 +74,29 @@ def tabular_audit(groups: bool = False) -> Audited:
     prep = prepare(spec, model, None, tensors)
     result = run_audit(prep)
     return Audited(result.report, result.report_bytes, result.attributions, inputs, prep.players.labels)
+
+
+@functools.cache
+def text_audit() -> Audited:
+    from tests.unit.multi_input.models import NEGATION_VOCAB, negation_classifier
+    from workers.audit import run_audit
+    from workers.inputs import input_key
+    from workers.prepare import prepare
+    from workers.spec import JobSpec
+    from workers.tokens import token_names
+
+    data, _, _ = negation_classifier(epochs=40)
+    index = {w: i for i, w in enumerate(NEGATION_VOCAB)}
+    sentences = (("the", "movie", "was", "not", "good"), ("the", "movie", "was", "very", "awful"))
+    ids = np.array([[index[w] for w in s] + [0] for s in sentences], dtype=np.int64)
+    spec = JobSpec(
+        players="tokens",
+        explain="ids",
+        baseline="token:0",
+        device="cpu",
+        methods=("occlusion_1", "integrated_gradients", "shapley_value", "gradient_x_input", "grad_cam"),
+        group_names=token_names(ids, list(NEGATION_VOCAB)),
+    )
+    prep = prepare(spec, data, None, {"inputs": ids, input_key("mask"): (ids != 0).astype(np.int64)})
+    result = run_audit(prep)
+    return Audited(result.report, result.report_bytes, result.attributions, ids, prep.players.labels)

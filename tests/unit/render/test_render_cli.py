@@ -53,11 +53,10 @@ def test_render_envelope_with_key_shows_verified_key_id(tmp_path, capsys):
     page = parse(out.read_text())
     assert "✔ signature verified" in page.text
     assert key_id(load_public_key_file(KEY)) in page.text
-    # Without attribution maps each applicable method says so rather than showing nothing.
+    # Without attribution maps the grid says so rather than showing nothing.
     report, _ = read_report(ENVELOPE.read_bytes())
-    applicable = [m for m in report["methods"] if m["verdict"] != "not_applicable"]
-    assert len(applicable) > 10
-    assert page.text.count("No attribution maps were supplied") == len(applicable)
+    assert len(page.table("decision-table").rows) == len(report["methods"]) > 10
+    assert page.text.count("No attribution maps were supplied") == 1
 
 
 def test_render_envelope_without_key_says_not_checked(tmp_path):
@@ -85,8 +84,8 @@ def test_render_with_npz_and_inputs_draws_every_heatmap(tmp_path):
     argv = ["render", str(tmp_path / "r.json"), "--attributions", str(tmp_path / "a.npz")]
     assert main([*argv, "--input", str(tmp_path / "x.npy"), "--html", str(out)]) == 0
     page = parse(out.read_text())
-    for name in a.attributions:
-        assert "overlaid on the input image" in page.images[f"heatmap-{name}"]["alt"]
+    for b in range(len(a.inputs)):
+        assert all(name in page.images[f"grid-{b}"]["alt"] for name in a.attributions)
     assert "⚠ unsigned report" in page.text
 
 
@@ -122,8 +121,9 @@ def test_audit_html_on_a_grouped_tabular_model(tmp_path):
     argv += ["--players", f"groups:{groups}", "--methods", "shapley_value,gradient_x_input"]
     assert main([*argv, "--out", str(tmp_path / "r.json"), "--html", str(out)]) == 0
     page = parse(out.read_text())
-    for name in ("shapley_value", "gradient_x_input"):
-        assert f"per player ({', '.join(GROUP_NAMES)})" in page.images[f"heatmap-{name}"]["alt"]
+    alt = page.images["grid-0"]["alt"]
+    assert f"(columns: {', '.join(GROUP_NAMES)})" in alt
+    assert "shapley_value" in alt and "gradient_x_input" in alt
     report = json.loads((tmp_path / "r.json").read_text())
     assert page.table("model-table").rows[0][1] == report["model"]["sha256"]
 
@@ -139,8 +139,8 @@ def test_render_with_a_group_file_sums_features_per_group(tmp_path):
     out = tmp_path / "page.html"
     argv = ["render", str(tmp_path / "r.json"), "--attributions", str(tmp_path / "a.npz")]
     assert main([*argv, "--groups", str(groups), "--html", str(out)]) == 0
-    alt = parse(out.read_text()).images["heatmap-shapley_value"]["alt"]
-    assert f"per player ({', '.join(GROUP_NAMES)})" in alt
+    alt = parse(out.read_text()).images["grid-0"]["alt"]
+    assert f"(columns: {', '.join(GROUP_NAMES)})" in alt
 
 
 def test_an_unwritable_html_path_is_one_line_and_exit_2(tmp_path, capsys):

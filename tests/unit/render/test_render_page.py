@@ -46,38 +46,47 @@ def _png(uri: str) -> Image.Image:
 
 
 @pytest.mark.slow  # the real audit of the digits CNN, or 11 methods' figures
-def test_image_page_has_an_overlaid_heatmap_and_allocation_picture_per_method(image_page):
+def test_image_page_has_one_grid_per_input_and_an_allocation_picture_per_method(image_page):
     page, report = image_page
     names = _applicable(report)
     assert len(names) == 4
+    for b in range(2):
+        grid = page.images[f"grid-{b}"]
+        assert all(name in grid["alt"] for name in names)
+        assert f"Input {b} (input {b}, class" in grid["alt"]
+        assert _png(grid["src"]).size[0] > 500
     for name in names:
-        heat = page.images[f"heatmap-{name}"]
-        assert name in heat["alt"] and "overlaid on the input image" in heat["alt"]
-        assert _png(heat["src"]).size[0] > 200
         assert name in page.images[f"allocation-{name}"]["alt"]
     assert "interactions-figure" in page.images
 
 
 @pytest.mark.slow  # the real audit of the digits CNN, or 11 methods' figures
-def test_heatmap_alt_text_states_the_attribution_totals():
+def test_grid_alt_text_states_the_attribution_totals_on_one_scale():
     a = image_audit()
     page = parse(render_html(a.report, attributions=a.attributions, inputs=a.inputs))
-    for name, maps in a.attributions.items():
-        alt = page.images[f"heatmap-{name}"]["alt"]
-        for b in range(len(maps)):
-            assert f"input {b}: {float(maps[b].sum()):.3g}" in alt
+    for b in range(len(a.inputs)):
+        alt = page.images[f"grid-{b}"]["alt"]
+        vmax = max(float(np.abs(m[b].sum(axis=0)).max()) for m in a.attributions.values())
+        assert f"one colour scale ±{vmax:.3g}" in alt
+        for name, maps in a.attributions.items():
+            assert f"{name} total {float(maps[b].sum()):+.3g}" in alt
 
 
 @pytest.mark.slow  # the real audit of the digits CNN, or 11 methods' figures
-def test_verdict_table_reads_without_colour(image_page):
+def test_decision_and_criterion_tables_read_without_colour(image_page):
     page, report = image_page
+    decision = page.table("decision-table")
+    assert decision.col_headers == ["Method", "Verdict", "Confidence", "Reason"]
+    assert decision.row_headers == [m["name"] for m in report["methods"]]
+    for row, method in zip(decision.rows, report["methods"], strict=True):
+        assert row[1] == {"reliable": "✔ reliable", "unreliable": "✘ unreliable"}[method["verdict"]]
+        assert row[3] == method["reason"]
+        assert " vs 0.050; " in row[2] and "% of inputs" in row[2]
     table = page.table("verdict-table")
     assert table.col_headers[:2] == ["Method", "Verdict"]
-    assert len(table.col_headers) == 7
+    assert len(table.col_headers) == 6
     assert table.row_headers == [m["name"] for m in report["methods"]]
     for row, method in zip(table.rows, report["methods"], strict=True):
-        verdict_word = {"reliable": "✔ reliable", "unreliable": "✘ unreliable"}[method["verdict"]]
-        assert row[1] == verdict_word
         for cell, criterion in zip(row[2:5], CRITERIA, strict=True):
             c = method["criteria"][criterion]
             expected = "✔ pass" if c["passed"] else "✘ fail"
@@ -107,27 +116,28 @@ def test_every_image_has_alt_text_and_nothing_loads_from_outside(image_page, tab
             assert url.startswith(("#", "data:image/png;base64,")), url[:60]
 
 
-def test_tabular_page_draws_bars_named_by_player_and_says_not_applicable(tabular_page):
+def test_tabular_page_draws_a_method_by_feature_grid_and_says_not_applicable(tabular_page):
     page, report = tabular_page
-    assert "heatmap-grad_cam" not in page.images
-    assert "Not applicable to this model" in page.text
-    for name in _applicable(report):
-        alt = page.images[f"heatmap-{name}"]["alt"]
-        assert alt.startswith(f"Bar charts of {name} attributions per player (x0, x1, x2, x3, x4, x5)")
+    assert "grid_cam" not in str(page.images)
+    assert "Not applicable to this model: the model has no convolution layer" in page.text
+    alt = page.images["grid-0"]["alt"]
+    assert alt.startswith("Input 0 (input 0, class")
+    assert "(columns: x0, x1, x2, x3, x4, x5)" in alt
+    assert all(name in alt for name in _applicable(report)) and "grad_cam" not in alt
 
 
 def test_groups_are_summed_per_group_when_the_map_is_given():
     a = tabular_audit(True)
     page = parse(render_html(a.report, attributions=a.attributions, player_labels=GROUPS))
-    for name in _applicable(a.report):
-        alt = page.images[f"heatmap-{name}"]["alt"]
-        assert f"({', '.join(GROUP_NAMES)})" in alt
-        sums = np.stack([a.attributions[name][:, g == GROUPS].sum(axis=1) for g in range(3)], axis=1)
-        for b in range(len(sums)):
-            top = int(np.argmax(np.abs(sums[b])))
-            assert f"input {b}: largest |attribution| on {GROUP_NAMES[top]} ({sums[b, top]:+.3g})" in alt
+    for b in range(len(a.inputs)):
+        alt = page.images[f"grid-{b}"]["alt"]
+        assert f"(columns: {', '.join(GROUP_NAMES)})" in alt
+        for name in _applicable(a.report):
+            sums = np.stack([a.attributions[name][b, g == GROUPS].sum() for g in range(3)])
+            top = int(np.argmax(np.abs(sums)))
+            assert f"{name}: largest |attribution| on {GROUP_NAMES[top]} ({sums[top]:+.3g})" in alt
     without = parse(render_html(a.report, attributions=a.attributions))
-    assert "feature 0" in without.images["heatmap-shapley_value"]["alt"]
+    assert "feature 0" in without.images["grid-0"]["alt"]
     assert "--groups FILE.json" in without.text
 
 
@@ -143,7 +153,7 @@ def test_report_bytes_and_report_dict_give_the_same_tables():
 def test_a_report_with_stringified_arrays_and_no_attributions_still_renders():
     report = json.loads((ASSETS / "digits_report_stringified.json").read_text())
     page = parse(render_html(report))
-    assert page.text.count("No attribution maps were supplied") == len(report["methods"])
+    assert page.text.count("No attribution maps were supplied") == 1
     interactions = next(t for t in page.tables if t.caption.startswith("The model's largest interactions"))
     assert interactions.rows[0][:3] == ["{r1c2}", "6", "1"]
     assert len(interactions.rows[0][5].split(", ")) == 4  # one I(S) per input
@@ -171,13 +181,15 @@ def test_signature_status_and_key_id_are_shown(status, expected):
     assert page.table("inputs-table").rows[0][1] == a.report["inputs"]["sha256"]
 
 
-def test_print_css_hides_navigation_and_breaks_pages_per_method():
+def test_print_css_hides_navigation_and_keeps_details_collapsed():
     a = tabular_audit(False)
     html = render_html(a.report)
     css = re.search(r"@media print \{(.*)\}\s*</style>", html, re.S)
     assert css is not None
     assert re.search(r"nav\.toc \{ display: none; \}", css.group(1))
-    assert "section.method, section#interactions, section#provenance { break-before: page;" in css.group(1)
+    assert "section#interactions, section#provenance { break-before: page; }" in css.group(1)
+    assert html.count('<details class="method"') == len(a.report["methods"])
+    assert '<details class="method" open' not in html
     assert "break-inside: avoid" in css.group(1)
 
 
@@ -199,10 +211,41 @@ def test_a_minimal_report_without_game_or_criteria_renders_what_it_has():
     assert row[2] == "– not measured"
 
 
-def test_long_vectors_are_drawn_as_profiles_not_sixty_named_bars():
+def test_long_vectors_are_drawn_without_sixty_named_ticks():
     a = tabular_audit(False)
     wide = {"shapley_value": np.random.default_rng(0).normal(size=(2, 60))}
-    alt = parse(render_html(a.report, attributions=wide)).images["heatmap-shapley_value"]["alt"]
-    assert alt.startswith("Attribution profiles of shapley_value over 60 units for 2 audited inputs")
+    alt = parse(render_html(a.report, attributions=wide)).images["grid-0"]["alt"]
+    assert "to each of 60 units (columns: feature 0, feature 1," in alt
     top = int(np.argmax(np.abs(wide["shapley_value"][0])))
-    assert f"input 0: largest |attribution| on feature {top} " in alt
+    assert f"shapley_value: largest |attribution| on feature {top} " in alt
+
+
+def test_numbers_share_one_format():
+    from clients.render._tables import fmt
+
+    assert [fmt(3.73e-09), fmt(0.0), fmt(-1e-9), fmt(0.8201), fmt(12345.6), fmt(None)] == [
+        "0.000", "0.000", "0.000", "0.820", "12,346", "n/a",
+    ]  # fmt: skip
+
+
+def test_a_v2_report_with_inconclusive_verdicts_and_intervals_renders():
+    report = {
+        "schema": "xaudit.report/v2",
+        "model": {"sha256": "0" * 64, "format": "onnx"},
+        "unaudited": {"share": 0.125},
+        "methods": [
+            {
+                "name": "saliency",
+                "verdict": "inconclusive",
+                "reason": "too few samples to decide",
+                "criteria": {"coverage": {"score": 0.04, "tolerance": 0.05, "passed": True, "interval": [0.01, 0.09]}},
+            },
+            {"name": "occlusion_1", "verdict": "reliable", "confidence": 0.97, "reason": "ok"},
+        ],
+    }
+    page = parse(render_html(report))
+    row = page.table("decision-table").rows[0]
+    assert row[1] == "? inconclusive"
+    assert row[2].startswith("coverage 0.040 [0.010, 0.090] vs 0.050")
+    assert page.table("decision-table").rows[1][2] == "97%"
+    assert "12.5% of the total" in page.text

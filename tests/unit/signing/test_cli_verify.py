@@ -51,7 +51,7 @@ def test_rotated_keys_repeat_key(capsys: pytest.CaptureFixture[str]) -> None:
         ("tampered-signature.json", "key-1.pub.pem", [], "no signature verifies"),
         ("envelope-key-1.json", "key-3.pub.pem", [], "no signature verifies"),
         ("envelope-key-1.json", "key-1.pub.pem", ["--model", "report.json"], "is not the subject"),
-        ("report.json", "key-1.pub.pem", [], "envelope has no payloadType"),
+        ("report.json", "key-1.pub.pem", [], "this is an unsigned report (plain JSON"),
     ],
 )
 def test_invalid_exits_3_with_one_line(

@@ -73,3 +73,23 @@ def test_verdict_summary_lists_the_three_verdicts() -> None:
     assert "unreliable (2): gradient_x_input, occlusion_1" in text
     assert "not applicable (1): grad_cam" in text
     assert text.splitlines()[1].startswith("reliable (11): ")
+
+
+def test_junit_carries_each_methods_audit_time_and_the_total() -> None:
+    root = _parse("require_reliable: [occlusion_1]\n")
+    seconds = {m["name"]: float(m["seconds"]) for m in REPORT["methods"]}
+    cases = root.findall("testsuite/testcase")
+    for case in cases:
+        assert float(case.get("time", "nan")) == round(seconds[case.get("name", "")], 3)
+    assert sum(float(c.get("time", "0")) for c in cases) > 0
+    assert float(root.get("time", "0")) == float(root.find("testsuite").get("time", "-1")) > 0  # type: ignore[union-attr]
+
+
+def test_methods_the_policy_does_not_require_are_info_not_passed() -> None:
+    outcome = evaluate(parse_policy("require_reliable: [integrated_gradients]\n"), REPORT)
+    labels = {m.method: m.label for m in outcome.methods}
+    assert labels["integrated_gradients"] == "PASSED"
+    assert labels["gradient_x_input"] == "INFO"  # unreliable, but informational
+    assert labels["occlusion_patch"] == "INFO"  # reliable, still not what the gate decides on
+    markdown = gate_markdown(outcome, REPORT, "k")
+    assert "| `gradient_x_input` | no | unreliable | ℹ️ info (not required) |" in markdown

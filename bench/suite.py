@@ -1,0 +1,478 @@
+"""The benchmark suite: xaudit against its peers and against the floor, ratios measured in one run.
+
+    python -m bench.suite [--repeats 5] [--sections shapley,game,methods,audit,startup,gpu]
+                          [--audit-players 8,16]
+
+Prints Markdown; the README's performance section is this output. Every ratio compares two
+workloads timed alternately in this run (median of repeats), so machine load hits both alike.
+Single thread (XAUDIT_THREADS=1) unless --threads says otherwise: the floor and xaudit get the
+same threads. Sections:
+
+- shapley: exact Shapley values from one batched game vs shap's ExactExplainer and Captum's
+  ShapleyValues, same model, input and reference; max abs difference;
+- game: the masking game (mask + infer + Moebius) vs raw onnxruntime on the same masked rows, same
+  session options;
+- methods: each gradient and rule method on the audit's sub-inputs vs a raw forward+backward of
+  the same torch graph over the same rows (times the method's nominal passes: IG/EG steps);
+- audit: the 14-method digits audit, wall time and peak memory, in a fresh process per size;
+- startup: ``xaudit methods`` and the engine import, in fresh processes;
+- gpu: the game and method floors on CUDA (onnxruntime's CUDA provider, torch CUDA), only where a
+  GPU is present; otherwise one line says why it was skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
+ASSETS = ROOT / "workers" / "assets"
+
+SECTIONS = ("shapley", "game", "methods", "audit", "startup", "gpu")
+# Gradient and rule methods, with their nominal forward+backward passes per row (one constituent).
+GRADIENT_METHODS: dict[str, Any] = {
+    "gradient_x_input": 1,
+    "grad_cam": 1,
+    "integrated_gradients": "steps",
+    "expected_gradients": "steps",
+    "lrp_epsilon": 1,
+    "lrp_alpha_beta": 1,
+    "deep_taylor": 1,
+    "deeplift_rescale": 1,
+    "deepshap": 1,
+    "deeplift_revealcancel": 1,
+}
+
+
+def _digits() -> tuple[bytes, Any, Any]:
+    import numpy as np
+
+    return (
+        (ASSETS / "digits_cnn.onnx").read_bytes(),
+        np.load(ASSETS / "digits_inputs.npy"),
+        np.load(ASSETS / "digits_background.npy"),
+    )
+
+
+# --- shapley ---------------------------------------------------------------------------------------
+
+
+def _shapley_row(n: int, repeats: int, with_captum: bool) -> str:
+    import numpy as np
+    import shap
+    import torch
+
+    from bench._common import paired_medians
+    from tests.models import relu_mlp, to_onnx
+    from workers.game import play
+    from workers.models import load_model
+    from workers.players import parse_players
+    from workers.targets import parse_target
+
+    module = relu_mlp(0, features=n, hidden=(32, 16))
+    x = np.random.default_rng(n).normal(size=(1, n)).astype(np.float32)
+    model = load_model(to_onnx(module, torch.from_numpy(x)), "onnx", "cpu")
+    players = parse_players("features", x.shape[1:])
+    target = parse_target("class:0")
+    classes = np.zeros(1, dtype=np.int64)
+    base = np.zeros_like(x)
+
+    def ours() -> Any:
+        return play(model, x, base, players, target, classes).shapley()[0]
+
+    def f(z: Any) -> Any:
+        return model.predict(z.astype(np.float32))[:, 0]
+
+    explainer = shap.explainers.Exact(f, shap.maskers.Independent(base, max_samples=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = explainer(x).values[0]  # also the warm-up (numba compiles shap's kernels once)
+        t_ours, t_shap = paired_medians(
+            ours, lambda: explainer(x), max(1, repeats // 2) if n >= 14 else repeats
+        )
+    diff = float(np.abs(ours() - theirs).max())
+    captum = "-"
+    if with_captum:
+        from captum.attr import ShapleyValues
+
+        t0 = time.perf_counter()
+        # float64: its sum over n! permutations would otherwise accumulate float32 rounding.
+        sv = ShapleyValues(module.double()).attribute(
+            torch.from_numpy(x).double(),
+            baselines=torch.from_numpy(base).double(),
+            target=0,
+            perturbations_per_eval=256,
+        )
+        t_captum = time.perf_counter() - t0
+        diff = max(diff, float(np.abs(ours() - sv.detach().numpy()[0]).max()))
+        captum = f"{t_captum:.2f} s ({t_captum / t_ours:,.0f}x)"
+    return f"| {n} | {t_ours * 1e3:.1f} ms | {t_shap * 1e3:.1f} ms | {t_shap / t_ours:.1f}x | {captum} | {diff:.1e} |"
+
+
+def section_shapley(repeats: int) -> None:
+    print("## Exact Shapley values vs shap and Captum")
+    print()
+    print("ReLU MLP (n -> 32 -> 16 -> 3) as ONNX, one input, zero reference, target class 0. xaudit: one")
+    print(
+        "batched game over all 2^n subsets + Moebius transform. shap: `explainers.Exact` (same ONNX model)."
+    )
+    print(
+        "Captum: `ShapleyValues` (all n! permutations, the torch model in float64, 256 perturbations per call), at n = 8 only."
+    )
+    print()
+    print("| players n | xaudit | shap Exact | shap / xaudit | Captum (Captum / xaudit) | max abs diff |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in (8, 12, 14, 16):
+        print(_shapley_row(n, repeats, with_captum=n == 8), flush=True)
+    print()
+
+
+# --- game ------------------------------------------------------------------------------------------
+
+
+def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tuple[str, float]:
+    import numpy as np
+    import onnxruntime as ort
+
+    from bench._common import paired_medians
+    from workers.game import masked_inputs, play
+    from workers.interactions import subsets_up_to
+    from workers.models import load_model
+    from workers.players import parse_players
+    from workers.targets import parse_target
+    from workers.threads import ort_session_options
+
+    data, inputs, _ = _digits()
+    model = load_model(data, "onnx", device)
+    x = inputs[:samples]
+    players = parse_players(grid, x.shape[1:])
+    target = parse_target("predicted")
+    classes = target.resolve_classes(model.predict(x))
+    base = np.zeros_like(x)
+    providers = model.execution_providers
+    session = ort.InferenceSession(
+        data, sess_options=ort_session_options(ort.SessionOptions()), providers=providers
+    )
+    name = session.get_inputs()[0].name
+    subsets = subsets_up_to(players.n, players.n)
+    masked = np.concatenate([masked_inputs(x[s], base[s], players, subsets) for s in range(samples)])
+    step = model.rows_per_call(int(np.prod(x.shape[1:])))
+
+    def raw() -> None:
+        for start in range(0, len(masked), step):
+            session.run(None, {name: masked[start : start + step]})
+
+    t_raw, t_game = paired_medians(raw, lambda: play(model, x, base, players, target, classes), repeats)
+    rows = len(masked)
+    line = (
+        f"| {players.n} | {samples} | {rows:,} | {rows / t_raw:,.0f} | {rows / t_game:,.0f} | "
+        f"{t_raw / t_game:.0%} | {', '.join(session.get_providers()[:1])} |"
+    )
+    return line, t_raw / t_game
+
+
+def section_game(repeats: int, device: str = "cpu") -> None:
+    print(f"## The game vs raw onnxruntime ({device})")
+    print()
+    print("Digits CNN (1x8x8), zero reference, every subset; raw: the same masked rows, prepared beforehand,")
+    print(
+        "through an `InferenceSession` with the same session options and rows per call. Game: mask + infer + Moebius."
+    )
+    print()
+    print("| players | samples | rows | raw ORT rows/s | game rows/s | game / raw | provider |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for grid, samples in (("grid:2x4", 4), ("grid:4x4", 1)):
+        print(_game_row(grid, samples, repeats, device)[0], flush=True)
+    print()
+
+
+# --- methods ---------------------------------------------------------------------------------------
+
+
+def section_methods(repeats: int, device: str = "cpu") -> None:
+    import numpy as np
+    import torch
+
+    from bench._common import paired_medians
+    from workers.audit.subinputs import attribute_sub_inputs
+    from workers.interactions import subsets_up_to
+    from workers.methods import get_method
+    from workers.models import load_model
+    from workers.players import parse_players
+    from workers.targets import parse_target
+    from xaudit.contract.errors import NotApplicable
+
+    data, inputs, background = _digits()
+    model = load_model(data, "onnx", device)
+    x = inputs
+    players = parse_players("grid:2x4", x.shape[1:])
+    target = parse_target("predicted")
+    classes = target.resolve_classes(model.predict(x))
+    base = np.zeros_like(x)
+    subsets = subsets_up_to(players.n, players.n)
+    rows = len(x) * len(subsets)
+    from workers.game import masked_inputs
+
+    masked = np.concatenate([masked_inputs(x[s], base[s], players, subsets) for s in range(len(x))])
+    graph = model.torch_differentiable()
+    points = torch.from_numpy(masked).to(model.device)
+    cls = torch.as_tensor(np.repeat(classes, len(subsets)), device=model.device)
+
+    def floor() -> None:
+        z = points.detach().requires_grad_(True)
+        out = graph(z)
+        torch.autograd.grad(out.gather(1, cls[:, None]).sum(), z)
+        if model.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    print(f"## Gradient and rule methods in the audit vs raw forward+backward ({device})")
+    print()
+    print(
+        f"Digits CNN, 8 players, {len(x)} samples x {len(subsets)} sub-inputs = {rows:,} rows, one constituent"
+    )
+    print(
+        "(reference: zeros; distribution methods: one background sample). Floor: one forward+backward of the"
+    )
+    print("same torch graph over the same rows in one batch, times the method's nominal passes per row.")
+    print()
+    print("| method | passes/row | method s | floor s | method / floor throughput |")
+    print("|---|---:|---:|---:|---:|")
+    for name, passes in GRADIENT_METHODS.items():
+        method = get_method(name)
+        params = method.params_from({})
+        n_passes = int(params["steps"]) if passes == "steps" else int(passes)
+        refs = (
+            base if method.capabilities.baseline != "distribution" else np.repeat(background[:1], len(x), 0)
+        )
+
+        def run(method: Any = method, refs: Any = refs) -> None:
+            attribute_sub_inputs(method, model, players, target, {}, 0, x, refs, classes, subsets)
+
+        try:
+            t_floor, t_method = paired_medians(floor, run, max(1, repeats // 2) if n_passes > 1 else repeats)
+        except NotApplicable as exc:
+            print(f"| {name} | {n_passes} | not applicable: {exc.reason} | | |")
+            continue
+        t_floor *= n_passes
+        print(
+            f"| {name} | {n_passes} | {t_method:.3f} | {t_floor:.3f} | {t_floor / t_method:.0%} |", flush=True
+        )
+    print()
+
+
+# --- audit -----------------------------------------------------------------------------------------
+
+_AUDIT_CHILD = """
+import json, resource, sys, time
+import numpy as np
+from workers.audit import run_audit
+from workers.prepare import prepare
+from workers.spec import FOURTEEN_METHODS, JobSpec
+assets = sys.argv[1]; grid = sys.argv[2]
+tensors = {"inputs": np.load(assets + "/digits_inputs.npy"), "background": np.load(assets + "/digits_background.npy")}
+model = open(assets + "/digits_cnn.onnx", "rb").read()
+t0 = time.perf_counter(); c0 = time.process_time()
+report = run_audit(prepare(JobSpec(players=grid, device="cpu", methods=FOURTEEN_METHODS), model, "onnx", tensors)).report
+wall = time.perf_counter() - t0; cpu = time.process_time() - c0
+peak = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
+methods = {m["name"]: (m["verdict"], m.get("seconds", 0.0)) for m in report["methods"]}
+print(json.dumps({"wall": wall, "cpu": cpu, "peak_mb": peak, "methods": methods, "threads": report["environment"].get("threads")}))
+"""
+
+
+def section_audit(players: list[int]) -> None:
+    grids = {8: "grid:2x4", 16: "grid:4x4", 64: "grid:8x8"}
+    print("## The 14-method digits audit: time and peak memory")
+    print()
+    print("Digits CNN, 4 samples, 16 background samples, defaults (audit order 3), a fresh process per size;")
+    print("peak memory is the process's maximum resident set (includes torch and onnxruntime, ~0.5 GB).")
+    print()
+    print("| players | wall s | CPU s | peak MB | slowest methods (s) | verdicts (reliable) |")
+    print("|---:|---:|---:|---:|---|---|")
+    for n in players:
+        grid = grids.get(n)
+        if grid is None:
+            print(f"| {n} | no digits grid for {n} players | | | | |")
+            continue
+        done = subprocess.run(
+            [sys.executable, "-c", _AUDIT_CHILD, str(ASSETS), grid],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
+        )
+        if done.returncode != 0:
+            print(f"| {n} | failed: {done.stderr.strip().splitlines()[-1][:120]} | | | | |")
+            continue
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        slow = sorted(r["methods"].items(), key=lambda kv: -kv[1][1])[:3]
+        slowest = ", ".join(f"{k} {v[1]:.1f}" for k, v in slow)
+        reliable = ", ".join(k for k, v in r["methods"].items() if v[0] == "reliable")
+        print(
+            f"| {n} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['peak_mb']:.0f} | {slowest} | {reliable} |",
+            flush=True,
+        )
+    print()
+
+
+# --- startup ---------------------------------------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT), str(ROOT / "proto"), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path}
+
+
+_MEASURED = """
+import resource, runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    if sys.argv[0] == "-c":
+        exec(compile(sys.argv[1], "<cmd>", "exec"))
+    else:
+        runpy.run_module(sys.argv[0], run_name="__main__")
+except SystemExit:
+    pass
+finally:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    # VmHWM: this program's own peak (ru_maxrss would include the forked parent's pages).
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+    print(f"@@ {usage.ru_utime + usage.ru_stime} {int(hwm) / 1024}", file=sys.stderr)
+"""
+
+
+def _timed(args: list[str], repeats: int) -> tuple[float, float, float]:
+    """Median wall seconds, median CPU seconds and peak RSS (MB) of ``python args`` in fresh processes."""
+    walls, cpus, peak = [], [], 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", _MEASURED, *args], capture_output=True, text=True, env=_env(), cwd=ROOT
+        )
+        walls.append(time.perf_counter() - t0)
+        line = [x for x in done.stderr.splitlines() if x.startswith("@@ ")][-1]
+        cpu, rss = (float(v) for v in line.split()[1:])
+        cpus.append(cpu)
+        peak = max(peak, rss)
+    return statistics.median(walls), statistics.median(cpus), peak
+
+
+def section_startup(repeats: int) -> None:
+    print("## Start-up")
+    print()
+    print(
+        "Fresh processes, median of repeats; CPU = user + system time of the process (robust to machine load)."
+    )
+    print()
+    print("| command | wall s | CPU s | peak MB |")
+    print("|---|---:|---:|---:|")
+    for label, args in (
+        ("`python -c pass` (the interpreter's floor)", ["-c", "pass"]),
+        ("`xaudit methods`", ["clients.cli.main", "methods"]),
+        ("`xaudit --help`", ["clients.cli.main", "--help"]),
+        (
+            "engine import (`workers.audit`, ONNX model loading)",
+            ["-c", "import workers.audit, workers.models.onnx_model"],
+        ),
+    ):
+        wall, cpu, peak = _timed(args, repeats)
+        print(f"| {label} | {wall:.2f} | {cpu:.2f} | {peak:.0f} |", flush=True)
+    leaked = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, workers.audit.runner, workers.methods.lrp, workers.methods._zennit, "
+            "workers.models.onnx_to_torch; print(any(m.startswith('torchvision') for m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+    ).stdout.strip()
+    print(f"\ntorchvision imported by the engine: {leaked}")
+    print()
+
+
+# --- gpu -------------------------------------------------------------------------------------------
+
+
+def section_gpu(repeats: int) -> None:
+    import onnxruntime as ort
+    import torch
+
+    print("## GPU")
+    print()
+    available = ort.get_available_providers()
+    if not torch.cuda.is_available() or "CUDAExecutionProvider" not in available:
+        print(
+            f"Skipped: no usable GPU here (torch.cuda.is_available() = {torch.cuda.is_available()}, "
+            f"onnxruntime providers = {available})."
+        )
+        print()
+        return
+    print(f"Device: {torch.cuda.get_device_name(0)}; onnxruntime providers available: {available}.")
+    print()
+    section_game(repeats, "cuda")
+    section_methods(repeats, "cuda")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--audit-players", default="8,16")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="compute threads for xaudit and the floors (default 1)"
+    )
+    args = parser.parse_args()
+    os.environ["XAUDIT_THREADS"] = str(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import platform
+
+    from workers.threads import current
+
+    policy = current()
+    print("# xaudit benchmark suite")
+    print()
+    print(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; threads: {policy.threads} "
+        f"({policy.source}); repeats: {args.repeats} (median, workloads interleaved); "
+        f"load average at start: {os.getloadavg()[0]:.1f}"
+    )
+    print()
+    chosen = [s.strip() for s in args.sections.split(",") if s.strip()]
+    for section in chosen:
+        if section not in SECTIONS:
+            raise SystemExit(f"unknown section {section!r} (use {', '.join(SECTIONS)})")
+    started = time.perf_counter()
+    for section in chosen:
+        if section == "shapley":
+            section_shapley(args.repeats)
+        elif section == "game":
+            section_game(args.repeats)
+        elif section == "methods":
+            section_methods(args.repeats)
+        elif section == "audit":
+            section_audit([int(p) for p in args.audit_players.split(",") if p.strip()])
+        elif section == "startup":
+            section_startup(args.repeats)
+        elif section == "gpu":
+            section_gpu(args.repeats)
+    print(
+        f"_Suite ran {time.perf_counter() - started:.0f} s; load average at end: {os.getloadavg()[0]:.1f}._"
+    )
+
+
+if __name__ == "__main__":
+    main()

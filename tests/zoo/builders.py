@@ -1,0 +1,348 @@
+"""The model zoo: models as third parties export them, built here with random weights (no downloads).
+
+Each builder returns a :class:`ZooModel`: the model file written to a directory (ONNX with its side
+files, or TorchScript), the input files an audit needs, what ``xaudit inspect`` must find, and a
+reference forward pass to compare against. Sizes are tiny on purpose (32x32 images, short
+sequences): the zoo checks that real exporters' graphs get in, not accuracy.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+from torch import nn
+
+__all__ = ["CUSTOM", "IMAGE_ARCHS", "ZooModel", "export_image_model", "image_model"]
+
+IMAGE = (3, 32, 32)
+
+
+@dataclass
+class ZooModel:
+    model: Path
+    inputs: dict[str, np.ndarray]  # name -> array as the model wants it ("" for a one-input model)
+    explain: str = ""
+    batch_axes: dict[str, int | None] = field(default_factory=dict)  # what inspect must find
+    expected: np.ndarray | None = None  # the first output for ``inputs``, from torch
+    players: str = "grid:2x2"
+    extra: tuple[str, ...] = ()
+
+    def cli_args(self, folder: Path) -> list[str]:
+        args = ["--model", str(self.model)]
+        for name, array in self.inputs.items():
+            path = folder / f"{name or 'input'}.npy"
+            np.save(path, array)
+            args += ["--input", f"{name}={path}" if name else str(path)]
+        if self.explain:
+            args += ["--explain", self.explain]
+        return [*args, "--players", self.players, *self.extra]
+
+
+def _seeded(module: nn.Module, seed: int) -> nn.Module:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(
+                torch.randn(p.shape, generator=gen)
+                * (0.5 / max(1, p[0].numel()) ** 0.5 if p.dim() > 1 else 0.1)
+            )
+    return module.eval()
+
+
+# -- torchvision classification models ---------------------------------------------------------
+
+
+def _vit() -> nn.Module:
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    # vit_b_16's architecture (same class, patch 16) shrunk: 2 layers, width 32, at 32x32.
+    return VisionTransformer(
+        image_size=32, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10
+    )
+
+
+def _tv(name: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        import torchvision
+
+        return getattr(torchvision.models, name)(num_classes=10)
+
+    return build
+
+
+IMAGE_ARCHS: dict[str, Callable[[], nn.Module]] = {
+    "resnet18": _tv("resnet18"),
+    "mobilenet_v3_small": _tv("mobilenet_v3_small"),
+    "efficientnet_b0": _tv("efficientnet_b0"),
+    "densenet121": _tv("densenet121"),
+    "vit_b_16": _vit,
+}
+
+
+def image_model(arch: str) -> nn.Module:
+    torch.manual_seed(0)
+    return IMAGE_ARCHS[arch]().eval()
+
+
+def export_image_model(module: nn.Module, folder: Path, exporter: str, opset: int = 18) -> ZooModel:
+    """``exporter``: ``dynamo`` (torch.onnx.export's default: model.onnx + model.onnx.data),
+    ``legacy`` (TorchScript-based exporter at ``opset``) or ``torchscript``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    x = torch.randn(1, *IMAGE, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = module(x).numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            path = folder / "model.pt"
+            torch.jit.save(torch.jit.trace(module, x), str(path))
+        elif exporter == "dynamo":
+            path = folder / "model.onnx"
+            torch.onnx.export(
+                module, (x,), str(path), dynamo=True, input_names=["input"],
+                dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=True, verbose=False,
+            )  # fmt: skip
+        else:
+            path = folder / "model.onnx"
+            torch.onnx.export(
+                module, (x,), str(path), dynamo=False, opset_version=opset, input_names=["input"],
+                output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+            )  # fmt: skip
+    return ZooModel(path, {"": x.numpy()}, batch_axes={"input": 0}, expected=expected)
+
+
+# -- models with several inputs, token inputs, fixed batches, older exporters ------------------
+
+
+class _SpeechLike(nn.Module):
+    """audio (N, 64), recurrent state (2, N, 16) with the batch on axis 1, sample rate as a scalar."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(16, 16, num_layers=2)
+        self.head = nn.Linear(16, 3)
+
+    def forward(
+        self, audio: torch.Tensor, state: torch.Tensor, sr: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        scaled = audio * (sr.float() / 16000.0)
+        seq = scaled.reshape(audio.shape[0], 4, 16).transpose(0, 1)
+        out, (h, _) = self.lstm(seq, (state, torch.zeros_like(state)))
+        return self.head(out[-1]), h
+
+
+def speech_lstm(folder: Path) -> ZooModel:
+    folder.mkdir(parents=True, exist_ok=True)
+    module = _seeded(_SpeechLike(), 3)
+    gen = torch.Generator().manual_seed(2)
+    audio, state, sr = (
+        torch.randn(1, 64, generator=gen),
+        torch.randn(2, 1, 16, generator=gen),
+        torch.tensor(16000),
+    )
+    with torch.no_grad():
+        expected = module(audio, state, sr)[0].numpy()
+    path = folder / "model.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (audio, state, sr), str(path), dynamo=False, opset_version=17,
+            input_names=["audio", "state", "sr"], output_names=["output", "stateN"],
+            dynamic_axes={"audio": {0: "batch"}, "state": {1: "batch"}, "output": {0: "batch"}, "stateN": {1: "batch"}},
+        )  # fmt: skip
+    inputs = {"audio": audio.numpy(), "state": state.numpy(), "sr": np.array(16000, np.int64)}
+    return ZooModel(
+        path, inputs, "audio", {"audio": 0, "state": 1, "sr": None}, expected, players="windows:4"
+    )
+
+
+def fixed_batch_cnn(folder: Path) -> ZooModel:
+    """A CNN exported without dynamic axes: input (1, 3, 32, 32), as many deployed models are."""
+    folder.mkdir(parents=True, exist_ok=True)
+    module = _seeded(
+        nn.Sequential(
+            nn.Conv2d(3, 4, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)
+        ),
+        4,
+    )
+    x = torch.randn(1, *IMAGE, generator=torch.Generator().manual_seed(5))
+    both = torch.cat([x, -x])
+    with torch.no_grad():
+        expected = module(both).numpy()
+    path = folder / "model.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17, input_names=["image"])
+    # Two samples through a model declared for one.
+    return ZooModel(path, {"": both.numpy()}, batch_axes={"image": 0}, expected=expected)
+
+
+def onehot_bytes(folder: Path, vocab: int = 16, length: int = 8, width: int = 6) -> ZooModel:
+    """A JAX/TF-style byte classifier: int32 tokens, one-hot by Equal+Cast (no Gather), a Conv over
+    the sequence and GlobalMaxPool, written with onnx.helper as those exporters write it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(6)
+    emb = rng.standard_normal((vocab, width)).astype(np.float32)
+    conv = (rng.standard_normal((width, width, 3)) / 3).astype(np.float32)
+    dense = rng.standard_normal((width, 2)).astype(np.float32)
+    nodes = [
+        oh.make_node("Unsqueeze", ["tokens", "axis2"], ["t3"], name="expand_dims"),
+        oh.make_node("Equal", ["t3", "vocab_ids"], ["eq"], name="one_hot_eq"),
+        oh.make_node("Cast", ["eq"], ["one_hot"], name="one_hot_cast", to=TensorProto.FLOAT),
+        oh.make_node("MatMul", ["one_hot", "embedding"], ["e"], name="dense_embed"),
+        oh.make_node("Transpose", ["e"], ["ncl"], name="to_ncl", perm=[0, 2, 1]),
+        oh.make_node("Conv", ["ncl", "conv_w"], ["c"], name="conv1d", pads=[1, 1]),
+        oh.make_node("Relu", ["c"], ["r"], name="relu"),
+        oh.make_node("GlobalMaxPool", ["r"], ["p"], name="global_max_pool"),
+        oh.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        oh.make_node("MatMul", ["f", "dense"], ["logits"], name="dense_out"),
+    ]
+    inits = [
+        nh.from_array(np.array([2], np.int64), "axis2"),
+        nh.from_array(np.arange(vocab, dtype=np.int32), "vocab_ids"),
+        nh.from_array(emb, "embedding"),
+        nh.from_array(conv, "conv_w"),
+        nh.from_array(dense, "dense"),
+    ]
+    graph = oh.make_graph(
+        nodes, "jax_bytes", [oh.make_tensor_value_info("tokens", TensorProto.INT32, ["N", length])],
+        [oh.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 2])], initializer=inits,
+    )  # fmt: skip
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], producer_name="tf2onnx")
+    model.ir_version = 8
+    path = folder / "model.onnx"
+    onnx.save(model, path)
+    tokens = rng.integers(1, vocab, size=(1, length)).astype(np.int32)
+    return ZooModel(
+        path, {"tokens": tokens}, "", {"tokens": 0}, None, players="tokens", extra=("--baseline", "token:0")
+    )
+
+
+def paddle_style(folder: Path) -> ZooModel:
+    """PaddlePaddle-style image classifier: opset 11, batch written as -1, weights in Constant nodes
+    and listed as graph inputs, HardSigmoid, a softmax output."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((4, 3, 3, 3)) / 5).astype(np.float32)
+    fc = rng.standard_normal((4, 5)).astype(np.float32)
+    nodes = [
+        oh.make_node("Constant", [], ["conv1_weights"], value=nh.from_array(w, "w")),
+        oh.make_node(
+            "Conv", ["image", "conv1_weights", "conv1_bias"], ["c"], name="conv1", pads=[1, 1, 1, 1]
+        ),
+        oh.make_node("HardSigmoid", ["c"], ["h"], name="hard_sigmoid", alpha=0.2, beta=0.5),
+        oh.make_node("GlobalAveragePool", ["h"], ["p"], name="pool"),
+        oh.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        oh.make_node("MatMul", ["f", "fc_weights"], ["z"], name="fc"),
+        oh.make_node("Softmax", ["z"], ["prob"], name="softmax", axis=1),
+    ]
+    inputs = [
+        oh.make_tensor_value_info("image", TensorProto.FLOAT, [-1, 3, 32, 32]),
+        oh.make_tensor_value_info("conv1_bias", TensorProto.FLOAT, [4]),
+        oh.make_tensor_value_info("fc_weights", TensorProto.FLOAT, [4, 5]),
+    ]
+    inits = [nh.from_array(np.full(4, 0.1, np.float32), "conv1_bias"), nh.from_array(fc, "fc_weights")]
+    graph = oh.make_graph(
+        nodes,
+        "paddle",
+        inputs,
+        [oh.make_tensor_value_info("prob", TensorProto.FLOAT, [-1, 5])],
+        initializer=inits,
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 11)], producer_name="PaddlePaddle")
+    model.ir_version = 6
+    path = folder / "model.onnx"
+    onnx.save(model, path)
+    x = np.random.default_rng(8).standard_normal((1, *IMAGE)).astype(np.float32)
+    return ZooModel(path, {"": x}, batch_axes={"image": 0}, extra=("--target", "prob:0"))
+
+
+class _TinyBert(nn.Module):
+    """A BERT-style encoder written as BERT's exports compute it: word + position + token-type
+    embeddings, LayerNorm, explicit self-attention with an additive mask, GELU MLP, [CLS] pooler."""
+
+    def __init__(
+        self, vocab: int = 30, width: int = 16, heads: int = 2, layers: int = 2, length: int = 16
+    ) -> None:
+        super().__init__()
+        self.heads = heads
+        self.word = nn.Embedding(vocab, width)
+        self.position = nn.Embedding(length, width)
+        self.token_type = nn.Embedding(2, width)
+        self.norm = nn.LayerNorm(width)
+        self.qkv = nn.ModuleList(nn.Linear(width, 3 * width) for _ in range(layers))
+        self.out = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
+        self.norm1 = nn.ModuleList(nn.LayerNorm(width) for _ in range(layers))
+        self.mlp = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
+            for _ in range(layers)
+        )
+        self.norm2 = nn.ModuleList(nn.LayerNorm(width) for _ in range(layers))
+        self.pooler = nn.Linear(width, width)
+        self.classifier = nn.Linear(width, 2)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
+        n, length = input_ids.shape
+        positions = torch.arange(length, device=input_ids.device).unsqueeze(0)
+        h = self.norm(self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids))
+        bias = (1.0 - attention_mask[:, None, None, :].float()) * -10000.0
+        for qkv, out, norm1, mlp, norm2 in zip(
+            self.qkv, self.out, self.norm1, self.mlp, self.norm2, strict=True
+        ):
+            q, k, v = qkv(h).reshape(n, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            scores = q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5) + bias
+            context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(n, length, -1)
+            h = norm1(h + out(context))
+            h = norm2(h + mlp(h))
+        return self.classifier(torch.tanh(self.pooler(h[:, 0])))
+
+
+def bert_like(folder: Path, length: int = 8) -> ZooModel:
+    folder.mkdir(parents=True, exist_ok=True)
+    module = _seeded(_TinyBert(), 9)
+    gen = torch.Generator().manual_seed(10)
+    ids = torch.randint(1, 30, (1, length), generator=gen)
+    mask = torch.ones(1, length, dtype=torch.int64)
+    mask[0, -2:] = 0
+    types = torch.zeros(1, length, dtype=torch.int64)
+    types[0, length // 2 :] = 1
+    with torch.no_grad():
+        expected = module(ids, mask, types).numpy()
+    path = folder / "model.onnx"
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (ids, mask, types), str(path), dynamo=False, opset_version=17, input_names=names,
+            output_names=["logits"], dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "logits": {0: "batch"}},
+        )  # fmt: skip
+    inputs = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()}
+    return ZooModel(
+        path,
+        inputs,
+        "input_ids",
+        {n: 0 for n in names},
+        expected,
+        players="tokens",
+        extra=("--baseline", "token:0"),
+    )
+
+
+CUSTOM: dict[str, Callable[[Path], ZooModel]] = {
+    "speech_lstm": speech_lstm,
+    "fixed_batch_cnn": fixed_batch_cnn,
+    "onehot_bytes": onehot_bytes,
+    "paddle_style": paddle_style,
+    "bert_like": bert_like,
+}

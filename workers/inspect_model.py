@@ -1,0 +1,191 @@
+"""What xaudit reads from a model before any audit: ``xaudit inspect MODEL``.
+
+Inputs (declared shapes with their dim names, dtypes, the batch axis found from the graph),
+outputs, opsets and domains, which methods can run and why the others cannot, and a command line
+to audit it. Applicability is decided the way the audit decides it: by building the torch graph
+and planning the rule methods on it, so "can run" here means the audit will not refuse it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workers.methods import ALL_METHODS, get_method
+from workers.methods._isolation import judged_alone
+from workers.models.base import ModelAdapter
+from xaudit.contract.errors import NotApplicable, XauditError
+
+__all__ = ["ModelCheck", "inspect_model"]
+
+_RULE_FAMILIES = {
+    "lrp_epsilon": "LRP",
+    "lrp_alpha_beta": "LRP",
+    "deep_taylor": "LRP",
+    "deeplift_revealcancel": "RevealCancel",
+}
+
+
+@dataclass
+class ModelCheck:
+    format: str
+    inputs: list[dict[str, object]] = field(default_factory=list)
+    outputs: list[dict[str, object]] = field(default_factory=list)
+    opsets: dict[str, int] = field(default_factory=dict)
+    methods: dict[str, str] = field(default_factory=dict)  # name -> "runs: ..." | "not applicable: ..."
+    explained: str = ""
+    embedding_tensor: str = ""
+    fixed_batch: int | None = None
+    command: str = ""
+
+    def runnable(self) -> list[str]:
+        return [m for m, why in self.methods.items() if why.startswith("runs")]
+
+    def text(self) -> str:
+        lines = [f"format: {self.format}"]
+        if self.opsets:
+            lines.append("opsets: " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in self.opsets.items()))
+        lines.append("inputs:")
+        for i in self.inputs:
+            axis = i["batch_axis"]
+            where = f"batch axis {axis}" if axis is not None else "no batch axis (held as given)"
+            mark = "  <- explained" if i["name"] == self.explained else ""
+            lines.append(f"  {i['name']}: {i['dtype']} {i['shape']}, {where}{mark}")
+        if self.fixed_batch is not None:
+            lines.append(
+                f"  fixed batch size {self.fixed_batch}: evaluated {self.fixed_batch} row(s) per model call "
+                "(an audit of 2^n sub-inputs costs 2^n calls per sample)"
+            )
+        if self.embedding_tensor:
+            lines.append(f"  gradients on token ids are taken at '{self.embedding_tensor}'")
+        lines.append("outputs:")
+        for o in self.outputs:
+            lines.append(f"  {o['name']}: {o['dtype']} {o['shape']}")
+        lines.append("methods:")
+        width = max(len(m) for m in self.methods)
+        for name, why in self.methods.items():
+            lines.append(f"  {name.ljust(width)}  {why}")
+        lines.append(f"audit it with:\n  {self.command}")
+        return "\n".join(lines)
+
+
+def _shape(dims: tuple[object, ...] | None) -> str:
+    if dims is None:
+        return "(unknown)"
+    parts = ["?" if d is None else str(d) for d in dims]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+def _methods(model: ModelAdapter, check: ModelCheck) -> None:
+    """Each method's applicability, judged one by one as the audit judges it."""
+    from workers.methods._fx_plan import plan_graph
+
+    for name in ALL_METHODS:
+        method = get_method(name)
+        caps = method.capabilities
+        needs = " (needs --background)" if caps.baseline == "distribution" else ""
+        if not caps.gradients and not caps.hooks:
+            check.methods[name] = f"runs: forward passes only{needs}"
+            continue
+        try:
+            with judged_alone(name):
+                embedding = getattr(model, "embedding", None)
+                graph_model: ModelAdapter = embedding.head if embedding is not None else model
+                if name in _RULE_FAMILIES:
+                    plan_graph(graph_model.torch_hookable(name), name, _RULE_FAMILIES[name])
+                elif name == "grad_cam":
+                    from workers.methods.grad_cam import conv_layers
+
+                    if not conv_layers(graph_model.torch_hookable(name)):
+                        raise NotApplicable(name, "the model has no convolution layer")
+                elif caps.hooks:
+                    graph_model.torch_hookable(name)
+                else:
+                    graph_model.torch_differentiable()
+            where = f" at '{check.embedding_tensor}'" if check.embedding_tensor else ""
+            check.methods[name] = f"runs: torch graph{where}{needs}"
+        except NotApplicable as exc:
+            check.methods[name] = f"not applicable: {exc.reason}"
+
+
+def _onnx(data: bytes, path: str) -> ModelCheck:
+    import hashlib
+
+    import numpy as np
+
+    from workers.models import resolve_device
+    from workers.models.named import _ORT_DTYPES, NamedOnnxModel, OnnxGraph, batch_axis
+
+    graph = OnnxGraph(data, hashlib.sha256(data).hexdigest(), resolve_device("cpu"))
+    check = ModelCheck("onnx", opsets={o.domain: o.version for o in graph.proto.opset_import})
+    floats = [i for i in graph.inputs if not i.integer and i.dims]
+    explained = (floats or [i for i in graph.inputs if i.dims] or list(graph.inputs))[0]
+    check.explained = explained.name
+    check.fixed_batch = explained.fixed_batch
+    for spec in graph.inputs:
+        axis = batch_axis(spec, explained)
+        check.inputs.append(
+            {"name": spec.name, "dtype": str(spec.dtype), "shape": _shape(spec.dims), "batch_axis": axis}
+        )
+    types = {o.name: o for o in graph.session.get_outputs()}
+    for name in graph.outputs:
+        arg = types[name]
+        dims = tuple(d if isinstance(d, (int, str)) and d != "" else None for d in arg.shape)
+        check.outputs.append(
+            {"name": name, "dtype": str(_ORT_DTYPES.get(arg.type, arg.type)), "shape": _shape(dims)}
+        )
+    # Example held values (zeros, one sample) to bind the graph the way an audit binds it.
+    fixed = {}
+    for spec in graph.inputs:
+        if spec.name == explained.name:
+            continue
+        dims = spec.dims or ()
+        fixed[spec.name] = np.zeros([d if isinstance(d, int) else 1 for d in dims], spec.dtype)
+    model = NamedOnnxModel(graph, explained.name, fixed)
+    if explained.integer:
+        from workers.methods._embedding import attach_embedding
+
+        ids = np.zeros([1, *[d or 1 for d in explained.sample_shape or ()]], np.float32)
+        try:
+            attach_embedding(model, "", ids)
+            check.embedding_tensor = getattr(model.embedding, "tensor", "")
+        except XauditError as exc:
+            model.no_embedding = f"and the graph gives no float tensor to take gradients at ({exc})"
+    _methods(model, check)
+    inputs = " ".join(
+        f"--input {i['name']}={i['name']}.npy" for i in check.inputs
+    ) if len(check.inputs) > 1 else "--input inputs.npy"  # fmt: skip
+    explain = f" --explain {explained.name}" if len(check.inputs) > 1 else ""
+    players = " --players tokens" if explained.integer else ""
+    check.command = f"xaudit audit --model {path} {inputs}{explain}{players} --methods all --out report.json"
+    return check
+
+
+def _torchscript(data: bytes, path: str) -> ModelCheck:
+    from workers.models import load_model
+
+    model = load_model(data, "torchscript", "cpu")
+    check = ModelCheck("torchscript", explained="input")
+    check.inputs.append({"name": "input", "dtype": "float32", "shape": "(not declared)", "batch_axis": 0})
+    check.outputs.append({"name": "output", "dtype": "float32", "shape": "(not declared)"})
+    for name in ALL_METHODS:
+        caps = get_method(name).capabilities
+        needs = " (needs --background)" if caps.baseline == "distribution" else ""
+        if caps.hooks:
+            check.methods[name] = (
+                "decided at audit time: needs a hookable graph, made by exporting the scripted module "
+                f"to ONNX with the given input{needs}"
+            )
+        elif caps.gradients:
+            check.methods[name] = f"runs: the scripted module's autograd{needs}"
+        else:
+            check.methods[name] = f"runs: forward passes only{needs}"
+    del model
+    check.command = f"xaudit audit --model {path} --input inputs.npy --methods all --out report.json"
+    return check
+
+
+def inspect_model(data: bytes, path: str = "MODEL") -> ModelCheck:
+    """Everything ``xaudit inspect`` prints, for untrusted model bytes (run it where loading is safe)."""
+    from xaudit.contract.onnx_checks import detect_format
+
+    return _torchscript(data, path) if detect_format(data) == "torchscript" else _onnx(data, path)
