@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
-from clients.client import DEFAULT_SERVER, XauditClient
+from clients._defaults import DEFAULT_SERVER
+
+if TYPE_CHECKING:
+    from clients.client import XauditClient
 
 __all__ = ["add_server_option", "client_from_args"]
 
@@ -21,6 +25,7 @@ def add_server_option(parser: argparse.ArgumentParser) -> None:
 
 def client_from_args(args: argparse.Namespace) -> XauditClient:
     # $XAUDIT_TOKEN rather than a flag: tokens on command lines end up in shell history and `ps`.
+    from clients.client import XauditClient  # grpc: loaded once a command needs a server, not for --help
     from xaudit.contract.channel import tls_credentials_from_env  # $XAUDIT_TLS_CA / _CERT / _KEY
 
     return XauditClient(

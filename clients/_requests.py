@@ -79,6 +79,8 @@ def submit_request(
         target=spec.target,
         methods=methods,
         audit_order=spec.audit_order,
+        budget_evaluations=spec.budget_evaluations,
+        budget_seconds=spec.budget_seconds,
         tolerances={k: float(v) for k, v in spec.tolerances.items()},
         seed=spec.seed,
         device=spec.device,

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 
+from clients._defaults import DEFAULT_SERVER
 from clients._errors import translate_rpc_error
 from clients._requests import guess_format, model_chunks, read_head, spec_with_options, submit_request
 from clients._types import (
@@ -52,7 +53,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SERVER = "127.0.0.1:50051"
 _MAX_RECEIVE_BYTES = 256 * 1024 * 1024  # reports and attribution maps; the server caps what it sends
 _T = TypeVar("_T")
 
@@ -180,6 +180,21 @@ class XauditClient:
         names (inputs, background, baseline, player_mask, player_groups) and override ``spec``/``tensors``.
         Resubmitting the same request returns the existing job."""
         return self._submit(self._stub.SubmitAudit, "audit", model, spec, tensors, idempotency_key, options)
+
+    def plan_audit(
+        self,
+        model: ModelRef | str,
+        spec: JobSpec | None = None,
+        tensors: Mapping[str, np.ndarray] | None = None,
+        **options: Any,
+    ) -> audit_pb2.AuditPlan:
+        """What the audit would cost (sub-inputs, sets, passes per method), before submitting it."""
+        full_spec, full_tensors = spec_with_options(spec, tensors, "audit", options)
+        sha = model.sha256 if isinstance(model, ModelRef) else model
+        plan: audit_pb2.AuditPlan = self._call(
+            self._stub.PlanAudit, submit_request(sha, full_spec, full_tensors, "")
+        )
+        return plan
 
     def submit_attribution(
         self,

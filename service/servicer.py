@@ -14,6 +14,7 @@ from service.blobs import BlobStore
 from service.convert import decode_page_token, encode_page_token, job_to_proto, state_to_proto
 from service.jobs import JobService
 from service.metrics import counted_chunks
+from service.plans import plan_submission
 from service.store import Lease
 from service.uploads import receive_model
 from service.validation import check_input_names, format_to_proto, page_size, submission_from_request
@@ -75,6 +76,15 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
 
     def SubmitAttribution(self, request: audit_pb2.SubmitRequest, context: Any) -> audit_pb2.Job:
         return self._submit(request, context, "attribution")
+
+    def PlanAudit(self, request: audit_pb2.SubmitRequest, context: Any) -> audit_pb2.AuditPlan:
+        submission = submission_from_request(
+            request,
+            "audit",
+            max_elements=self._config.max_tensor_elements,
+            max_dims=self._config.max_tensor_dims,
+        )
+        return plan_submission(submission)
 
     def GetJob(self, request: audit_pb2.GetJobRequest, context: Any) -> audit_pb2.Job:
         return job_to_proto(self._store.get_job(tenant_of(context), request.job_id))

@@ -177,6 +177,8 @@ def submission_from_request(
         methods=methods,
         method_params=params,
         audit_order=request.audit_order or 3,
+        budget_evaluations=int(request.budget_evaluations),
+        budget_seconds=float(request.budget_seconds),
         tolerances=dict(request.tolerances),
         seed=int(request.seed),
         device=request.device or "auto",

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.params import parse_param_text
 from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
 from xaudit.contract.subspecs import parse_players
+
+if TYPE_CHECKING:  # numpy is loaded when a file is read, not for --help
+    import numpy as np
 
 __all__ = [
     "add_job_options",
@@ -159,6 +160,8 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
 
 def read_npy(path: Path, what: str) -> np.ndarray:
     try:
+        import numpy as np
+
         return np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise InvalidInput(f"{what} file not found: {path}") from None
@@ -323,6 +326,8 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         path = Path(player_spec.source)
         try:
             raw = json.loads(path.read_text())
+            import numpy as np
+
             tensors["player_groups"] = np.asarray(raw["groups"], dtype=np.int64)
         except FileNotFoundError:
             raise InvalidInput(f"group file not found: {path}") from None

@@ -145,11 +145,16 @@ def _interval(criterion: Mapping[str, Any]) -> tuple[float, float] | None:
         value = criterion.get(key)
         if isinstance(value, Mapping):
             value = [value.get("low", value.get("lower")), value.get("high", value.get("upper"))]
-        pair = [as_float(v) for v in value] if isinstance(value, Sequence) and not isinstance(value, str) else []
+        pair = (
+            [as_float(v) for v in value] if isinstance(value, Sequence) and not isinstance(value, str) else []
+        )
         if len(pair) == 2 and pair[0] is not None and pair[1] is not None:
             return pair[0], pair[1]
-    lo, hi = as_float(criterion.get("low")), as_float(criterion.get("high"))
-    return (lo, hi) if lo is not None and hi is not None else None
+    for low, high in (("lower", "upper"), ("low", "high")):
+        lo, hi = as_float(criterion.get(low)), as_float(criterion.get(high))
+        if lo is not None and hi is not None:
+            return lo, hi
+    return None
 
 
 def confidence_text(method: Mapping[str, Any]) -> str:
@@ -171,17 +176,28 @@ def confidence_text(method: Mapping[str, Any]) -> str:
         score, tol = as_float(item[1].get("score")), as_float(item[1].get("tolerance"))
         return (score or 0.0) / tol if tol else 0.0
 
-    failing = [item for item in criteria.items() if item[1].get("passed") is False]
-    name, c = max(failing or list(criteria.items()), key=ratio)
+    # v2 says where each interval sits against the tolerance (status); v1 only passed or not.
+    failing = [
+        i
+        for i in criteria.items()
+        if i[1].get("status", "fails" if i[1].get("passed") is False else "") == "fails"
+    ]
+    undecided = [i for i in criteria.items() if i[1].get("status") == "undecided"]
+    name, c = max(failing or undecided or list(criteria.items()), key=ratio)
     score, tol = as_float(c.get("score")), as_float(c.get("tolerance"))
     interval = _interval(c)
     text = CRITERION_SHORT.get(name, name) + " "
     text += "n/a" if score is None else f"{score:.3f}"
     if interval is not None:
         text += f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+        level = as_float(c.get("level"))
+        if level is not None:
+            text += f" at {level:.0%}"
     if tol is not None:
         text += f" vs {tol:.3f}"
     share = as_float(c.get("fraction_failing"))
-    if share is not None:
+    if undecided and not failing:
+        text += "; the interval straddles the tolerance"
+    elif share is not None:
         text += f"; fails on {share:.0%} of inputs" if failing else f"; holds on {1 - share:.0%} of inputs"
     return text

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, choose_sets
-from workers.methods import get_method
-from xaudit.contract.errors import ResourceExhausted
+from xaudit.contract.errors import InvalidInput, ResourceExhausted
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",
@@ -37,6 +36,17 @@ __all__ = [
 RESOLUTION_PROBES = 64
 STOCHASTIC_REPEATS = 2
 _GAME_DERIVED = frozenset({"shapley_value", "occlusion_1", "occlusion_patch", "prediction_difference"})
+# What the cost depends on, without importing the methods (the service plans without the engine; a
+# test keeps these equal to the methods' own defaults and capabilities).
+COST_DEFAULTS: dict[str, dict[str, int]] = {
+    "integrated_gradients": {"steps": 64},
+    "expected_gradients": {"steps": 32},
+    "smoothgrad": {"samples": 32},
+    "shapley_value": {"permutations": 256},
+}
+DISTRIBUTION_METHODS = frozenset({"expected_gradients", "deepshap", "prediction_difference"})
+# workers.methods.references.MAX_EXACT_REFERENCES: background samples a distribution method uses.
+MAX_REFERENCES = 64
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,7 @@ class Plan:
     throughput: Throughput | None
 
     def _games(self) -> int:
-        distribution = any(get_method(m.name).capabilities.baseline == "distribution" for m in self.methods)
+        distribution = any(m.name in DISTRIBUTION_METHODS for m in self.methods)
         return 1 + (self.references if distribution else 0)
 
     @property
@@ -145,14 +155,19 @@ class Plan:
 
 
 def _int(params: Mapping[str, Any], key: str) -> int:
-    return int(str(params[key]))
+    try:
+        value = int(str(params[key]))
+    except ValueError:
+        raise InvalidInput(f"parameter {key}={params[key]!r} is not an integer") from None
+    if value < 1:
+        raise InvalidInput(f"parameter {key}={value} must be positive")
+    return value
 
 
 def method_cost(name: str, params: Mapping[str, Any], n: int, references: int, present: int) -> MethodCost:
     """Rows per sub-input and for the map, from the method's own parameters."""
-    method = get_method(name)
-    merged = method.params_from(dict(params))
-    refs = references if method.capabilities.baseline == "distribution" else 1
+    merged = {**COST_DEFAULTS.get(name, {}), **params}
+    refs = references if name in DISTRIBUTION_METHODS else 1
     fwd, bwd = 0.0, 1.0  # one forward+backward: gradients, the LRP rules, DeepLIFT, Grad-CAM
     probes = 0.0  # the resolution probe: RESOLUTION_PROBES sub-inputs at half resolution, per sample
     if name in ("integrated_gradients", "expected_gradients"):
@@ -240,7 +255,7 @@ def sets_for_budget(plan: Plan, order: int, seed: int) -> AuditedSets:
 def measure_throughput(model: Any, inputs: np.ndarray, target: Any, classes: np.ndarray) -> Throughput:
     """Rows per second of a plain forward and of a forward+backward (Gradient x Input) on this device,
     on copies of the first input (median of three short runs)."""
-    from workers.methods import AttributionContext
+    from workers.methods import AttributionContext, get_method
     from workers.methods._embedding import run_method
 
     # Large enough that per-call overhead does not dominate, as in the audit's own batches.

@@ -54,7 +54,8 @@ ATTACHMENTS: tuple[str, ...] = ("inputs", "background", "baseline", "player_mask
 
 
 MAX_SEED = 2**63 - 1
-MAX_BUDGET_S = 366 * 86400.0  # a year: beyond it a budget is no cap
+MAX_BUDGET_EVALUATIONS = 10**15  # model rows; far above any audit a worker finishes
+MAX_BUDGET_S = 7 * 24 * 3600.0
 MAX_NAME = 256  # explain, embedding_tensor, one group name
 MAX_GROUP_NAMES = 65536
 
@@ -122,17 +123,15 @@ class JobSpec:
         if (
             isinstance(evaluations, bool)
             or not isinstance(evaluations, int)
-            or not 0 <= evaluations <= MAX_SEED
+            or not 0 <= evaluations <= MAX_BUDGET_EVALUATIONS
         ):
-            raise InvalidInput(f"budget of {str(evaluations)[:24]} evaluations: must be a whole number >= 0")
+            raise InvalidInput(f"budget_evaluations must be between 0 and {MAX_BUDGET_EVALUATIONS}")
         if (
             isinstance(seconds, bool)
             or not isinstance(seconds, (int, float))
             or not 0 <= seconds <= MAX_BUDGET_S
         ):
-            raise InvalidInput(
-                f"budget of {str(seconds)[:24]} seconds: must be between 0 and {MAX_BUDGET_S:g}"
-            )
+            raise InvalidInput(f"budget_seconds must be between 0 and {MAX_BUDGET_S:g}")
         set_(self, "budget_seconds", float(seconds))
         if not isinstance(self.tolerances, Mapping):
             raise InvalidInput("tolerances must map criteria to numbers")

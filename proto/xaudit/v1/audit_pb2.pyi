@@ -102,7 +102,7 @@ class MethodSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("model_sha256", "inputs", "players", "baseline", "target", "methods", "audit_order", "tolerances", "seed", "device", "attachments", "group_names", "idempotency_key", "explain", "embedding_tensor")
+    __slots__ = ("model_sha256", "inputs", "players", "baseline", "target", "methods", "audit_order", "tolerances", "seed", "device", "attachments", "group_names", "idempotency_key", "explain", "embedding_tensor", "budget_evaluations", "budget_seconds")
     class TolerancesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,8 @@ class SubmitRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_TENSOR_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_SECONDS_FIELD_NUMBER: _ClassVar[int]
     model_sha256: str
     inputs: _containers.RepeatedCompositeFieldContainer[Tensor]
     players: str
@@ -140,7 +142,57 @@ class SubmitRequest(_message.Message):
     idempotency_key: str
     explain: str
     embedding_tensor: str
-    def __init__(self, model_sha256: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., players: _Optional[str] = ..., baseline: _Optional[str] = ..., target: _Optional[str] = ..., methods: _Optional[_Iterable[_Union[MethodSpec, _Mapping]]] = ..., audit_order: _Optional[int] = ..., tolerances: _Optional[_Mapping[str, float]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., attachments: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., group_names: _Optional[_Iterable[str]] = ..., idempotency_key: _Optional[str] = ..., explain: _Optional[str] = ..., embedding_tensor: _Optional[str] = ...) -> None: ...
+    budget_evaluations: int
+    budget_seconds: float
+    def __init__(self, model_sha256: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., players: _Optional[str] = ..., baseline: _Optional[str] = ..., target: _Optional[str] = ..., methods: _Optional[_Iterable[_Union[MethodSpec, _Mapping]]] = ..., audit_order: _Optional[int] = ..., tolerances: _Optional[_Mapping[str, float]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., attachments: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., group_names: _Optional[_Iterable[str]] = ..., idempotency_key: _Optional[str] = ..., explain: _Optional[str] = ..., embedding_tensor: _Optional[str] = ..., budget_evaluations: _Optional[int] = ..., budget_seconds: _Optional[float] = ...) -> None: ...
+
+class PlanStratum(_message.Message):
+    __slots__ = ("order", "sets", "audited", "exhaustive")
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    SETS_FIELD_NUMBER: _ClassVar[int]
+    AUDITED_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTIVE_FIELD_NUMBER: _ClassVar[int]
+    order: int
+    sets: int
+    audited: int
+    exhaustive: bool
+    def __init__(self, order: _Optional[int] = ..., sets: _Optional[int] = ..., audited: _Optional[int] = ..., exhaustive: _Optional[bool] = ...) -> None: ...
+
+class PlanMethod(_message.Message):
+    __slots__ = ("name", "forward_passes", "backward_passes", "from_game")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
+    BACKWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
+    FROM_GAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    forward_passes: float
+    backward_passes: float
+    from_game: bool
+    def __init__(self, name: _Optional[str] = ..., forward_passes: _Optional[float] = ..., backward_passes: _Optional[float] = ..., from_game: _Optional[bool] = ...) -> None: ...
+
+class AuditPlan(_message.Message):
+    __slots__ = ("players", "samples", "sub_inputs_per_sample", "sub_inputs", "strata", "seed", "game_forward_passes", "methods", "evaluations", "sized_by_worker")
+    PLAYERS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SUB_INPUTS_PER_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    SUB_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    STRATA_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    GAME_FORWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
+    METHODS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    SIZED_BY_WORKER_FIELD_NUMBER: _ClassVar[int]
+    players: int
+    samples: int
+    sub_inputs_per_sample: int
+    sub_inputs: int
+    strata: _containers.RepeatedCompositeFieldContainer[PlanStratum]
+    seed: int
+    game_forward_passes: float
+    methods: _containers.RepeatedCompositeFieldContainer[PlanMethod]
+    evaluations: float
+    sized_by_worker: bool
+    def __init__(self, players: _Optional[int] = ..., samples: _Optional[int] = ..., sub_inputs_per_sample: _Optional[int] = ..., sub_inputs: _Optional[int] = ..., strata: _Optional[_Iterable[_Union[PlanStratum, _Mapping]]] = ..., seed: _Optional[int] = ..., game_forward_passes: _Optional[float] = ..., methods: _Optional[_Iterable[_Union[PlanMethod, _Mapping]]] = ..., evaluations: _Optional[float] = ..., sized_by_worker: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "kind", "state", "progress", "message", "error_code", "error_message", "created_at", "started_at", "finished_at", "model_sha256", "report_available", "idempotency_key", "attempts", "compute_seconds")

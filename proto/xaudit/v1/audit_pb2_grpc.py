@@ -49,6 +49,11 @@ class AuditServiceStub:
                 request_serializer=xaudit_dot_v1_dot_audit__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=xaudit_dot_v1_dot_audit__pb2.Job.FromString,
                 _registered_method=True)
+        self.PlanAudit = channel.unary_unary(
+                '/xaudit.v1.AuditService/PlanAudit',
+                request_serializer=xaudit_dot_v1_dot_audit__pb2.SubmitRequest.SerializeToString,
+                response_deserializer=xaudit_dot_v1_dot_audit__pb2.AuditPlan.FromString,
+                _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/xaudit.v1.AuditService/GetJob',
                 request_serializer=xaudit_dot_v1_dot_audit__pb2.GetJobRequest.SerializeToString,
@@ -108,6 +113,15 @@ class AuditServiceServicer:
 
     def SubmitAttribution(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanAudit(self, request, context):
+        """What an audit of this request would cost, before any job is recorded or started: its sub-inputs,
+        audited sets and the forward and backward passes per method (workers.audit.plan). Time on a
+        device is estimated by the worker (or `xaudit audit --plan` locally).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -177,6 +191,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.SubmitAttribution,
                     request_deserializer=xaudit_dot_v1_dot_audit__pb2.SubmitRequest.FromString,
                     response_serializer=xaudit_dot_v1_dot_audit__pb2.Job.SerializeToString,
+            ),
+            'PlanAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanAudit,
+                    request_deserializer=xaudit_dot_v1_dot_audit__pb2.SubmitRequest.FromString,
+                    response_serializer=xaudit_dot_v1_dot_audit__pb2.AuditPlan.SerializeToString,
             ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
@@ -295,6 +314,33 @@ class AuditService:
             '/xaudit.v1.AuditService/SubmitAttribution',
             xaudit_dot_v1_dot_audit__pb2.SubmitRequest.SerializeToString,
             xaudit_dot_v1_dot_audit__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xaudit.v1.AuditService/PlanAudit',
+            xaudit_dot_v1_dot_audit__pb2.SubmitRequest.SerializeToString,
+            xaudit_dot_v1_dot_audit__pb2.AuditPlan.FromString,
             options,
             channel_credentials,
             insecure,

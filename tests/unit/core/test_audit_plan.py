@@ -61,3 +61,16 @@ def test_budget_option() -> None:
     for bad in ("-5", "abc", "0", "nans"):
         with pytest.raises(InvalidInput, match="--budget"):
             parse_budget(bad)
+
+
+def test_cost_table_matches_the_methods() -> None:
+    from workers.methods import ALL_METHODS, get_method
+
+    for name in ALL_METHODS:
+        method = get_method(name)
+        for key, value in plan_module.COST_DEFAULTS.get(name, {}).items():
+            assert method.defaults[key] == value, (name, key)
+        assert (name in plan_module.DISTRIBUTION_METHODS) == (method.capabilities.baseline == "distribution")
+    from workers.methods.references import MAX_EXACT_REFERENCES
+
+    assert plan_module.MAX_REFERENCES == MAX_EXACT_REFERENCES

@@ -232,13 +232,32 @@ def test_a_v2_report_with_inconclusive_verdicts_and_intervals_renders():
     report = {
         "schema": "xaudit.report/v2",
         "model": {"sha256": "0" * 64, "format": "onnx"},
-        "unaudited": {"share": 0.125},
+        "game": {"unaudited": {"share": 0.125, "limit": 0.5}},
         "methods": [
             {
                 "name": "saliency",
                 "verdict": "inconclusive",
                 "reason": "too few samples to decide",
-                "criteria": {"coverage": {"score": 0.04, "tolerance": 0.05, "passed": True, "interval": [0.01, 0.09]}},
+                "criteria": {
+                    "coverage": {
+                        "score": 0.04,
+                        "lower": 0.01,
+                        "upper": 0.09,
+                        "level": 0.95,
+                        "tolerance": 0.05,
+                        "status": "undecided",
+                        "passed": True,
+                        "interval": {"samples": 4},
+                    },
+                    "complete_allocation": {
+                        "score": 0.0,
+                        "lower": 0.0,
+                        "upper": 0.01,
+                        "tolerance": 0.05,
+                        "status": "holds",
+                        "passed": True,
+                    },
+                },
             },
             {"name": "occlusion_1", "verdict": "reliable", "confidence": 0.97, "reason": "ok"},
         ],
@@ -246,6 +265,6 @@ def test_a_v2_report_with_inconclusive_verdicts_and_intervals_renders():
     page = parse(render_html(report))
     row = page.table("decision-table").rows[0]
     assert row[1] == "? inconclusive"
-    assert row[2].startswith("coverage 0.040 [0.010, 0.090] vs 0.050")
+    assert row[2] == "coverage 0.040 [0.010, 0.090] at 95% vs 0.050; the interval straddles the tolerance"
     assert page.table("decision-table").rows[1][2] == "97%"
     assert "12.5% of the total" in page.text
