@@ -150,6 +150,13 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
             "device (e.g. 600s); sets are sampled to fit (default: up to 2048 sets per order)",
         )
         parser.add_argument(
+            "--confidence",
+            type=float,
+            default=0.95,
+            metavar="LEVEL",
+            help="level of the criteria's confidence intervals, between 0.5 and 1 (default 0.95)",
+        )
+        parser.add_argument(
             "--tolerance",
             action="append",
             default=[],
@@ -373,6 +380,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         except ValueError:
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
     evaluations, seconds = parse_budget(getattr(args, "budget", ""))
+    confidence = float(getattr(args, "confidence", 0.95))
     # JobSpec checks every option (bounds included) as the service and the worker do.
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
@@ -385,6 +393,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         budget_evaluations=evaluations,
         budget_seconds=seconds,
         tolerances=tolerances,
+        confidence=confidence,
         seed=args.seed,
         device=args.device,
         group_names=group_names,

@@ -40,6 +40,32 @@ def _global_max_pool(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResu
     return OperationConverterResult(torch_module=GlobalMaxPool(), onnx_mapping=onnx_mapping_from_node(node))
 
 
+class Gelu(nn.Module):
+    """ONNX Gelu (opset 20): exact (erf) or tanh-approximated."""
+
+    def __init__(self, approximate: str) -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.gelu(x, approximate=self.approximate)
+
+
+def _gelu(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    del graph
+    approximate = node.attributes.get("approximate", "none")
+    return OperationConverterResult(torch_module=Gelu(str(approximate)), onnx_mapping=onnx_mapping_from_node(node))
+
+
+def _average_pool_19(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """Opset 19 adds ``dilations`` to AveragePool; without dilation it is the opset-11 operator."""
+    dilations = node.attributes.get("dilations")
+    if dilations is not None and any(int(d) != 1 for d in dilations):
+        raise NotImplementedError(f"AveragePool with dilations {list(dilations)} (node '{node.name}')")
+    converter = _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type="AveragePool", version=11)]
+    return converter(node, graph)
+
+
 def _reduce_with_axes_input(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     """Opset 18 moved ``axes`` of the reductions from an attribute to a (constant) input."""
     axes: list[int] | None = None
@@ -66,6 +92,8 @@ _REDUCTIONS_18 = (
 # (operator, since-version) -> converter; what this module adds to onnx2torch.
 _ADDED: dict[tuple[str, int], Any] = {
     ("GlobalMaxPool", 1): _global_max_pool,
+    ("Gelu", 20): _gelu,
+    ("AveragePool", 19): _average_pool_19,
     **{(op, 18): _reduce_with_axes_input for op in _REDUCTIONS_18},
     ("ReduceMax", 20): _reduce_with_axes_input,  # 20 adds bool inputs only
     ("ReduceMin", 20): _reduce_with_axes_input,

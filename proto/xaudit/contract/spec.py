@@ -83,6 +83,8 @@ class JobSpec:
     budget_evaluations: int = 0
     budget_seconds: float = 0.0
     tolerances: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    # Level of the criteria's confidence intervals (docs/science.md, section 6).
+    confidence: float = 0.95
     seed: int = 0
     device: str = "auto"
     group_names: tuple[str, ...] = ()
@@ -133,6 +135,10 @@ class JobSpec:
         ):
             raise InvalidInput(f"budget_seconds must be between 0 and {MAX_BUDGET_S:g}")
         set_(self, "budget_seconds", float(seconds))
+        level = self.confidence
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1.0:
+            raise InvalidInput(f"confidence {str(level)[:24]}: must be a level between 0.5 and 1 (e.g. 0.95)")
+        set_(self, "confidence", float(level))
         if not isinstance(self.tolerances, Mapping):
             raise InvalidInput("tolerances must map criteria to numbers")
         set_(self, "tolerances", check_tolerances(self.tolerances))

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from xaudit.contract.criteria import DEFAULT_TOLERANCES  # one per registered criterion
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.names import CRITERIA
 
@@ -34,13 +35,6 @@ __all__ = [
     "parse_target",
 ]
 
-# Shares of effect mass (see docs/report-schema.md). Chosen so the analytic cases separate cleanly:
-# exact methods score ~0 (within numerical noise), Occlusion-1 scores (|S|-1)/|S| >= 0.5 on pairs.
-DEFAULT_TOLERANCES: Mapping[str, float] = {
-    "coverage": 0.05,
-    "unrelated_allocation": 0.05,
-    "complete_allocation": 0.05,
-}
 MAX_AUDIT_ORDER = 16
 MAX_BLUR_SIGMA = 1e4  # pixels: far past any image's size, far from float overflow
 MAX_GRID_SIDE = 1024
