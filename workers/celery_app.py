@@ -61,6 +61,21 @@ def _die_with_parent_in_pool_children() -> None:
     worker_process_init.connect(lambda **_: die_with_parent(), weak=False)
 
 
+def _prewarm_sandbox_in_pool_children() -> None:
+    """Each pool process starts its first model child now: a job need not wait for its imports."""
+    from celery.signals import worker_process_init
+
+    def start(**_: object) -> None:
+        from workers.sandbox import prewarm
+
+        try:
+            prewarm()
+        except OSError as exc:
+            logger.warning("cannot start a sandbox ahead of the first job: %s", exc)
+
+    worker_process_init.connect(start, weak=False)
+
+
 def run_worker(config: WorkerConfig) -> None:
     """Run a Celery worker (prefork pool: time limits only work there) until it is stopped."""
     from workers import tasks
@@ -78,6 +93,7 @@ def run_worker(config: WorkerConfig) -> None:
     )
     tasks.register(app)
     _die_with_parent_in_pool_children()
+    _prewarm_sandbox_in_pool_children()
     # Import the compute core in the parent so each forked child starts warm (CUDA is still
     # initialised in the child, on first use).
     import workers.audit

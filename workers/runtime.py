@@ -204,7 +204,7 @@ def execute(job_id: str, config: RuntimeConfig) -> str:
 
 
 def _run_claimed(stub: Any, payload: Any, wid: str, config: RuntimeConfig) -> str:
-    from workers.sandbox import run_sandboxed  # TorchScript: a child process with resource limits
+    from workers.sandbox import run_sandboxed  # every model: an isolated, confined child process
     from xaudit.contract.spec import JobSpec
     from xaudit.contract.tensors import encode_tensor
 

@@ -118,8 +118,8 @@ def test_custom_models_inspect_and_audit(
         np.testing.assert_allclose(
             report["game"]["target_values"], zoo.expected.max(axis=1), rtol=1e-4, atol=1e-4
         )
-    if name == "speech_lstm":  # no torch converter for LSTM: gradient methods name it, the rest run
-        assert "no torch conversion for operator 'LSTM'" in reasons["integrated_gradients"]
+    if name == "speech_lstm":  # LSTM converted (workers/models/onnx_converters.py): gradients run
+        assert "integrated_gradients" not in reasons and "gradient_x_input" not in reasons
         assert (
             report["methods"][[m["name"] for m in report["methods"]].index("shapley_value")]["verdict"]
             != "not_applicable"

@@ -472,7 +472,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
             "baseline": spec.baseline,
             "target": spec.target,
             "methods": [
-                {"name": m.name, "params": m.params_from(dict(spec.method_params.get(m.name, {})))}
+                # As used: with the parameters fixed per job (e.g. Deep Taylor's bounds) filled in.
+                {"name": m.name, "params": m.params_from(job_params(prep, m.name))}
                 for m in methods
             ],
             "audit_order": order,

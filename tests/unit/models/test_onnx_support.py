@@ -237,3 +237,43 @@ def test_added_converters_match_onnxruntime(op: str, opset: int, attrs: dict) ->
     np.testing.assert_allclose(
         graph(torch.from_numpy(x)).detach().numpy(), _ort(model, x), rtol=1e-5, atol=1e-5
     )
+
+
+class _Recurrent(torch.nn.Module):
+    def __init__(self, kind: str, bidirectional: bool) -> None:
+        super().__init__()
+        rnn = torch.nn.LSTM if kind == "LSTM" else torch.nn.GRU
+        self.rnn = rnn(5, 4, num_layers=2, bidirectional=bidirectional)
+        self.kind = kind
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+        state = (h0, torch.zeros_like(h0)) if self.kind == "LSTM" else h0
+        out, _ = self.rnn(x, state)
+        return out[-1]
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_layers_convert_and_match_onnxruntime(kind: str, bidirectional: bool) -> None:
+    import io
+    import warnings
+
+    torch.manual_seed(0)
+    module = _Recurrent(kind, bidirectional).eval()
+    x, h0 = torch.randn(6, 3, 5), torch.randn(4 if bidirectional else 2, 3, 4)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x, h0), buffer, dynamo=False, opset_version=17, input_names=["x", "h0"])
+    model = onnx.load_model_from_string(buffer.getvalue())
+    assert kind in {n.op_type for n in model.graph.node} and not unconvertible_nodes(model)
+    graph = onnx_to_torch(model)
+    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x.numpy(), "h0": h0.numpy()})[0]
+    xg = x.clone().requires_grad_(True)
+    out = graph(xg, h0)
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-4, atol=1e-5)
+    out.sum().backward()
+    reference = x.clone().requires_grad_(True)
+    module(reference, h0).sum().backward()
+    np.testing.assert_allclose(xg.grad.numpy(), reference.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -8,9 +8,9 @@ import signal
 import numpy as np
 import pytest
 
-from workers.errors import InvalidModel, ResourceExhausted
 from workers.jobs import JobResult
 from workers.sandbox import SandboxLimits, _child_env, _death_reason, _decode_result, _encode_result
+from xaudit.contract.errors import InvalidModel, ResourceExhausted
 
 
 def test_result_round_trip() -> None:
@@ -52,11 +52,15 @@ def test_death_reasons() -> None:
     assert "status 3" in str(_death_reason(3, limits))
 
 
-def test_credentials_do_not_reach_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XAUDIT_WORKER_TOKEN", "secret")
-    monkeypatch.setenv("XAUDIT_SANDBOX_CPU_SECONDS", "5")
+def test_only_thread_settings_reach_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("XAUDIT_WORKER_TOKEN", "XAUDIT_TOKEN", "AWS_SECRET_ACCESS_KEY", "PYTHONPATH", "XAUDIT_HOME"):
+        monkeypatch.setenv(name, "secret")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     env = _child_env()
-    assert "XAUDIT_WORKER_TOKEN" not in env and env["XAUDIT_SANDBOX_CPU_SECONDS"] == "5"
+    assert env == {"OMP_NUM_THREADS": "1", "PATH": env["PATH"]} | {
+        k: v for k, v in env.items() if k.startswith(("MKL_", "LC_", "LANG", "OPENBLAS_", "CUDA_", "TZ"))
+    }
+    assert "secret" not in env.values()
 
 
 def test_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
