@@ -29,14 +29,16 @@ ASSETS = Path(__file__).resolve().parents[1] / "workers" / "assets"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--methods", default="gradient_x_input,integrated_gradients,occlusion_1,kernel_shap")
+    parser.add_argument("--methods", default="", help="comma-separated (default: the demo's, all of them)")
     args = parser.parse_args()
     model = (ASSETS / "digits_cnn.onnx").read_bytes()
     tensors = {
         "inputs": np.load(ASSETS / "digits_inputs.npy"),
         "background": np.load(ASSETS / "digits_background.npy"),
     }
-    spec = JobSpec(kind="audit", players="grid:2x4", methods=tuple(args.methods.split(",")), device="cpu")
+    spec = JobSpec(kind="audit", players="grid:2x4", device="cpu")
+    if args.methods:
+        spec = JobSpec(kind="audit", players="grid:2x4", methods=tuple(args.methods.split(",")), device="cpu")
 
     def inproc() -> None:
         run_job(spec, model, "onnx", tensors)
@@ -64,7 +66,9 @@ def main() -> None:
         cold.append(time.perf_counter() - t0)
         os.environ["XAUDIT_SANDBOX_PREWARM"] = "1"
     ip, w, c = statistics.median(a), statistics.median(b), statistics.median(cold)
-    print(f"digits demo audit ({len(tensors['inputs'])} images, players grid:2x4, methods {args.methods})")
+    print(
+        f"digits demo audit ({len(tensors['inputs'])} images, players grid:2x4, {len(spec.methods)} methods)"
+    )
     print(f"in-process run_job        {ip:8.3f} s")
     print(f"sandboxed, prewarmed      {w:8.3f} s   x{w / ip:.2f}   (+{w - ip:.3f} s)")
     print(f"sandboxed, cold child     {c:8.3f} s   x{c / ip:.2f}   (+{c - ip:.3f} s)")

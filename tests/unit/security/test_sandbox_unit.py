@@ -68,3 +68,22 @@ def test_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XAUDIT_SANDBOX_CPU_SECONDS", "0")  # 0: no limit
     monkeypatch.setenv("XAUDIT_SANDBOX_WALL_SECONDS", "30")
     assert SandboxLimits.from_env() == SandboxLimits(512 << 20, None, 30.0)
+
+
+def test_torchscript_is_refused_where_files_cannot_be_confined(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers import sandbox
+    from xaudit.contract.errors import FailedPrecondition
+    from xaudit.contract.spec import JobSpec
+
+    monkeypatch.setattr(sandbox, "landlock_abi", lambda: 0)  # a kernel without Landlock
+    started: list[object] = []
+    monkeypatch.setattr(sandbox, "_Child", lambda limits: started.append(limits))
+    spec = JobSpec(kind="attribution", players="features", methods=("gradient_x_input",), device="cpu")
+    x = {"inputs": np.zeros((1, 3), np.float32)}
+    with pytest.raises(FailedPrecondition, match="XAUDIT_SANDBOX_ALLOW_UNCONFINED=1"):
+        sandbox.run_sandboxed(spec, b"PK\x03\x04", "torchscript", x)
+    assert not started  # refused before any process starts
+    monkeypatch.setenv("XAUDIT_SANDBOX_ALLOW_UNCONFINED", "1")  # the operator's explicit consent
+    with pytest.raises(AttributeError):  # got as far as starting the child (replaced by the list here)
+        sandbox.run_sandboxed(spec, b"PK\x03\x04", "torchscript", x)
+    assert len(started) == 1
