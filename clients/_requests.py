@@ -10,8 +10,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from workers.inputs import held_inputs, input_key
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.inputs import held_inputs, input_key
 from xaudit.contract.spec import ATTACHMENTS, JobSpec
 from xaudit.contract.tensors import encode_tensor
 from xaudit.v1 import audit_pb2

@@ -148,7 +148,7 @@ def _audit_on_server(
     """Upload, submit (an identical earlier audit is reused by the server's idempotency key), follow
     the job, and fetch the envelope and, unless pinned, the keys."""
     from clients._connect import client_from_args
-    from clients._results import follow
+    from clients.cli._results import follow
     from clients.cli.keys import fetch_keys as _fetch_keys
 
     with client_from_args(args) as client:

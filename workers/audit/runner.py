@@ -21,6 +21,7 @@ from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.plan import Plan, audit_plan
 from workers.audit.pooling import compact
 from workers.audit.report import canonical_bytes, environment, timestamp
+from workers.audit.schema import validate_report
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, design
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
@@ -494,6 +495,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
     )
     report_progress(1.0, "audit done")
     report = document.to_json()
+    # A report that fails its own schema is a bug: it is never written, signed or returned.
+    validate_report(report)
     return AuditResult(
         report, canonical_bytes(report), maps.attributions, maps.not_applicable, document, kept
     )
