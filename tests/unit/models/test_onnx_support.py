@@ -118,7 +118,7 @@ def test_methods_are_judged_alone_when_the_graph_cannot_be_converted() -> None:
         assert verdicts[name]["verdict"] == "not_applicable"
         assert "'GlobalLpPool' (node 'pool')" in verdicts[name]["reason"]
     for name in ("occlusion_1", "shapley_value"):
-        assert verdicts[name]["verdict"] in ("reliable", "unreliable")
+        assert verdicts[name]["verdict"] != "not_applicable"
 
 
 def _external(tmp_path: Path) -> Path:
