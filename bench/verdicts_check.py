@@ -44,17 +44,24 @@ def _tabular() -> dict[str, object]:
     return run_audit(prepare(spec, model, "onnx", {"inputs": x.numpy(), "background": background})).report
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+def measure() -> dict[str, dict[str, object]]:
+    """model/method -> verdict and criterion scores."""
     out: dict[str, dict[str, object]] = {}
     for name, build in (("digits-2x4", _digits), ("tabular-10", _tabular)):
         report = build()
         for m in report["methods"]:  # type: ignore[union-attr]
             scores = {c: round(v["score"], 4) for c, v in (m.get("criteria") or {}).items()}
             out[f"{name}/{m['name']}"] = {"verdict": m["verdict"], "scores": scores}
-            print(f"{name:11} {m['name']:24} {m['verdict']:15} {scores}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    out = measure()
+    for key, value in out.items():
+        print(f"{key:40} {value['verdict']:15} {value['scores']}")
     if args.out:
         args.out.write_text(json.dumps(out, indent=1, sort_keys=True))
 

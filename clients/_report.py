@@ -15,7 +15,7 @@ __all__ = ["report_document", "report_summary", "settings_line", "verdict_table"
 
 
 def report_document(data: bytes) -> dict[str, Any]:
-    """The xaudit.report/v1 document inside ``data`` (the predicate of an enveloped statement)."""
+    """The report document (xaudit.report/v1 or v2) inside ``data`` (the predicate of an enveloped statement)."""
     try:
         outer = json.loads(data)
         if isinstance(outer, dict) and "payload" in outer and "payloadType" in outer:
@@ -30,16 +30,37 @@ def report_document(data: bytes) -> dict[str, Any]:
     return outer
 
 
+_MARK = {"holds": "", "fails": " ✗", "undecided": " ?"}
+
+
 def _score(criteria: Mapping[str, Any], name: str) -> str:
     entry = criteria.get(name)
     if not isinstance(entry, dict) or not isinstance(entry.get("score"), int | float):
         return "-"
+    status = entry.get("status")
+    if status in _MARK and isinstance(entry.get("upper"), int | float):  # v2: the interval decides
+        return f"{entry['score']:.3f} [{entry['lower']:.3f}, {entry['upper']:.3f}]{_MARK[status]}"
     return f"{entry['score']:.3f}" + ("" if entry.get("passed") else " ✗")
 
 
+def _unaudited_line(report: Mapping[str, Any]) -> str | None:
+    game = report.get("game")
+    unaudited = game.get("unaudited") if isinstance(game, dict) else None
+    if not isinstance(unaudited, dict) or not isinstance(unaudited.get("share"), int | float):
+        return None
+    line = (
+        f"unaudited (the audit's, not the methods'): {unaudited['share']:.1%} of the effect mass "
+        f"above order {unaudited.get('audit_order', '?')} (net remainder; limit {unaudited.get('limit', 0.5):.0%})"
+    )
+    if isinstance(unaudited.get("absolute_share"), int | float):
+        line += f"; {unaudited['absolute_share']:.1%} as absolute high-order mass"
+    return line
+
+
 def verdict_table(report: Mapping[str, Any]) -> str:
-    """One row per method: verdict, the three criterion scores (✗: above tolerance) and, for a method
-    the audit could not judge (not applicable, inconclusive), the reason why."""
+    """One row per method: verdict, every criterion's score with its interval (v2 reports: ✗ the
+    interval lies above the tolerance, ? it straddles it; v1 reports: ✗ above tolerance) and, for a
+    method the audit could not judge (not applicable, inconclusive), the reason why."""
     rows = [("METHOD", "VERDICT", *(c.upper() for c in CRITERIA), "REASON")]
     for method in report["methods"]:
         criteria = method.get("criteria") or {}
@@ -60,6 +81,22 @@ def verdict_table(report: Mapping[str, Any]) -> str:
     )
     if isinstance(tolerances, dict):
         lines.append("tolerances: " + ", ".join(f"{k} {v}" for k, v in sorted(tolerances.items())))
+    confidence = (
+        report.get("config", {}).get("confidence") if isinstance(report.get("config"), dict) else None
+    )
+    if isinstance(confidence, dict) and isinstance(confidence.get("level"), int | float):
+        count = report.get("inputs", {}).get("count", "?") if isinstance(report.get("inputs"), dict) else "?"
+        lines.append(f"intervals: {confidence['level']:.0%} confidence over {count} samples")
+    unaudited = _unaudited_line(report)
+    if unaudited:
+        lines.append(unaudited)
+    for method in report["methods"]:
+        refs = method.get("references")
+        if isinstance(refs, dict) and refs.get("sampled"):
+            lines.append(
+                f"{method.get('name')}: map and audit averaged over {refs.get('used')} of "
+                f"{refs.get('given')} background samples (a seeded subset)"
+            )
     return "\n".join(lines)
 
 

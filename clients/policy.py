@@ -6,11 +6,17 @@ A policy is a YAML mapping with these keys, all optional, nothing else allowed::
     require_reliable: [integrated_gradients]     # each must also be audited (default: none)
     tolerances: {complete_allocation: 0.02}      # criterion -> tolerance, sent with the audit
     not_applicable: ignore                       # or "fail" (default: ignore)
+    min_samples: 20                              # audited input samples at least (default: any)
+    confidence: 0.95                             # intervals at this level at least (default: any)
+    allow_inconclusive: false                    # may a required method be inconclusive? (default: no)
 
 How a report is judged (:func:`evaluate`): a method in ``require_reliable`` fails unless its verdict is
-``reliable``; an audited method the policy does not require is informational (it never fails the gate);
-an audited method with verdict ``not_applicable`` is skipped under ``ignore`` and fails under ``fail``
-(required or not); an audited method missing from the report fails.
+``reliable`` (or ``inconclusive`` under ``allow_inconclusive: true``: inconclusive is never a pass
+otherwise); an audited method the policy does not require is informational (it never fails the
+gate); an audited method with verdict ``not_applicable`` is skipped under ``ignore`` and fails under
+``fail`` (required or not); an audited method missing from the report fails. A report audited on
+fewer samples than ``min_samples``, or whose intervals are at a lower level than ``confidence`` (a
+v1 report has none), fails every required method that would otherwise pass.
 """
 
 from __future__ import annotations
@@ -34,12 +40,21 @@ __all__ = [
     "evaluate",
     "load_policy",
     "parse_policy",
+    "report_shortfalls",
 ]
 
 NotApplicablePolicy = Literal["ignore", "fail"]
 Status = Literal["passed", "failed", "skipped"]
 
-_KEYS = ("audit", "require_reliable", "tolerances", "not_applicable")
+_KEYS = (
+    "audit",
+    "require_reliable",
+    "tolerances",
+    "not_applicable",
+    "min_samples",
+    "confidence",
+    "allow_inconclusive",
+)
 _KNOWN_METHODS = FOURTEEN_METHODS + EXTRA_METHODS
 
 
@@ -50,6 +65,9 @@ class Policy:
     # Only the overrides the policy names; :meth:`audit_tolerances` fills in the defaults.
     tolerances: Mapping[str, float] = field(default_factory=dict)
     not_applicable: NotApplicablePolicy = "ignore"
+    min_samples: int | None = None
+    confidence: float | None = None
+    allow_inconclusive: bool = False
 
     def audit_tolerances(self) -> dict[str, float]:
         """Every criterion's tolerance for the audit: the defaults with this policy's overrides."""
@@ -137,7 +155,30 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
     na = raw.get("not_applicable", "ignore")
     if na not in ("ignore", "fail"):
         raise InvalidInput(f"{source}: 'not_applicable' must be 'ignore' or 'fail', not {na!r}")
-    return Policy(audit=audit, require_reliable=required, tolerances=tolerances, not_applicable=na)
+    min_samples = raw.get("min_samples")
+    if min_samples is not None and (
+        isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1
+    ):
+        raise InvalidInput(f"{source}: 'min_samples' must be a whole number >= 1")
+    confidence = raw.get("confidence")
+    if confidence is not None and (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, int | float)
+        or not 0.5 <= float(confidence) < 1.0
+    ):
+        raise InvalidInput(f"{source}: 'confidence' must be a level between 0.5 and 1 (e.g. 0.95)")
+    allow = raw.get("allow_inconclusive", False)
+    if not isinstance(allow, bool):
+        raise InvalidInput(f"{source}: 'allow_inconclusive' must be true or false")
+    return Policy(
+        audit=audit,
+        require_reliable=required,
+        tolerances=tolerances,
+        not_applicable=na,
+        min_samples=min_samples,
+        confidence=None if confidence is None else float(confidence),
+        allow_inconclusive=allow,
+    )
 
 
 def load_policy(path: Path) -> Policy:
@@ -155,17 +196,23 @@ class FailingCriterion:
     name: str
     score: float | None
     tolerance: float | None
+    # v2 reports: the interval and whether it lies above the tolerance or straddles it.
+    lower: float | None = None
+    upper: float | None = None
+    status: str = "fails"
 
     def describe(self) -> str:
         score = "n/a" if self.score is None else f"{self.score:.4g}"
         tolerance = "n/a" if self.tolerance is None else f"{self.tolerance:.4g}"
-        return f"{self.name}: score {score} > tolerance {tolerance}"
+        bounds = "" if self.lower is None or self.upper is None else f" [{self.lower:.4g}, {self.upper:.4g}]"
+        relation = "straddles" if self.status == "undecided" else ">"
+        return f"{self.name}: score {score}{bounds} {relation} tolerance {tolerance}"
 
 
 @dataclass(frozen=True)
 class MethodOutcome:
     method: str
-    verdict: str  # reliable | unreliable | not_applicable | missing
+    verdict: str  # reliable | unreliable | inconclusive | not_applicable | missing
     required: bool
     status: Status
     reason: str
@@ -210,13 +257,42 @@ def _failing_criteria(criteria: Mapping[str, Any]) -> tuple[FailingCriterion, ..
     out = []
     for name in sorted(criteria, key=lambda n: (CRITERIA.index(n) if n in CRITERIA else len(CRITERIA), n)):
         entry = criteria[name]
-        if isinstance(entry, dict) and entry.get("passed") is False:
-            out.append(FailingCriterion(name, _number(entry.get("score")), _number(entry.get("tolerance"))))
+        if not isinstance(entry, dict):
+            continue
+        score, tolerance = _number(entry.get("score")), _number(entry.get("tolerance"))
+        status = entry.get("status")
+        if status in ("fails", "undecided"):  # v2: judged by the interval
+            lower, upper = _number(entry.get("lower")), _number(entry.get("upper"))
+            out.append(FailingCriterion(name, score, tolerance, lower, upper, str(status)))
+        elif status is None and entry.get("passed") is False:  # v1: the point estimate
+            out.append(FailingCriterion(name, score, tolerance))
+    return tuple(out)
+
+
+def report_shortfalls(policy: Policy, report: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the report as a whole lacks for ``policy``: too few samples, too low a confidence level."""
+    out = []
+    inputs = report.get("inputs") if isinstance(report.get("inputs"), dict) else {}
+    count = _number(inputs.get("count")) if isinstance(inputs, dict) else None
+    if policy.min_samples is not None and (count is None or count < policy.min_samples):
+        shown = "an unknown number of" if count is None else f"{int(count)}"
+        out.append(f"audited on {shown} samples; the policy requires at least {policy.min_samples}")
+    if policy.confidence is not None:
+        config = report.get("config") if isinstance(report.get("config"), dict) else {}
+        confidence = config.get("confidence") if isinstance(config, dict) else None
+        level = _number(confidence.get("level")) if isinstance(confidence, dict) else None
+        if level is None:
+            out.append(f"the report has no confidence intervals; the policy requires {policy.confidence:.0%}")
+        elif level + 1e-12 < policy.confidence:
+            out.append(
+                f"the report's intervals are at {level:.0%}; the policy requires {policy.confidence:.0%}"
+            )
     return tuple(out)
 
 
 def evaluate(policy: Policy, report: Mapping[str, Any]) -> GateOutcome:
     """Judge a (verified) report against ``policy``; see the module docstring for the rules."""
+    shortfalls = report_shortfalls(policy, report)
     by_name = {m.get("name"): m for m in report.get("methods", []) if isinstance(m, dict)}
     outcomes: list[MethodOutcome] = []
     for name in policy.audit:
@@ -239,9 +315,13 @@ def evaluate(policy: Policy, report: Mapping[str, Any]) -> GateOutcome:
             status = "failed" if policy.not_applicable == "fail" else "skipped"
         elif verdict == "unreliable":
             status = "failed" if required else "passed"
+        elif verdict == "inconclusive":
+            status = "failed" if required and not policy.allow_inconclusive else "passed"
         else:
             status = "failed"
             reason = reason or f"unknown verdict {verdict!r}"
+        if required and status == "passed" and shortfalls:
+            status, reason = "failed", "; ".join(shortfalls)
         seconds = _number(entry.get("seconds")) or 0.0
         outcomes.append(MethodOutcome(name, verdict, required, status, reason, failing, criteria, seconds))
     return GateOutcome(tuple(outcomes), policy)

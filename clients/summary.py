@@ -14,15 +14,18 @@ _ICON = {"passed": "✅ pass", "failed": "❌ FAIL", "skipped": "⏭ skipped", "
 
 
 def verdict_summary(report: Mapping[str, Any]) -> str:
-    """A few lines: the model, then reliable / unreliable / not applicable method names."""
+    """A few lines: the model, then the method names by verdict."""
     model = report.get("model", {}) if isinstance(report.get("model"), dict) else {}
     summary = report.get("summary", {}) if isinstance(report.get("summary"), dict) else {}
     lines = [f"model sha256 {model.get('sha256', '?')} ({model.get('format', '?')})"]
     for key, label in (
         ("reliable", "reliable"),
         ("unreliable", "unreliable"),
+        ("inconclusive", "inconclusive"),
         ("not_applicable", "not applicable"),
     ):
+        if key not in summary and key == "inconclusive":  # v1 reports have no such verdict
+            continue
         names = summary.get(key) or []
         lines.append(f"{label} ({len(names)}): {', '.join(names) if names else '-'}")
     return "\n".join(lines)
@@ -32,6 +35,11 @@ def _cell(criteria: Mapping[str, Any], name: str) -> str:
     entry = criteria.get(name)
     if not isinstance(entry, dict) or not isinstance(entry.get("score"), int | float):
         return "-"
+    status = entry.get("status")
+    if status in ("holds", "fails", "undecided"):  # v2: the interval decides
+        mark = {"holds": "", "fails": " ✗", "undecided": " ?"}[status]
+        bounds = f" [{entry.get('lower', 0.0):.3g}, {entry.get('upper', 0.0):.3g}]"
+        return f"{entry['score']:.3g}{bounds} / {entry.get('tolerance', '?')}{mark}"
     mark = "" if entry.get("passed") else " ✗"
     return f"{entry['score']:.3g} / {entry.get('tolerance', '?')}{mark}"
 

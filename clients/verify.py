@@ -40,6 +40,7 @@ from xaudit.contract.dsse import (
     INPUTS_SUBJECT,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
+    PREDICATE_TYPES,
     REPORT_SCHEMA,
     STATEMENT_TYPE,
     key_id,
@@ -53,6 +54,7 @@ __all__ = [
     "INPUTS_SUBJECT",
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
+    "PREDICATE_TYPES",
     "REPORT_SCHEMA",
     "STATEMENT_TYPE",
     "PublicKeyLike",
@@ -126,9 +128,10 @@ def _parse_json_object(data: bytes, what: str) -> dict[str, Any]:
 def _check_statement(statement: Mapping[str, Any]) -> Mapping[str, Any]:
     if statement.get("_type") != STATEMENT_TYPE:
         raise VerificationError(f"statement _type is {statement.get('_type')!r}, expected {STATEMENT_TYPE}")
-    if statement.get("predicateType") != PREDICATE_TYPE:
+    if statement.get("predicateType") not in PREDICATE_TYPES.values():
         raise VerificationError(
-            f"predicateType is {statement.get('predicateType')!r}, expected {PREDICATE_TYPE}"
+            f"predicateType is {statement.get('predicateType')!r}, expected one of "
+            + ", ".join(PREDICATE_TYPES.values())
         )
     subject = statement.get("subject")
     if not isinstance(subject, list) or not subject:
@@ -140,8 +143,11 @@ def _check_statement(statement: Mapping[str, Any]) -> Mapping[str, Any]:
     report = statement.get("predicate")
     if not isinstance(report, dict):
         raise VerificationError("statement predicate is not a report object")
-    if report.get("schema") != REPORT_SCHEMA:
-        raise VerificationError(f"report schema is {report.get('schema')!r}, expected {REPORT_SCHEMA}")
+    if PREDICATE_TYPES.get(str(report.get("schema"))) != statement.get("predicateType"):
+        raise VerificationError(
+            f"report schema is {report.get('schema')!r}, which does not match predicateType "
+            f"{statement.get('predicateType')!r}"
+        )
     # The report names its model and inputs too; a statement whose subjects disagree is not ours.
     names = {e.get("name"): e["digest"]["sha256"] for e in subject}
     model = report.get("model")

@@ -33,7 +33,7 @@ def _abort(exc: Exception, context: grpc.ServicerContext, method: str) -> None:
         context.set_trailing_metadata(((REASON_METADATA_KEY, exc.reason_code),))
         context.abort(code, str(exc))
     if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
-        # The job store cannot be reached: nothing was recorded; the caller may retry (issue 8).
+        # The job store cannot be reached: nothing was recorded; the caller may retry.
         logger.warning("%s -> UNAVAILABLE: job store unreachable (%s)", method, type(exc.orig).__name__)
         context.abort(grpc.StatusCode.UNAVAILABLE, STORE_DOWN_MESSAGE)
     logger.error("%s: unexpected %s", method, type(exc).__name__, exc_info=exc)

@@ -35,6 +35,7 @@ from xaudit.contract.dsse import (
     INPUTS_SUBJECT,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
+    PREDICATE_TYPES,
     STATEMENT_TYPE,
     key_id,
     load_public_key,
@@ -169,7 +170,7 @@ class ReportSigner:
         return list(out.items())
 
     def sign(self, report_bytes: bytes, model_sha256: str, model_name: str, inputs_sha256: str) -> bytes:
-        """The DSSE envelope's exact JSON bytes for ``report_bytes`` (an ``xaudit.report/v1`` document).
+        """The DSSE envelope's exact JSON bytes for ``report_bytes`` (an ``xaudit.report`` document).
 
         The report bytes go into the statement verbatim, so the signed predicate is exactly what the
         worker wrote; they must be a JSON object that names the same model and inputs digests.
@@ -194,7 +195,7 @@ class ReportSigner:
                     {"name": name, "digest": {"sha256": model_sha256}},
                     {"name": INPUTS_SUBJECT, "digest": {"sha256": inputs_sha256}},
                 ],
-                "predicateType": PREDICATE_TYPE,
+                "predicateType": PREDICATE_TYPES.get(str(report.get("schema")), PREDICATE_TYPE),
             },
             separators=(",", ":"),
         )

@@ -35,6 +35,7 @@ class ModelCheck:
     explained: str = ""
     embedding_tensor: str = ""
     fixed_batch: int | None = None
+    rebatched: bool = False  # a fixed batch of 1 that the graph lets us widen (checked on two rows)
     command: str = ""
 
     def runnable(self) -> list[str]:
@@ -50,7 +51,11 @@ class ModelCheck:
             where = f"batch axis {axis}" if axis is not None else "no batch axis (held as given)"
             mark = "  <- explained" if i["name"] == self.explained else ""
             lines.append(f"  {i['name']}: {i['dtype']} {i['shape']}, {where}{mark}")
-        if self.fixed_batch is not None:
+        if self.rebatched:
+            lines.append(
+                "  fixed batch size 1, but the graph computes row by row (checked): re-batched, many rows per call"
+            )
+        elif self.fixed_batch is not None:
             lines.append(
                 f"  fixed batch size {self.fixed_batch}: evaluated {self.fixed_batch} row(s) per model call "
                 "(an audit of 2^n sub-inputs costs 2^n calls per sample)"
@@ -121,6 +126,15 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
     explained = (floats or [i for i in graph.inputs if i.dims] or list(graph.inputs))[0]
     check.explained = explained.name
     check.fixed_batch = explained.fixed_batch
+    if explained.fixed_batch == 1 and len(graph.inputs) == 1 and not explained.integer:
+        from workers.models.rebatch import rebatched
+
+        row = np.random.default_rng(0).standard_normal([1, *[d or 1 for d in explained.sample_shape or ()]])
+        widened = rebatched(graph.proto, explained.name, explained.dtype, row, graph.session)
+        if widened is not None:
+            check.rebatched = True
+            graph = OnnxGraph(widened, graph.sha256, graph.device)
+            explained = graph.input(explained.name)
     for spec in graph.inputs:
         axis = batch_axis(spec, explained)
         check.inputs.append(

@@ -24,6 +24,8 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from xaudit.contract.names import VERDICTS
+
 if TYPE_CHECKING:
     import torch
 
@@ -71,7 +73,7 @@ COMPUTE_BUCKETS: tuple[float, ...] = (
     3600.0,
 )
 # Label values are clamped to these small sets.
-VERDICT_OUTCOMES: tuple[str, ...] = ("reliable", "unreliable", "not_applicable")  # workers/audit/runner.py
+VERDICT_OUTCOMES: tuple[str, ...] = VERDICTS  # the audit's four verdicts, one label each
 FALLBACK_COMPONENTS: tuple[str, ...] = ("torch", "onnxruntime")
 _ORT_PROVIDERS: frozenset[str] = frozenset(
     {

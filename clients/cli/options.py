@@ -154,6 +154,13 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
             "device (e.g. 600s); sets are sampled to fit (default: up to 2048 sets per order)",
         )
         parser.add_argument(
+            "--confidence",
+            type=float,
+            default=0.95,
+            metavar="LEVEL",
+            help="level of the criteria's confidence intervals, between 0.5 and 1 (default 0.95)",
+        )
+        parser.add_argument(
             "--tolerance",
             action="append",
             default=[],
@@ -407,6 +414,9 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         except ValueError:
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
     evaluations, seconds = parse_budget(getattr(args, "budget", ""))
+    confidence = float(getattr(args, "confidence", 0.95))
+    if not 0.5 <= confidence < 1.0:
+        raise InvalidInput(f"--confidence {confidence}: must be a level between 0.5 and 1 (e.g. 0.95)")
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=players,
@@ -418,6 +428,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         budget_evaluations=evaluations,
         budget_seconds=seconds,
         tolerances=tolerances,
+        confidence=confidence,
         seed=args.seed,
         device=args.device,
         group_names=group_names,

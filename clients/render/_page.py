@@ -24,6 +24,7 @@ caption { caption-side: top; text-align: left; font-weight: 600; padding: .2rem 
 .verdict { white-space: nowrap; font-weight: 600; }
 .verdict.ok { color: #17631a; }
 .verdict.bad { color: #a30000; }
+.verdict.warn { color: #7a4d00; }
 .verdict.na, .na { color: #4a4a4a; }
 .num, .mono { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: .95em; }
 .mono { word-break: break-all; }

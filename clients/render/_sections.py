@@ -133,9 +133,20 @@ def interactions_section(game: Mapping[str, Any]) -> str:
         "is the part of the output that only the players of S together produce; the audit checks how each "
         "method hands these out.</p>",
     ]
-    remainder = as_float(game.get("unexplained_high_order"))
+    remainder = as_float(game.get("unexplained_high_order"))  # v1 reports
     if remainder is not None:
         body.append(f"<p>Unexplained high-order remainder: {fmt(remainder)}.</p>")
+    unaudited = game.get("unaudited")  # v2 reports: the audit's own line, never a method's coverage
+    if isinstance(unaudited, Mapping) and as_float(unaudited.get("share")) is not None:
+        absolute = as_float(unaudited.get("absolute_share"))
+        body.append(
+            f'<p id="unaudited">Unaudited mass (the audit\'s, not charged to any method): '
+            f"{fmt(as_float(unaudited.get('share')))} of the effect mass lies above audit order "
+            f"{escape(str(unaudited.get('audit_order', '?')))} as net remainder (limit "
+            f"{fmt(as_float(unaudited.get('limit')))})"
+            + (f"; {fmt(absolute)} as absolute high-order mass" if absolute is not None else "")
+            + ".</p>"
+        )
     mass = game.get("mass_by_order") or []
     top = game.get("top_interactions") or []
     if mass or top:

@@ -28,6 +28,12 @@ _VERDICTS = {
     "inconclusive": ("?", "inconclusive", "unsure"),
     "not_applicable": ("–", "not applicable", "na"),
 }
+# v2 criteria carry an interval: its place against the tolerance.
+_STATUS = {
+    "holds": ("✔", "pass", "ok", "≤"),
+    "fails": ("✘", "fail", "bad", ">"),
+    "undecided": ("?", "undecided", "unsure", "straddles"),
+}
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -75,6 +81,17 @@ def criterion_cell(criterion: Mapping[str, Any] | None) -> str:
     if not criterion:
         return '<span class="na">– not measured</span>'
     score, tolerance = as_float(criterion.get("score")), as_float(criterion.get("tolerance"))
+    status = criterion.get("status")
+    lower, upper = as_float(criterion.get("lower")), as_float(criterion.get("upper"))
+    if status in _STATUS and lower is not None and upper is not None:
+        symbol, word, cls, relation = _STATUS[str(status)]
+        level = as_float(criterion.get("level"))
+        shown = f"{level:.0%} " if level is not None else ""
+        return (
+            f'<span class="verdict {cls}"><span aria-hidden="true">{symbol}</span> {word}</span>'
+            f'<br><span class="num">{fmt(score)} [{fmt(lower)}, {fmt(upper)}] {relation} {fmt(tolerance)}</span>'
+            f'<br><span class="note">{shown}interval</span>'
+        )
     passed = bool(criterion.get("passed"))
     symbol, word, cls = ("✔", "pass", "ok") if passed else ("✘", "fail", "bad")
     relation = "≤" if passed else ">"
@@ -110,8 +127,9 @@ def verdict_table(methods: Sequence[Mapping[str, Any]]) -> str:
             ]
         )
     caption = (
-        "Verdicts: each criterion's score (mass-weighted share of effects misallocated) against its "
-        "tolerance; ✔ pass when the score is within tolerance, ✘ fail otherwise"
+        "Verdicts: each criterion's score (mass-weighted share of effects misallocated) and, in v2 "
+        "reports, its confidence interval against the tolerance; ✔ pass when the interval (or, in v1, "
+        "the score) is within tolerance, ✘ fail when it lies above, ? undecided when it straddles it"
     )
     return table(caption, headers, rows, cls="verdicts", table_id="verdict-table")
 

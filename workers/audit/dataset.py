@@ -16,11 +16,16 @@ from typing import Any
 
 import numpy as np
 
+from workers.audit.document import to_json
+from workers.audit.judgement import judge_method
 from workers.audit.plan import audit_plan
 from workers.audit.pooling import merge
 from workers.audit.report import canonical_bytes, jsonable
 from workers.audit.runner import MAX_HIDDEN_SHARE, AuditResult, run_audit
 from workers.audit.scores import AllocationScores
+from workers.audit.unaudited import Unaudited
+from workers.audit.verdict import VERDICTS, MethodLevers
+from workers.methods import get_method
 from workers.prepare import Prepared
 from xaudit.contract.spec import CRITERIA, tensor_digest
 
@@ -88,60 +93,71 @@ def _offset(report: dict[str, Any], start: int) -> dict[str, Any]:
     return report
 
 
-def _criteria(
-    merged: AllocationScores, tolerances: dict[str, float], spreads: dict[str, float]
-) -> dict[str, Any]:
-    out = {}
-    for name in CRITERIA:
-        per_sample = merged.per_sample(name)
-        score, tolerance = merged.pooled(name), float(tolerances[name])
-        out[name] = {
-            "score": score,
-            "tolerance": tolerance,
-            "passed": bool(score <= tolerance),
-            "mean": float(per_sample.mean()),
-            "worst": float(per_sample.max()),
-            "fraction_failing": float((per_sample > tolerance).mean()),
-            "spread": spreads.get(name, 0.0),
-            "sampling_se": merged.sampling_se(name),
-        }
+def _unaudited(sections: list[dict[str, Any]]) -> Unaudited:
+    """One unaudited line over every batch: the per-sample arrays joined."""
+    first = sections[0]
+    absolute = (
+        np.concatenate([np.asarray(u["absolute_mass"], dtype=float) for u in sections])
+        if all("absolute_mass" in u for u in sections)
+        else None
+    )
+    return Unaudited(
+        int(first["audit_order"]),
+        np.concatenate([np.asarray(u["audited_mass"], dtype=float) for u in sections]),
+        np.concatenate([np.asarray(u["net_remainder"], dtype=float) for u in sections]),
+        absolute,
+        float(first["limit"]),
+    )
+
+
+def _failed_checks(reports: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for k, r in enumerate(reports):
+        for c in r["game"].get("checks", []):
+            if not c["passed"]:
+                out.append(
+                    f"batch {k}: v({c['name']}) differs from the plain evaluation by {c['max_abs_error']:.3g}"
+                )
     return out
 
 
 def _method_entry(
-    entries: list[dict[str, Any]], merged: AllocationScores | None, tolerances: dict[str, float]
+    prep: Prepared,
+    entries: list[dict[str, Any]],
+    merged: AllocationScores | None,
+    failed_checks: list[str],
 ) -> dict[str, Any]:
     entry = dict(entries[-1])
     entry["seconds"] = sum(float(e.get("seconds", 0.0)) for e in entries)
     if merged is None or "criteria" not in entry:
         return entry
-    spreads = {c: float(np.mean([e["criteria"][c].get("spread") or 0.0 for e in entries])) for c in CRITERIA}
-    criteria = _criteria(merged, tolerances, spreads)
-    failing = [c for c in CRITERIA if not criteria[c]["passed"]]
-    reasons = [f"fails {c} ({criteria[c]['score']:.3f} > {criteria[c]['tolerance']:.3f})" for c in failing]
-    if merged.excluded_share > MAX_HIDDEN_SHARE:
-        reasons.append(
-            f"its noise floor hides {merged.excluded_share:.0%} of the effect mass (more than "
-            f"{MAX_HIDDEN_SHARE:.0%}): its allocation cannot be shown; raise its steps or samples"
-        )
+    tolerances = dict(prep.spec.tolerances)
+    method = get_method(str(entry["name"]))
+    seed_sd = {c: float(np.mean([e["criteria"][c].get("spread") or 0.0 for e in entries])) for c in CRITERIA}
+    unaudited = _unaudited([e["unaudited"] for e in entries])
     per_sample = {c: merged.per_sample(c) for c in CRITERIA}
     excess_over = np.max([per_sample[c] - tolerances[c] for c in CRITERIA], axis=0)
     worst = np.argsort(-excess_over, kind="stable")[:WORST_SAMPLES]
     evidence = sorted(
         (item for e in entries for item in e.get("evidence", [])),
-        key=lambda item: -abs(float(item["effect"])) * abs(float(item["ratio"]) - 1.0),
+        key=lambda item: -abs(float(item["effect"])) * abs(float(item["ratio"] or 0.0) - 1.0),
     )
+    judgement = judge_method(
+        method.name, merged, tolerances, MethodLevers(method.resolution, method.capabilities.stochastic),
+        prep.spec.confidence, prep.spec.seed, seed_sd, {c: merged.sampling_se(c) for c in CRITERIA},
+        MAX_HIDDEN_SHARE, unaudited, failed_checks, evidence,
+    )  # fmt: skip
     entry.update(
-        verdict="unreliable" if reasons else "reliable",
-        reason="; ".join(reasons)
-        if reasons
-        else "all three criteria hold within tolerance over the data set",
-        failing_criteria=failing,
-        criteria=criteria,
+        verdict=judgement.judged.verdict,
+        reason=judgement.judged.reason + " (over the data set)",
+        failing_criteria=judgement.judged.failing,
+        undecided_criteria=judgement.judged.undecided,
+        criteria=to_json(judgement.criteria),
         completeness_residual=merged.completeness_residual,
         out_of_set_share=merged.out_of_set_share,
         absent_unit_share=merged.absent_share,
         by_order=merged.by_order,
+        unaudited=unaudited.section(),
         evidence=evidence[:WORST_SAMPLES],
         per_sample={c: per_sample[c] for c in CRITERIA},
         worst_samples=[
@@ -153,6 +169,7 @@ def _method_entry(
             for s in worst
         ],
     )
+    entry.pop("completeness", None)  # per batch; the residual share above is over the data set
     entry["noise_floor"] = dict(entry["noise_floor"], excluded_mass_share=merged.excluded_share)
     return entry
 
@@ -161,10 +178,10 @@ def _merged_report(
     prep: Prepared, reports: list[dict[str, Any]], merged: dict[str, AllocationScores], batch: int
 ) -> dict[str, Any]:
     report = dict(reports[-1])
-    tolerances = dict(prep.spec.tolerances)
+    failed_checks = _failed_checks(reports)
     names = [e["name"] for e in report["methods"]]
     report["methods"] = [
-        _method_entry([r["methods"][k] for r in reports], merged.get(name), tolerances)
+        _method_entry(prep, [r["methods"][k] for r in reports], merged.get(name), failed_checks)
         for k, name in enumerate(names)
     ]
     report["inputs"] = dict(
@@ -176,7 +193,17 @@ def _merged_report(
     game = dict(report["game"])
     for key in ("target_values", "reference_values"):
         game[key] = np.concatenate([np.asarray(r["game"][key]) for r in reports])
-    game.pop("top_interactions", None)  # per batch; the worst samples' evidence stands in
+    game["top_interactions"] = []  # per batch; the worst samples' evidence stands in
+    game["unaudited"] = _unaudited([r["game"]["unaudited"] for r in reports]).section()
+    game["checks"] = [
+        dict(
+            checks[0],
+            passed=all(c["passed"] for c in checks),
+            max_abs_error=max(float(c["max_abs_error"]) for c in checks),
+            **{k: np.concatenate([np.asarray(c[k]) for c in checks]) for k in ("game", "plain", "tolerance")},
+        )
+        for checks in zip(*(r["game"]["checks"] for r in reports), strict=True)
+    ]
     report["game"] = game
     report["dataset"] = {
         "samples": len(prep.inputs),
@@ -184,7 +211,6 @@ def _merged_report(
         "batches": len(reports),
         "memory": "bounded by one batch; per sample only its scores and its attribution map are kept",
     }
-    verdicts = ("reliable", "unreliable", "not_applicable")
-    report["summary"] = {v: [e["name"] for e in report["methods"] if e["verdict"] == v] for v in verdicts}
+    report["summary"] = {v: [e["name"] for e in report["methods"] if e["verdict"] == v] for v in VERDICTS}
     report["seconds"] = sum(float(r["seconds"]) for r in reports)
     return report

@@ -1,7 +1,7 @@
 """Noise floors: how large an effect must be before its allocation can be judged set by set.
 
 The shares A_i(S) are alternating sums over 2^|S| sub-inputs, so independent errors of size sigma on
-each sub-input grow to about sigma * 2^(|S|/2) (SCIENCE.md 5.3). The floor is estimated from the
+each sub-input grow to about sigma * 2^(|S|/2) (docs/science.md, section 5.3). The floor is estimated from the
 method's own completeness residuals d(T) = sum_i a_i(x_T) - (v(T) - v(empty)), from the part of them
 that is noise rather than systematic allocation:
 - discretisation: how much d(T) moves when the method's resolution (e.g. quadrature steps) is halved;

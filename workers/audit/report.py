@@ -1,4 +1,5 @@
-"""The report document (schema xaudit.report/v1) and its canonical bytes."""
+"""The report's schema name, environment section, JSON conversion and canonical bytes (the typed
+document is workers.audit.document)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from workers.threads import current as current_threads
 
 __all__ = ["SCHEMA", "canonical_bytes", "environment", "jsonable"]
 
-SCHEMA = "xaudit.report/v1"
+SCHEMA = "xaudit.report/v2"
 _PACKAGES = (
     "xaudit",
     "numpy",

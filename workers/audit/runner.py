@@ -1,4 +1,4 @@
-"""The criterion audit of every requested method on the real model (SCIENCE.md section 5)."""
+"""The criterion audit of every requested method on the real model (docs/science.md, section 5)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,19 @@ from typing import Any
 import numpy as np
 
 from workers.audit.checks import GameCheck, game_checks
+from workers.audit.confidence import BOOTSTRAP_RESAMPLES
+from workers.audit.document import GameSection, MethodEntry, Report
 from workers.audit.evidence import worst_sets
+from workers.audit.judgement import completeness_check, judge_method
 from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.plan import Plan, audit_plan
 from workers.audit.pooling import compact
-from workers.audit.report import SCHEMA, canonical_bytes, environment, jsonable, timestamp
+from workers.audit.report import canonical_bytes, environment, timestamp
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, design
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
-from workers.audit.unaudited import unaudited_mass
+from workers.audit.unaudited import MAX_UNAUDITED_SHARE, unaudited_mass
+from workers.audit.verdict import VERDICTS, MethodLevers
 from workers.explain import explain, job_params
 from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
@@ -66,6 +70,7 @@ class AuditResult:
     report_bytes: bytes
     attributions: dict[str, np.ndarray] = field(default_factory=dict)
     not_applicable: dict[str, str] = field(default_factory=dict)
+    document: Report | None = None  # the typed report that ``report`` is the JSON of
     # Per method, its scores summed over sets (per-sample parts kept): what a data-set audit pools
     # over batches of samples (workers.audit.dataset).
     scores: dict[str, AllocationScores] = field(default_factory=dict)
@@ -214,36 +219,18 @@ def _mean(arrays: list[np.ndarray]) -> np.ndarray:
     return np.mean(np.stack(arrays), axis=0)
 
 
-def _criteria(
-    scores: AllocationScores, tolerances: dict[str, float], spreads: dict[str, float]
-) -> dict[str, Any]:
-    out = {}
-    for name in CRITERIA:
-        per_sample = scores.per_sample(name)
-        score = scores.pooled(name)
-        tolerance = float(tolerances[name])
-        out[name] = {
-            "score": score,
-            "tolerance": tolerance,
-            "passed": bool(score <= tolerance),
-            "mean": float(per_sample.mean()),
-            "worst": float(per_sample.max()),
-            "fraction_failing": float((per_sample > tolerance).mean()),
-            "spread": spreads.get(name, 0.0),
-        }
-    return out
-
-
 def _audit_method(
     method: Method,
     prep: Prepared,
     game: GameResult,
     background_games: list[tuple[np.ndarray, GameResult]],
     order: int,
+    failed_checks: list[str],
     tick: Callable[[], None],
     sets: AuditedSets | None = None,
     kept: dict[str, AllocationScores] | None = None,
 ) -> dict[str, Any]:
+    """The measured fields of one method's :class:`MethodEntry`, its verdict among them."""
     measured = _measure(method, prep, game, background_games, tick)
     n, subsets = prep.players.n, game.subsets
     floor = estimate_floor(subsets, measured.values, measured.coarse_shift, measured.repeats, DEFAULT_Z)
@@ -260,27 +247,30 @@ def _audit_method(
     scores, shares = score(measured.main.per_player, order)
     if kept is not None:
         kept[method.name] = compact(scores)
-    spreads: dict[str, float] = {}
+    seed_sd: dict[str, float] = {}
     if measured.repeats is not None:
         per_repeat = [score(r, order)[0] for r in measured.repeats]
-        spreads = {c: float(np.std([s.pooled(c) for s in per_repeat], ddof=1)) for c in CRITERIA}
+        seed_sd = {c: float(np.std([s.pooled(c) for s in per_repeat], ddof=1)) for c in CRITERIA}
     tolerances = dict(prep.spec.tolerances)
-    criteria = _criteria(scores, tolerances, spreads)
-    failing = [c for c in CRITERIA if not criteria[c]["passed"]]
-    reasons = [f"fails {c} ({criteria[c]['score']:.3f} > {criteria[c]['tolerance']:.3f})" for c in failing]
-    hidden = scores.excluded_share > MAX_HIDDEN_SHARE
-    if hidden:
-        reasons.append(
-            f"its noise floor hides {scores.excluded_share:.0%} of the effect mass (more than {MAX_HIDDEN_SHARE:.0%}): "
-            "its allocation cannot be shown; raise its steps or samples"
-        )
-    entry: dict[str, Any] = {
-        "name": method.name,
-        "verdict": "unreliable" if reasons else "reliable",
-        "reason": "; ".join(reasons) if reasons else "all three criteria hold within tolerance",
-        "failing_criteria": failing,
-        "criteria": criteria,
+    unaudited = unaudited_mass(subsets, measured.interactions, measured.full, order, game.exact, game.weights)
+    set_sampling_se = {c: scores.sampling_se(c) for c in CRITERIA}
+    evidence = worst_sets(scores, subsets, measured.interactions, shares, prep.players, tolerances)
+    judgement = judge_method(
+        method.name, scores, tolerances, MethodLevers(method.resolution, method.capabilities.stochastic),
+        prep.spec.confidence, prep.spec.seed, seed_sd, set_sampling_se, MAX_HIDDEN_SHARE, unaudited,
+        failed_checks,
+        evidence,
+    )  # fmt: skip
+    fields: dict[str, Any] = {
+        "verdict": judgement.judged.verdict,
+        "reason": judgement.judged.reason,
+        "failing_criteria": judgement.judged.failing,
+        "undecided_criteria": judgement.judged.undecided,
+        "criteria": judgement.criteria,
         "completeness_residual": scores.completeness_residual,
+        "completeness": completeness_check(
+            measured.main.per_player, measured.values, subsets, prep.players.names
+        ),
         "out_of_set_share": scores.out_of_set_share,
         "absent_unit_share": scores.absent_share,
         "noise_floor": {
@@ -295,21 +285,19 @@ def _audit_method(
             "repeats": STOCHASTIC_REPEATS if measured.repeats is not None else 1,
         },
         "by_order": scores.by_order,
-        "unaudited": unaudited_mass(
-            subsets, measured.interactions, measured.full, order, game.exact, game.weights
-        ).section(),
-        "evidence": worst_sets(scores, subsets, measured.interactions, shares, prep.players, tolerances),
+        "unaudited": unaudited.section(),
+        "evidence": evidence,
         "evaluations": measured.evaluations,
     }
     if game.exact and order < n:
         all_scores = score(measured.main.per_player, n)[0]
-        entry["all_orders"] = {
+        fields["all_orders"] = {
             "noise_amplified": True,
             "note": "every set of every order, for evidence only: alternating sums over 2^|S| sub-inputs amplify noise",
             "scores": {c: all_scores.pooled(c) for c in CRITERIA},
             "by_order": all_scores.by_order,
         }
-    return entry
+    return fields
 
 
 def _game_section(
@@ -319,33 +307,31 @@ def _game_section(
     checks: tuple[GameCheck, ...],
     sets: AuditedSets | None = None,
     plan: Plan | None = None,
-) -> dict[str, Any]:
+) -> GameSection:
     players = prep.players
     sizes = popcounts(game.subsets)
     mean_effect = game.interactions.mean(axis=0)
     mean_abs = np.abs(game.interactions).mean(axis=0)
     ranked = [k for k in np.argsort(-mean_abs, kind="stable") if sizes[k] > 0][:10]
     members = [np.flatnonzero((int(game.subsets[k]) >> np.arange(players.n)) & 1) for k in ranked]
-    return {
-        "players": [
+    return GameSection(
+        players=[
             {"index": i, "name": name, "size": int(size)}
             for i, (name, size) in enumerate(zip(players.names, players.sizes, strict=True))
         ],
-        "n": players.n,
-        "layout": list(players.layout),
-        "exact": game.exact,
-        "enumerated_order": game.order,
-        "audit_order": order,
-        "classes": game.classes,
-        "target_values": game.full,
-        "reference_values": game.empty,
-        "efficiency_error": float(game.efficiency_error.max()) if game.exact else 0.0,
-        "unexplained_high_order": None if game.exact else game.remainder,
-        "unaudited": unaudited_mass(
+        n=players.n,
+        layout=list(players.layout),
+        exact=game.exact,
+        enumerated_order=game.order,
+        audit_order=order,
+        classes=game.classes.tolist(),
+        target_values=game.full.tolist(),
+        reference_values=game.empty.tolist(),
+        checks=[c.section() for c in checks],
+        unaudited=unaudited_mass(
             game.subsets, game.interactions, game.full, order, game.exact, game.weights
         ).section(),
-        "checks": [c.section() for c in checks],
-        "mass_by_order": [
+        mass_by_order=[
             {"order": k, "mass": float(mass)}
             for k, mass in enumerate(
                 interaction_orders(
@@ -356,9 +342,9 @@ def _game_section(
                 1,
             )
         ],
-        "audited_sets": None if sets is None else sets.section(),
-        "plan": None if plan is None else plan.section(),
-        "top_interactions": [
+        audited_sets=None if sets is None else sets.section(),
+        plan=None if plan is None else plan.section(),
+        top_interactions=[
             {
                 "set": [players.names[i] for i in mem],
                 "members": mem,
@@ -369,7 +355,7 @@ def _game_section(
             }
             for k, mem in zip(ranked, members, strict=True)
         ],
-    }
+    )
 
 
 def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | None = None) -> AuditResult:
@@ -415,53 +401,72 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
     report_progress(0.05, "attributing the inputs")
     played = SubInputGame(players.n, game.subsets, game.values, game.interactions)
     maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg), played)
-    entries = []
+    checks = game_checks(prep, game)
+    failed_checks = [
+        f"v({'N' if c.name == 'full' else 'empty'}) differs from the plain evaluation by {c.max_abs_error:.3g}"
+        for c in checks
+        if not c.passed
+    ]
+    entries: list[MethodEntry] = []
     kept: dict[str, AllocationScores] = {}
     for k, method in enumerate(methods):
         fraction, message = 0.15 + 0.85 * k / len(methods), f"auditing {method.name}"
         report_progress(fraction, message)
         t0 = time.perf_counter()
-        context = {"label": PAPER_CONTEXT_LABEL, "text": method.paper_context}
+        fields: dict[str, Any]
         if method.name in maps.not_applicable:
-            entry: dict[str, Any] = {
-                "name": method.name,
-                "verdict": "not_applicable",
-                "reason": maps.not_applicable[method.name],
-            }
+            fields = {"verdict": "not_applicable", "reason": maps.not_applicable[method.name]}
         else:
             try:
                 tick = functools.partial(report_progress, fraction, message)
                 with judged_alone(method.name):
-                    entry = _audit_method(method, prep, game, background_games, order, tick, sets, kept)
+                    fields = _audit_method(
+                        method, prep, game, background_games, order, failed_checks, tick, sets, kept
+                    )
             except NotApplicable as exc:
-                entry = {"name": method.name, "verdict": "not_applicable", "reason": exc.reason}
-        entry["among_fourteen"] = method.name in FOURTEEN_METHODS
-        entry["capabilities"] = {
-            "gradients": method.capabilities.gradients,
-            "hooks": method.capabilities.hooks,
-            "baseline": method.capabilities.baseline,
-            "stochastic": method.capabilities.stochastic,
-        }
-        entry["paper_context"] = context
-        entry["seconds"] = maps.seconds.get(method.name, 0.0) + time.perf_counter() - t0
+                fields = {"verdict": "not_applicable", "reason": exc.reason}
+        if method.capabilities.baseline == "distribution" and references is not None:
+            fields["references"] = {
+                "given": references.given,
+                "used": references.used,
+                "sampled": references.sampled,
+                "note": (
+                    f"a seeded sample of {references.used} of {references.given} background samples, "
+                    "the same for the map and the audit"
+                    if references.sampled
+                    else "every background sample, for the map and the audit"
+                ),
+            }
+        entry = MethodEntry(
+            name=method.name,
+            among_fourteen=method.name in FOURTEEN_METHODS,
+            capabilities={
+                "gradients": method.capabilities.gradients,
+                "hooks": method.capabilities.hooks,
+                "baseline": method.capabilities.baseline,
+                "stochastic": method.capabilities.stochastic,
+            },
+            paper_context={"label": PAPER_CONTEXT_LABEL, "text": method.paper_context},
+            seconds=maps.seconds.get(method.name, 0.0) + time.perf_counter() - t0,
+            **fields,
+        )
         entries.append(entry)
-        logger.info("%s: %s (%.1fs)", method.name, entry["verdict"], entry["seconds"])
-        record_verdict(method.name, entry["verdict"])
-    report = {
-        "schema": SCHEMA,
-        "created": timestamp(),
-        "model": {
+        logger.info("%s: %s (%.1fs)", method.name, entry.verdict, entry.seconds)
+        record_verdict(method.name, entry.verdict)
+    document = Report(
+        created=timestamp(),
+        model={
             "sha256": prep.model.info.sha256,
             "format": prep.model.info.format,
             "input_name": prep.model.info.input_name,
         },
-        "inputs": {
+        inputs={
             "sha256": tensor_digest(prep.inputs),
             "shape": list(prep.inputs.shape),
             "count": len(prep.inputs),
             **held_inputs_section(prep.model),
         },
-        "config": {
+        config={
             "players": spec.players,
             "baseline": spec.baseline,
             "target": spec.target,
@@ -476,16 +481,17 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
             "background_samples": len(background_games),
             "background_given": 0 if references is None else references.given,
             "stochastic_repeats": STOCHASTIC_REPEATS,
+            "confidence": {"level": spec.confidence, "bootstrap_resamples": BOOTSTRAP_RESAMPLES},
+            "max_unaudited_share": MAX_UNAUDITED_SHARE,
         },
-        "environment": environment(str(prep.model.device), prep.model.execution_providers),
-        "game": _game_section(prep, game, order, game_checks(prep, game), sets, plan),
-        "methods": entries,
-        "summary": {
-            verdict: [e["name"] for e in entries if e["verdict"] == verdict]
-            for verdict in ("reliable", "unreliable", "not_applicable")
-        },
-        "seconds": time.perf_counter() - started,
-    }
+        environment=environment(str(prep.model.device), prep.model.execution_providers),
+        game=_game_section(prep, game, order, checks, sets, plan),
+        methods=entries,
+        summary={verdict: [e.name for e in entries if e.verdict == verdict] for verdict in VERDICTS},
+        seconds=time.perf_counter() - started,
+    )
     report_progress(1.0, "audit done")
-    report = jsonable(report)
-    return AuditResult(report, canonical_bytes(report), maps.attributions, maps.not_applicable, kept)
+    report = document.to_json()
+    return AuditResult(
+        report, canonical_bytes(report), maps.attributions, maps.not_applicable, document, kept
+    )

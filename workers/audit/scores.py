@@ -1,4 +1,4 @@
-"""The three criteria as shares of effect mass (SCIENCE.md 5.3), per sample, per order and pooled."""
+"""The three criteria as shares of effect mass (docs/science.md, section 5.3), per sample, per order and pooled."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ import numpy as np
 
 from workers.interactions import FamilyIndex, family_index, moebius, popcounts
 from workers.players import subset_bits
+from xaudit.contract.criteria import criterion as registered
 
 __all__ = ["AllocationScores", "SetDesign", "moebius_shares", "score_allocation"]
+
+
+def _shares(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
 
 
 @dataclass(frozen=True)
@@ -66,31 +71,16 @@ class AllocationScores:
     stratum_of: np.ndarray | None = None  # (m,)
     sampled_strata: tuple[tuple[int, int, int], ...] = ()
 
-    @staticmethod
-    def _share(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
-
     def per_sample(self, criterion: str) -> np.ndarray:
-        if criterion == "coverage":
-            return self._share(self.dropped, self.mass)
-        if criterion == "complete_allocation":
-            return self._share(self.excess, self.mass)
-        if criterion == "unrelated_allocation":
-            return np.maximum(
-                self._share(self.out_of_set, self.mass), self._share(self.absent, self.attribution_mass)
-            )
-        raise KeyError(criterion)
+        ratios = [_shares(num, den) for num, den in registered(criterion).parts(self)]
+        return np.max(np.stack(ratios), axis=0)
 
     def pooled(self, criterion: str) -> float:
         """Mass-weighted over samples."""
-        total = float(self.mass.sum())
-        if criterion == "coverage":
-            return float(self.dropped.sum()) / total if total > 0 else 0.0
-        if criterion == "complete_allocation":
-            return float(self.excess.sum()) / total if total > 0 else 0.0
-        if criterion == "unrelated_allocation":
-            return max(self.out_of_set_share, self.absent_share)
-        raise KeyError(criterion)
+        return max(
+            float(num.sum()) / float(den.sum()) if float(den.sum()) > 0 else 0.0
+            for num, den in registered(criterion).parts(self)
+        )
 
     def sampling_se(self, criterion: str) -> float:
         """Standard error of :meth:`pooled` from sampling the sets (0 when every set was enumerated).

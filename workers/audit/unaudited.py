@@ -1,15 +1,18 @@
 """Unaudited mass: the effects of orders the audit did not classify (docs/science.md, section 5.7).
 
 It belongs to the audit, not to any method: a method's coverage measures what it drops of the
-audited effects, and this mass is reported on its own line. When every set was enumerated (exact
-game) its absolute size sum over |S| > K of |I(S)| is known; otherwise only the net remainder
-v(N) - v(empty) - sum over |S| <= K of I(S) is, a lower bound of it.
+audited effects, and this mass is reported on its own line. Two measures:
+- net: the remainder v(N) - v(empty) - sum over 1 <= |S| <= K of I(S), the part of the model's
+  total effect that the audited sets do not explain: what a complete method hands out beyond what
+  the audit can check. Known in every mode; the limit applies to its share.
+- absolute: sum over |S| > K of |I(S)|, known only when every set was enumerated (exact game). It
+  counts high-order effects that cancel each other, and their number grows combinatorially with
+  the players, so it is shown, not used for the limit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
@@ -21,35 +24,44 @@ __all__ = ["MAX_UNAUDITED_SHARE", "Unaudited", "unaudited_mass"]
 MAX_UNAUDITED_SHARE = 0.5
 
 
+def _share(part: np.ndarray, rest: np.ndarray) -> float:
+    total = float(part.sum() + rest.sum())
+    return float(part.sum()) / total if total > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class Unaudited:
     audit_order: int
-    measure: Literal["absolute", "net"]  # absolute: sum |I(S)| over |S| > K; net: |remainder|
-    mass: np.ndarray  # (B,) unaudited effect mass
     audited_mass: np.ndarray  # (B,) sum of |I(S)| over 1 <= |S| <= K
     net_remainder: np.ndarray  # (B,) v(N) - v(empty) - sum_{1<=|S|<=K} I(S), signed
+    absolute_mass: np.ndarray | None  # (B,) sum of |I(S)| over |S| > K, when enumerated
     limit: float = MAX_UNAUDITED_SHARE
 
     @property
     def share(self) -> float:
-        """Unaudited over all effect mass, pooled over samples."""
-        total = float(self.mass.sum() + self.audited_mass.sum())
-        return float(self.mass.sum()) / total if total > 0 else 0.0
+        """|net remainder| over itself plus the audited mass, pooled over samples."""
+        return _share(np.abs(self.net_remainder), self.audited_mass)
+
+    @property
+    def absolute_share(self) -> float | None:
+        return None if self.absolute_mass is None else _share(self.absolute_mass, self.audited_mass)
 
     @property
     def too_large(self) -> bool:
         return self.share > self.limit
 
     def section(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "audit_order": self.audit_order,
-            "measure": self.measure,
             "share": self.share,
             "limit": self.limit,
-            "mass": self.mass,
-            "audited_mass": self.audited_mass,
             "net_remainder": self.net_remainder,
+            "audited_mass": self.audited_mass,
         }
+        if self.absolute_mass is not None:
+            out["absolute_mass"] = self.absolute_mass
+            out["absolute_share"] = self.absolute_share
+        return out
 
 
 def unaudited_mass(
@@ -70,8 +82,5 @@ def unaudited_mass(
     w = np.ones(len(subsets)) if weights is None else weights
     effect = np.abs(interactions)
     net = full - interactions[:, 0] - (interactions * w)[:, low].sum(axis=1)
-    audited = (effect * w)[:, low].sum(axis=1)
-    if exact:
-        mass = effect[:, sizes > order].sum(axis=1)
-        return Unaudited(order, "absolute", mass, audited, net)
-    return Unaudited(order, "net", np.abs(net), audited, net)
+    absolute = effect[:, sizes > order].sum(axis=1) if exact else None
+    return Unaudited(order, (effect * w)[:, low].sum(axis=1), net, absolute)

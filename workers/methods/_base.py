@@ -44,7 +44,7 @@ class AttributionContext:
 class Method(ABC):
     """One attribution method. ``attribute`` is the same call for all of them.
 
-    For distribution-baseline methods ``attribute`` is the single-baseline constituent (SCIENCE.md
+    For distribution-baseline methods ``attribute`` is the single-baseline constituent (docs/science.md
     5.5); :func:`workers.methods.attribute` averages it over the background set.
     """
 

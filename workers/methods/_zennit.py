@@ -21,7 +21,7 @@ __all__ = ["CHUNK", "AffineRule", "lrp_relevance"]
 
 # Rows per backward pass, and input elements per pass: bound the memory of the hooks' stored
 # activations (a heuristic: activations are assumed to be tens of times the input).
-CHUNK = 256
+CHUNK = 1024
 _ELEMENTS = 2**22
 
 # The hook for the i-th Linear/Conv layer in execution order.
@@ -61,15 +61,16 @@ def lrp_relevance(
     model = ctx.target.wrap(graph)
     chunk = max(1, min(CHUNK, _ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
     out: list[np.ndarray] = []
-    for start in range(0, inputs.shape[0], chunk):
-        x = to_tensor(inputs[start : start + chunk], device, requires_grad=True)
-        c = torch.as_tensor(classes[start : start + chunk], dtype=torch.long, device=device)
+    # Hooks registered once for all chunks (registration walks every module).
+    with torch.enable_grad(), Gradient(model=model, composite=_composite(plan, rule)) as attributor:
+        for start in range(0, inputs.shape[0], chunk):
+            x = to_tensor(inputs[start : start + chunk], device, requires_grad=True)
+            c = torch.as_tensor(classes[start : start + chunk], dtype=torch.long, device=device)
 
-        def seed(output: torch.Tensor, c: torch.Tensor = c) -> torch.Tensor:
-            onehot = torch.zeros_like(output).scatter_(1, c[:, None], 1.0)
-            return onehot * output.detach()
+            def seed(output: torch.Tensor, c: torch.Tensor = c) -> torch.Tensor:
+                onehot = torch.zeros_like(output).scatter_(1, c[:, None], 1.0)
+                return onehot * output.detach()
 
-        with torch.enable_grad(), Gradient(model=model, composite=_composite(plan, rule)) as attributor:
             _, relevance = attributor(x, seed)
-        out.append(to_numpy(relevance))
+            out.append(to_numpy(relevance))
     return np.concatenate(out).astype(np.float32)

@@ -40,6 +40,111 @@ def _global_max_pool(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResu
     return OperationConverterResult(torch_module=GlobalMaxPool(), onnx_mapping=onnx_mapping_from_node(node))
 
 
+class Gelu(nn.Module):
+    """ONNX Gelu (opset 20): exact (erf) or tanh-approximated."""
+
+    def __init__(self, approximate: str) -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.gelu(x, approximate=self.approximate)
+
+
+def _gelu(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    del graph
+    approximate = node.attributes.get("approximate", "none")
+    return OperationConverterResult(
+        torch_module=Gelu(str(approximate)), onnx_mapping=onnx_mapping_from_node(node)
+    )
+
+
+def _average_pool_19(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """Opset 19 adds ``dilations`` to AveragePool; without dilation it is the opset-11 operator."""
+    dilations = node.attributes.get("dilations")
+    if dilations is not None and any(int(d) != 1 for d in dilations):
+        raise NotImplementedError(f"AveragePool with dilations {list(dilations)} (node '{node.name}')")
+    converter = _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type="AveragePool", version=11)]
+    return converter(node, graph)
+
+
+# ONNX gate order -> torch's: LSTM i,o,f,c -> i,f,g,o; GRU z,r,h -> r,z,n.
+_GATES = {"LSTM": (0, 2, 3, 1), "GRU": (1, 0, 2)}
+
+
+class Recurrent(nn.Module):
+    """ONNX LSTM / GRU (layout 0, default activations) as torch's nn.LSTM / nn.GRU of one layer:
+    Y (seq, directions, batch, hidden), Y_h and (LSTM) Y_c, as many outputs as the node has."""
+
+    def __init__(self, rnn: nn.RNNBase, op: str, has_h: bool, has_c: bool, outputs: int) -> None:
+        super().__init__()
+        self.rnn, self.op, self.has_h, self.has_c, self.outputs = rnn, op, has_h, has_c, outputs
+
+    def forward(self, x: torch.Tensor, *state: torch.Tensor) -> Any:
+        directions = 2 if self.rnn.bidirectional else 1
+        shape = (directions, x.shape[1], self.rnn.hidden_size)
+        h = state[0] if self.has_h else x.new_zeros(shape)
+        if self.op == "LSTM":
+            c = state[int(self.has_h)] if self.has_c else x.new_zeros(shape)
+            y, (h_n, c_n) = self.rnn(x, (h, c))
+            results: tuple[torch.Tensor, ...] = (y, h_n, c_n)
+        else:
+            y, h_n = self.rnn(x, h)
+            results = (y, h_n)
+        y = y.reshape(x.shape[0], x.shape[1], directions, -1).transpose(1, 2)
+        results = (y, *results[1:])[: self.outputs]
+        return results[0] if self.outputs == 1 else results
+
+
+def _recurrent(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    op = node.operation_type
+    attrs = node.attributes
+    inputs = list(node.input_values) + [""] * 8
+    unsupported = [
+        name
+        for name, bad in (
+            ("layout=1", attrs.get("layout", 0) != 0),
+            ("clip", "clip" in attrs),
+            ("activations", "activations" in attrs),
+            ("input_forget", attrs.get("input_forget", 0) != 0),
+            ("linear_before_reset=0", op == "GRU" and attrs.get("linear_before_reset", 0) != 1),
+            ("sequence_lens", bool(inputs[4])),
+            ("peepholes", op == "LSTM" and bool(inputs[7])),
+            ("direction=reverse", attrs.get("direction", "forward") == "reverse"),
+        )
+        if bad
+    ]
+    if unsupported:
+        raise NotImplementedError(f"{op} with {', '.join(unsupported)} (node '{node.name}')")
+    try:
+        w, r = (get_const_value(inputs[k], graph) for k in (1, 2))
+        b = get_const_value(inputs[3], graph) if inputs[3] else None
+    except KeyError:
+        raise NotImplementedError(f"{op} with weights computed at run time (node '{node.name}')") from None
+    assert isinstance(w, torch.Tensor) and isinstance(r, torch.Tensor)
+    directions, gates_h, size = w.shape
+    hidden = gates_h // len(_GATES[op])
+    rnn_type = nn.LSTM if op == "LSTM" else nn.GRU
+    rnn = rnn_type(size, hidden, num_layers=1, bidirectional=directions == 2)
+
+    def reorder(t: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t[g * hidden : (g + 1) * hidden] for g in _GATES[op]])
+
+    with torch.no_grad():
+        for d in range(directions):
+            suffix = "_l0" + ("_reverse" if d == 1 else "")
+            getattr(rnn, "weight_ih" + suffix).copy_(reorder(w[d]))
+            getattr(rnn, "weight_hh" + suffix).copy_(reorder(r[d]))
+            bias = b[d] if isinstance(b, torch.Tensor) else torch.zeros(2 * gates_h)
+            getattr(rnn, "bias_ih" + suffix).copy_(reorder(bias[:gates_h]))
+            getattr(rnn, "bias_hh" + suffix).copy_(reorder(bias[gates_h:]))
+    has_h, has_c = bool(inputs[5]), op == "LSTM" and bool(inputs[6])
+    runtime = (inputs[0], *([inputs[5]] if has_h else []), *([inputs[6]] if has_c else []))
+    outputs = len(node.output_values)
+    module = Recurrent(rnn.eval(), op, has_h, has_c, outputs)
+    return OperationConverterResult(module, OnnxMapping(inputs=runtime, outputs=node.output_values))
+
+
 def _reduce_with_axes_input(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     """Opset 18 moved ``axes`` of the reductions from an attribute to a (constant) input."""
     axes: list[int] | None = None
@@ -66,6 +171,12 @@ _REDUCTIONS_18 = (
 # (operator, since-version) -> converter; what this module adds to onnx2torch.
 _ADDED: dict[tuple[str, int], Any] = {
     ("GlobalMaxPool", 1): _global_max_pool,
+    ("Gelu", 20): _gelu,
+    ("LSTM", 14): _recurrent,
+    ("LSTM", 7): _recurrent,
+    ("GRU", 14): _recurrent,
+    ("GRU", 7): _recurrent,
+    ("AveragePool", 19): _average_pool_19,
     **{(op, 18): _reduce_with_axes_input for op in _REDUCTIONS_18},
     ("ReduceMax", 20): _reduce_with_axes_input,  # 20 adds bool inputs only
     ("ReduceMin", 20): _reduce_with_axes_input,

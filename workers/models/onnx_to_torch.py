@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 # Operators whose versions 19-21 differ from the last onnx2torch-supported one only in types.
 _TYPE_ONLY_UPDATES: dict[str, int] = {
     "Flatten": 13,
+    "Equal": 13,  # 19 adds string inputs
     "Identity": 16,
     "Shape": 15,
     "Unsqueeze": 13,

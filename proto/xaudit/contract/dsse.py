@@ -16,6 +16,7 @@ Needs ``cryptography`` only for the key helpers (imported when first called).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from xaudit.contract.errors import InvalidInput
@@ -27,6 +28,7 @@ __all__ = [
     "INPUTS_SUBJECT",
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
+    "PREDICATE_TYPES",
     "REPORT_SCHEMA",
     "STATEMENT_TYPE",
     "key_id",
@@ -37,9 +39,14 @@ __all__ = [
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
-# Ours, stable: names "an xaudit.report/v1 document is the predicate". Bump only with the report schema.
-PREDICATE_TYPE = "https://xaudit.dev/report/v1"
-REPORT_SCHEMA = "xaudit.report/v1"
+# Ours, stable: names "an xaudit.report/vN document is the predicate". Bump only with the report
+# schema; every earlier pair still verifies.
+PREDICATE_TYPES: Mapping[str, str] = {
+    "xaudit.report/v1": "https://xaudit.dev/report/v1",
+    "xaudit.report/v2": "https://xaudit.dev/report/v2",
+}
+REPORT_SCHEMA = "xaudit.report/v2"  # what the audit writes now
+PREDICATE_TYPE = PREDICATE_TYPES[REPORT_SCHEMA]
 INPUTS_SUBJECT = "inputs"
 
 

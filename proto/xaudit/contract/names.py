@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from xaudit.contract.criteria import CRITERIA as _REGISTERED_CRITERIA
+
 __all__ = [
     "ALL_METHODS",
     "CRITERIA",
@@ -43,11 +45,11 @@ FOURTEEN_METHODS: tuple[str, ...] = (
 EXTRA_METHODS: tuple[str, ...] = ("saliency", "smoothgrad")
 ALL_METHODS: tuple[str, ...] = FOURTEEN_METHODS + EXTRA_METHODS
 
-# The allocation criteria of the audit (docs/report-schema.md).
-CRITERIA: tuple[str, ...] = ("coverage", "unrelated_allocation", "complete_allocation")
+# The allocation criteria of the audit: from their registry (xaudit.contract.criteria).
+CRITERIA: tuple[str, ...] = _REGISTERED_CRITERIA
 
-# What the audit can say about one method. ``inconclusive``: the evidence is too thin to call it
-# either way (too few samples, or a score within the noise of the tolerance).
+# What the audit can say about one method (docs/science.md, section 6). ``inconclusive``: neither
+# reliable nor unreliable at the stated confidence, or too noisy / too much unaudited to judge.
 VERDICTS: tuple[str, ...] = ("reliable", "unreliable", "inconclusive", "not_applicable")
 
 JobKind = Literal["audit", "attribution"]

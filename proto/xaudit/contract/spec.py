@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from xaudit.contract.criteria import DEFAULT_TOLERANCES as _REGISTERED_TOLERANCES
 from xaudit.contract.errors import InvalidInput, UnknownMethod
 from xaudit.contract.names import ALL_METHODS, CRITERIA, EXTRA_METHODS, FOURTEEN_METHODS, JobKind
 
@@ -32,13 +33,10 @@ __all__ = [
     "tensor_digest",
 ]
 
-# Shares of effect mass (see docs/report-schema.md). Chosen so the analytic cases separate cleanly:
-# exact methods score ~0 (within numerical noise), Occlusion-1 scores (|S|-1)/|S| >= 0.5 on pairs.
-DEFAULT_TOLERANCES: Mapping[str, float] = {
-    "coverage": 0.05,
-    "unrelated_allocation": 0.05,
-    "complete_allocation": 0.05,
-}
+# Shares of effect mass, one per registered criterion (xaudit.contract.criteria), chosen so the
+# analytic cases separate cleanly: exact methods score ~0 (within numerical noise), Occlusion-1
+# scores (|S|-1)/|S| >= 0.5 on pairs.
+DEFAULT_TOLERANCES: Mapping[str, float] = _REGISTERED_TOLERANCES
 
 # Named tensors that may travel with a spec.
 ATTACHMENTS: tuple[str, ...] = ("inputs", "background", "baseline", "player_mask", "player_groups")
@@ -60,6 +58,8 @@ class JobSpec:
     budget_evaluations: int = 0
     budget_seconds: float = 0.0
     tolerances: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    # Level of the criteria's confidence intervals (docs/science.md, section 6).
+    confidence: float = 0.95
     seed: int = 0
     device: str = "auto"
     group_names: tuple[str, ...] = ()

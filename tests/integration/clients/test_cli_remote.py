@@ -64,7 +64,7 @@ def test_submit_writes_the_exact_report_the_server_stores(service: Service, tmp_
         assert out.read_bytes() == client.get_report(job_id)
         assert client.get_job(job_id).state == "succeeded"
     verdicts = {m["name"]: m["verdict"] for m in report_document(out.read_bytes())["methods"]}
-    # SCIENCE.md 4: Integrated Gradients is complete on every sub-input, Occlusion-1 over-allocates.
+    # docs/science.md, section 5.3: Integrated Gradients is complete on every sub-input, Occlusion-1 over-allocates.
     assert verdicts == {"integrated_gradients": "reliable", "occlusion_1": "unreliable"}
 
 

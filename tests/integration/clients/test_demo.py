@@ -15,7 +15,7 @@ from clients._report import report_document
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 XAUDIT = Path(sys.executable).with_name("xaudit")
-# SCIENCE.md 5.3, measured on this kind of model: complete methods pass, first-order and occlusion fail.
+# docs/science.md, section 5.3, measured on this kind of model: complete methods pass, first-order and occlusion fail.
 EXPECTED = {
     "integrated_gradients": "reliable",
     "deeplift_rescale": "reliable",

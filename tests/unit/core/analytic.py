@@ -1,4 +1,4 @@
-"""Analytic models whose effects are known in closed form (SCIENCE.md section 6)."""
+"""Analytic models whose effects are known in closed form (docs/science.md, section 7)."""
 
 from __future__ import annotations
 

@@ -96,11 +96,16 @@ def test_unaudited_mass_is_the_audits_not_the_methods() -> None:
     e1, e2, e3 = (np.abs(2 * POLY_X[:, 0]), np.abs(3 * POLY_X[:, 0] * POLY_X[:, 1]),
                   np.abs(POLY_X[:, 1] * POLY_X[:, 2] * POLY_X[:, 3]))  # fmt: skip
     unaudited = report["game"]["unaudited"]
-    assert unaudited["measure"] == "absolute"
-    np.testing.assert_allclose(unaudited["mass"], e3, rtol=1e-5)
+    np.testing.assert_allclose(unaudited["absolute_mass"], e3, rtol=1e-5)
+    np.testing.assert_allclose(np.abs(unaudited["net_remainder"]), e3, rtol=1e-5)
     assert unaudited["share"] == pytest.approx(e3.sum() / (e1 + e2 + e3).sum(), rel=1e-5)
     ig = report["methods"][0]
     assert ig["criteria"]["coverage"]["score"] < 1e-4
+    from clients._report import verdict_table
+
+    table = verdict_table(report)  # the CLI shows it on its own line, with the intervals' level
+    assert f"unaudited (the audit's, not the methods'): {unaudited['share']:.1%}" in table
+    assert "intervals: 95% confidence over 2 samples" in table
 
 
 def test_order_limited_games_report_the_net_remainder(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,7 +115,7 @@ def test_order_limited_games_report_the_net_remainder(monkeypatch: pytest.Monkey
     report = run_audit(_poly_prep(methods=("integrated_gradients",), audit_order=2)).report
     e3 = -POLY_X[:, 1] * POLY_X[:, 2] * POLY_X[:, 3]
     unaudited = report["game"]["unaudited"]
-    assert unaudited["measure"] == "net"
+    assert "absolute_mass" not in unaudited  # not enumerated: only the net remainder is known
     np.testing.assert_allclose(unaudited["net_remainder"], e3, rtol=1e-5)
     assert report["methods"][0]["criteria"]["coverage"]["score"] < 1e-4  # was |e3| / mass before
 

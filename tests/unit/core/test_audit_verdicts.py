@@ -1,4 +1,4 @@
-"""The audit's verdicts on analytic and small ReLU models with biases (issue 3 acceptance)."""
+"""The audit's verdicts on analytic and small ReLU models with biases."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_reports_follow_the_json_schema(relu_reports: dict[str, dict[str, Any]],
 
 def test_report_records_what_it_needs(relu_reports: dict[str, dict[str, Any]]) -> None:
     report = relu_reports["cnn-onnx"]
-    assert report["schema"] == "xaudit.report/v1"
+    assert report["schema"] == "xaudit.report/v2"
     assert report["inputs"]["count"] == 2 and report["inputs"]["shape"] == [2, 1, 8, 8]
     assert sorted(report["summary"]["reliable"]) == [
         "deeplift_rescale",

@@ -1,4 +1,4 @@
-"""Bad input gives one line and a non-zero exit from the CLI, never a traceback (issue 2 acceptance)."""
+"""Bad input gives one line and a non-zero exit from the CLI, never a traceback."""
 
 from __future__ import annotations
 

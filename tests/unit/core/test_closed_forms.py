@@ -1,4 +1,4 @@
-"""Every quantity the audit builds on, against closed forms on analytic models (SCIENCE.md section 6)."""
+"""Every quantity the audit builds on, against closed forms on analytic models (docs/science.md, section 7)."""
 
 from __future__ import annotations
 

@@ -41,3 +41,6 @@ def test_batches_pool_to_the_one_go_scores(players: str) -> None:
         if many["verdict"] == "unreliable":
             assert many["evidence"] and any(w["evidence"] for w in worst)
     assert streamed["summary"] == whole["summary"]
+    from workers.audit.schema import validate_report
+
+    validate_report(streamed)

@@ -172,3 +172,108 @@ def test_external_data_size_cap(tmp_path: Path) -> None:
     path = _external(tmp_path)
     with pytest.raises(ResourceExhausted, match="external data exceeds"):
         inline_external_data(path, path.read_bytes(), max_bytes=64)
+
+
+def _fixed_batch(flatten: str) -> bytes:
+    """(1, 3, 6, 6) -> Conv -> Relu -> flatten -> MatMul, the flatten either row-wise (Flatten) or
+    pinning the batch (Reshape to (1, -1)) as some exporters write it."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    fc = rng.standard_normal((32, 3)).astype(np.float32)
+    nodes = [
+        oh.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        oh.make_node("Relu", ["c"], ["r"], name="relu"),
+        oh.make_node("Flatten", ["r"], ["f"], name="flat")
+        if flatten == "Flatten"
+        else oh.make_node("Reshape", ["r", "shape"], ["f"], name="flat"),
+        oh.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
+    ]
+    inits = [
+        nh.from_array(w, "w"),
+        nh.from_array(fc, "fc"),
+        nh.from_array(np.array([1, -1], np.int64), "shape"),
+    ]
+    inputs = [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])]
+    return _model(nodes, inputs, [1, 3], inits).SerializeToString()
+
+
+@pytest.mark.parametrize("flatten", ["Flatten", "Reshape"])
+def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(flatten: str) -> None:
+    prep = prepare(JobSpec(players="grid:2x2", device="cpu"), _fixed_batch(flatten), None, {"inputs": X})
+    session = ort.InferenceSession(_fixed_batch(flatten), providers=["CPUExecutionProvider"])
+    alone = np.concatenate([session.run(None, {"x": X[i : i + 1]})[0] for i in range(len(X))])
+    np.testing.assert_allclose(prep.full_outputs, alone, rtol=1e-5, atol=1e-6)
+    # Re-batched: one call for both rows; looped: one call per row (the graph pins the batch).
+    assert (prep.model.explained.fixed_batch is None) == (flatten == "Flatten")
+    graph = prep.model.torch_differentiable()
+    np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), alone, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "attrs"),
+    [
+        ("Gelu", 20, {}),
+        ("Gelu", 20, {"approximate": "tanh"}),
+        ("AveragePool", 19, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+        ("GlobalMaxPool", 21, {}),
+        ("Equal", 19, {}),
+    ],
+)
+def test_added_converters_match_onnxruntime(op: str, opset: int, attrs: dict) -> None:
+    """Operators onnx2torch lacks at the opsets torch's exporters write (vit_b_16 and densenet121 at
+    opset 20-21 use Gelu, Equal and AveragePool-19)."""
+    if op == "Equal":  # Equal -> Cast float, on a float input compared with itself rounded
+        nodes = [
+            oh.make_node("Round", ["x"], ["r"]),
+            oh.make_node("Equal", ["x", "r"], ["e"]),
+            oh.make_node("Cast", ["e"], ["c"], to=TensorProto.FLOAT),
+            oh.make_node("Add", ["x", "c"], ["y"]),
+        ]
+    else:
+        nodes = [oh.make_node(op, ["x"], ["y"], **attrs)]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, [], opset)
+    x = np.round(X * 2) / 2  # some exact integers for Equal
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(
+        graph(torch.from_numpy(x)).detach().numpy(), _ort(model, x), rtol=1e-5, atol=1e-5
+    )
+
+
+class _Recurrent(torch.nn.Module):
+    def __init__(self, kind: str, bidirectional: bool) -> None:
+        super().__init__()
+        rnn = torch.nn.LSTM if kind == "LSTM" else torch.nn.GRU
+        self.rnn = rnn(5, 4, num_layers=2, bidirectional=bidirectional)
+        self.kind = kind
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+        state = (h0, torch.zeros_like(h0)) if self.kind == "LSTM" else h0
+        out, _ = self.rnn(x, state)
+        return out[-1]
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_layers_convert_and_match_onnxruntime(kind: str, bidirectional: bool) -> None:
+    import io
+    import warnings
+
+    torch.manual_seed(0)
+    module = _Recurrent(kind, bidirectional).eval()
+    x, h0 = torch.randn(6, 3, 5), torch.randn(4 if bidirectional else 2, 3, 4)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x, h0), buffer, dynamo=False, opset_version=17, input_names=["x", "h0"])
+    model = onnx.load_model_from_string(buffer.getvalue())
+    assert kind in {n.op_type for n in model.graph.node} and not unconvertible_nodes(model)
+    graph = onnx_to_torch(model)
+    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x.numpy(), "h0": h0.numpy()})[0]
+    xg = x.clone().requires_grad_(True)
+    out = graph(xg, h0)
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-4, atol=1e-5)
+    out.sum().backward()
+    reference = x.clone().requires_grad_(True)
+    module(reference, h0).sum().backward()
+    np.testing.assert_allclose(xg.grad.numpy(), reference.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -11,6 +11,7 @@ import pytest
 from clients.verify import (
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
+    PREDICATE_TYPES,
     STATEMENT_TYPE,
     check_inputs_subject,
     check_model_subject,
@@ -41,7 +42,9 @@ def test_golden_envelope_verifies_and_says_what_was_signed() -> None:
     verified = verify_envelope(asset("envelope-key-1.json"), [pem(1)])
     assert verified.key_id == key_id(load_public_key(pem(1)))
     assert verified.statement["_type"] == STATEMENT_TYPE
-    assert verified.statement["predicateType"] == PREDICATE_TYPE
+    # The golden envelope holds a v1 report: it still verifies under the v1 predicate type.
+    assert verified.statement["predicateType"] == PREDICATE_TYPES["xaudit.report/v1"]
+    assert PREDICATE_TYPES["xaudit.report/v2"] == PREDICATE_TYPE
     model_sha = hashlib.sha256(asset("model.bin")).hexdigest()
     assert verified.statement["subject"][0] == {"name": "relu_cnn.onnx", "digest": {"sha256": model_sha}}
     assert verified.statement["subject"][1]["name"] == "inputs"

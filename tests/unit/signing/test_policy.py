@@ -126,3 +126,66 @@ def test_method_missing_from_the_report_fails() -> None:
 def test_all_fourteen_strictly() -> None:
     outcome = evaluate(parse_policy(f"require_reliable: [{', '.join(FOURTEEN_METHODS)}]"), REPORT)
     assert {m.method for m in outcome.failed} == {"occlusion_1", "gradient_x_input"}
+
+
+def _v2(report: dict, verdict: str, count: int = 4, level: float = 0.95) -> dict:  # type: ignore[type-arg]
+    """The golden report as a v2 one: integrated_gradients with ``verdict``, intervals at ``level``."""
+    methods = [dict(m) for m in report["methods"]]
+    for m in methods:
+        if m["name"] == "integrated_gradients":
+            m["verdict"] = verdict
+            m["criteria"] = {
+                c: dict(
+                    v, lower=0.0, upper=0.08, level=level, status="undecided" if c == "coverage" else "holds"
+                )
+                for c, v in m["criteria"].items()
+            }
+    return dict(
+        report,
+        schema="xaudit.report/v2",
+        methods=methods,
+        inputs=dict(report["inputs"], count=count),
+        config=dict(report["config"], confidence={"level": level}),
+    )
+
+
+def test_inconclusive_is_never_a_pass_unless_the_policy_allows_it() -> None:
+    report = _v2(REPORT, "inconclusive")
+    strict = evaluate(parse_policy("require_reliable: [integrated_gradients]"), report)
+    ig = next(m for m in strict.methods if m.method == "integrated_gradients")
+    assert ig.status == "failed" and not strict.passed
+    assert [c.describe() for c in ig.failing] == ["coverage: score 0 [0, 0.08] straddles tolerance 0.05"]
+    lenient = parse_policy("require_reliable: [integrated_gradients]\nallow_inconclusive: true")
+    assert evaluate(lenient, report).passed
+    informational = evaluate(parse_policy("audit: [integrated_gradients]"), report)
+    assert informational.methods[0].status == "passed"  # not required: informational
+
+
+def test_min_samples_and_confidence_are_required_of_the_report() -> None:
+    policy = parse_policy("require_reliable: [integrated_gradients]\nmin_samples: 10\nconfidence: 0.99")
+    assert policy.min_samples == 10 and policy.confidence == 0.99
+    outcome = evaluate(policy, _v2(REPORT, "reliable", count=4, level=0.95))
+    ig = next(m for m in outcome.methods if m.method == "integrated_gradients")
+    assert ig.status == "failed"
+    assert "audited on 4 samples; the policy requires at least 10" in ig.reason
+    assert "intervals are at 95%; the policy requires 99%" in ig.reason
+    assert evaluate(policy, _v2(REPORT, "reliable", count=12, level=0.99)).passed
+    # A v1 report has no intervals at all.
+    assert not evaluate(
+        parse_policy("require_reliable: [integrated_gradients]\nconfidence: 0.9"), REPORT
+    ).passed
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("min_samples: 0", "'min_samples' must be a whole number >= 1"),
+        ("min_samples: 2.5", "'min_samples' must be a whole number >= 1"),
+        ("confidence: 1.0", "'confidence' must be a level between 0.5 and 1"),
+        ("confidence: yes", "'confidence' must be a level between 0.5 and 1"),
+        ("allow_inconclusive: 1", "'allow_inconclusive' must be true or false"),
+    ],
+)
+def test_malformed_confidence_keys(text: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        parse_policy(text)

@@ -1,0 +1,64 @@
+"""Models exported with a fixed batch of 1, re-batched where the graph allows it.
+
+Exporters without dynamic axes write the example's batch size into the input (``(1, 3, 224, 224)``).
+Most such graphs compute row by row anyway; then declaring the batch dim symbolic lets one call
+evaluate many rows (and gives rule methods a plain graph). Whether the graph really allows it is
+checked, not assumed: the re-batched model must give, on two different rows at once, what the
+original gives on each row alone. Otherwise the model is evaluated one row per call.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+__all__ = ["rebatched"]
+
+logger = logging.getLogger(__name__)
+
+_BATCH = "xaudit_batch"
+
+
+def _symbolic(model: onnx.ModelProto, explained: str, size: int) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in (*copy.graph.input, *copy.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) > 0 and (value.name == explained or dims[0].dim_value == size):
+            dims[0].dim_param = _BATCH  # clears dim_value (a oneof)
+    del copy.graph.value_info[:]  # inferred shapes carried the fixed batch
+    return copy
+
+
+def rebatched(
+    model: onnx.ModelProto,
+    explained: str,
+    dtype: np.dtype,
+    sample: np.ndarray,
+    original: ort.InferenceSession,
+) -> bytes | None:
+    """``model`` with a symbolic batch, or None when the graph does not compute row by row.
+
+    ``sample`` is one row (1, ...) of the explained input; the only other inputs allowed are none.
+    """
+    size = original.get_inputs()[0].shape[0]
+    if len(original.get_inputs()) != 1 or size != 1:
+        return None
+    data = _symbolic(model, explained, size).SerializeToString()
+    rows = np.concatenate([sample, sample * 0.5 + 0.25]).astype(dtype)
+    try:
+        session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        both = session.run(None, {explained: rows})
+        alone = [original.run(None, {explained: rows[i : i + 1]}) for i in range(2)]
+    except Exception as exc:  # the graph pins the batch somewhere (a Reshape to (1, -1)...)
+        logger.info("fixed-batch model cannot be re-batched: %s", str(exc).splitlines()[0][:160])
+        return None
+    for k, out in enumerate(both):
+        single = np.concatenate([alone[0][k], alone[1][k]])
+        if np.shape(out) != single.shape or not np.allclose(out, single, rtol=1e-4, atol=1e-5):
+            logger.info("fixed-batch model mixes rows when re-batched: evaluated one row per call")
+            return None
+    return data
