@@ -3,10 +3,11 @@
 The gRPC server runs every call on one thread pool; a long-lived stream (WatchJob, the health
 Watch, reflection) holds its thread while open. Calls are counted in three classes:
 - streams: capped in total and per tenant (per peer address without credentials);
-- other client calls (AuditService, including uploads): capped in total;
+- other client calls (AuditService, including uploads): at most ``client_calls`` run at once; up to
+  ``client_queue`` more wait for a slot (at most their deadline, or ``MAX_WAIT`` seconds);
 - the WorkerService: not capped, and the pool holds ``worker_threads`` beyond the two caps above,
   so heartbeats and completions always find a thread whatever clients do.
-A call over its cap is refused at once with RESOURCE_EXHAUSTED (it holds its thread only for that).
+A call over its cap (or its queue) is refused with RESOURCE_EXHAUSTED.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ LONG_STREAMS = frozenset(
     }
 )
 _WORKER_PREFIX = "/xaudit.v1.WorkerService/"
+MAX_WAIT = 30.0  # seconds a client call waits for a slot when the caller set no shorter deadline
 # Never refused: workers' calls (their reserved threads) and the health check (cheap, and what
 # orchestrators use to decide the server is alive).
 _UNCAPPED = ("/grpc.health.v1.Health/Check",)
@@ -46,6 +48,7 @@ _UNCAPPED = ("/grpc.health.v1.Health/Check",)
 @dataclass(frozen=True)
 class CapacityLimits:
     client_calls: int = 16
+    client_queue: int = 64
     streams: int = 64
     streams_per_tenant: int = 32
     worker_threads: int = 16
@@ -53,14 +56,15 @@ class CapacityLimits:
     @property
     def pool_threads(self) -> int:
         """Threads the server's pool needs so that the worker class always has its share."""
-        return self.client_calls + self.streams + self.worker_threads
+        return self.client_calls + self.client_queue + self.streams + self.worker_threads
 
 
 class Capacity:
     def __init__(self, limits: CapacityLimits) -> None:
         self.limits = limits
         self._lock = threading.Lock()
-        self._calls = 0
+        self._slots = threading.BoundedSemaphore(limits.client_calls)
+        self._waiting = 0
         self._streams: dict[str, int] = {}
 
     @property
@@ -69,18 +73,24 @@ class Capacity:
             return sum(self._streams.values())
 
     @contextlib.contextmanager
-    def call(self, method: str) -> Iterator[None]:
-        with self._lock:
-            if self._calls >= self.limits.client_calls:
-                raise ResourceExhausted(
-                    f"the server is busy ({self._calls} calls in progress): retry {method.rsplit('/', 1)[-1]} shortly"
-                )
-            self._calls += 1
+    def call(self, method: str, wait: float = MAX_WAIT) -> Iterator[None]:
+        """A slot for one client call: waits (in line, at most ``wait`` seconds) when all are taken."""
+        busy = ResourceExhausted(f"the server is busy: retry {method.rsplit('/', 1)[-1]} shortly")
+        if not self._slots.acquire(blocking=False):
+            with self._lock:
+                if self._waiting >= self.limits.client_queue:
+                    raise busy
+                self._waiting += 1
+            try:
+                if not self._slots.acquire(timeout=max(0.0, min(wait, MAX_WAIT))):
+                    raise busy
+            finally:
+                with self._lock:
+                    self._waiting -= 1
         try:
             yield
         finally:
-            with self._lock:
-                self._calls -= 1
+            self._slots.release()
 
     @contextlib.contextmanager
     def stream(self, key: str) -> Iterator[None]:
@@ -113,6 +123,11 @@ def _stream_key(context: grpc.ServicerContext) -> str:
     return f"peer {peer.rsplit(':', 1)[0]}"
 
 
+def _time_left(context: grpc.ServicerContext) -> float:
+    left = context.time_remaining()
+    return MAX_WAIT if left is None else float(left)
+
+
 class CapacityInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     """Place it inside the auth interceptor (streams are counted per authenticated tenant) and inside
     the errors interceptor (its refusal becomes a status)."""
@@ -142,13 +157,13 @@ class CapacityInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             if kind.endswith("_stream"):
 
                 def streamed_call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-                    with capacity.call(method):
+                    with capacity.call(method, _time_left(context)):
                         yield from behaviour(request, context)
 
                 return streamed_call
 
             def call(request: Any, context: grpc.ServicerContext) -> Any:
-                with capacity.call(method):
+                with capacity.call(method, _time_left(context)):
                     return behaviour(request, context)
 
             return call

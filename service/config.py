@@ -50,8 +50,9 @@ class ServerConfig:
     max_message_bytes: int = 64 * MiB
     max_tensor_elements: int = 64 * MiB
     max_tensor_dims: int = 8
-    # Client calls (AuditService) in progress at once; more are refused (RESOURCE_EXHAUSTED).
+    # Client calls (AuditService) in progress at once; up to client_queue more wait for a slot.
     grpc_threads: int = 16
+    client_queue: int = 64
     # Long-lived streams (WatchJob, health Watch, reflection) open at once, in all and per tenant.
     max_streams: int = 64
     max_streams_per_tenant: int = 32

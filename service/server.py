@@ -128,7 +128,11 @@ def create_server(
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
     limits = CapacityLimits(
-        config.grpc_threads, config.max_streams, config.max_streams_per_tenant, config.worker_threads
+        config.grpc_threads,
+        config.client_queue,
+        config.max_streams,
+        config.max_streams_per_tenant,
+        config.worker_threads,
     )
     server = grpc.server(
         # Threads for every class of call at its cap (service.capacity): workers always find one.

@@ -1,4 +1,4 @@
-"""Sign finished reports: an in-toto Statement v1 in a DSSE envelope, Ed25519 (DESIGN.md flow step 4).
+"""Sign finished reports: an in-toto Statement v1 in a DSSE envelope, Ed25519 (docs/signing.md).
 
 The envelope format, key id definition and predicate type are specified in :mod:`clients.verify`,
 which is also what checks them. The service stores the bytes :meth:`ReportSigner.sign` returns and
@@ -9,8 +9,13 @@ Keys (in ``key_dir``, the service's data directory unless configured otherwise):
     key_dir/signing_key.pem         the Ed25519 private key (PKCS#8 PEM, mode 0600), made on first start
     key_dir/trusted/<keyid>.pem     public keys of earlier signing keys: reports they signed still verify
 
-Rotation: :meth:`ReportSigner.rotate` (or by hand: copy the old public key into ``trusted/`` and
-replace ``signing_key.pem``). With ``key_file`` set, the key is read from there and never generated.
+Rotation: ``xaudit keys rotate`` (:meth:`ReportSigner.rotate`; or by hand: copy the old public key
+into ``trusted/`` and replace ``signing_key.pem``). A running server notices a replaced key file at
+its next signature and signs with the new key from then on. With ``key_file`` set, the key is read
+from there and never generated.
+
+Only the server reads the private key: the file is mode 0600 in a 0700 directory, and no worker or
+model process is given its path; model processes cannot open it (docs/security.md).
 """
 
 from __future__ import annotations
@@ -105,11 +110,11 @@ class ReportSigner:
     ) -> None:
         self._key_dir = Path(key_dir)
         if key_file is not None:
-            self._private_key = _load_private_key(Path(key_file))
+            self._key_path = Path(key_file)
+            self._use(_load_private_key(self._key_path))
         else:
-            self._private_key = self._load_or_create(self._key_dir / KEY_FILE_NAME)
-        self._public_key = self._private_key.public_key()
-        self._key_id = key_id(self._public_key)
+            self._key_path = self._key_dir / KEY_FILE_NAME
+            self._use(self._load_or_create(self._key_path))
         self._extra: list[Ed25519PublicKey] = []
         for item in extra_verification_keys:
             if isinstance(item, Path):
@@ -118,6 +123,47 @@ class ReportSigner:
                 self._extra.append(load_public_key(item, "configured verification key"))
         self._trusted_keys(strict=True)  # a broken trusted/ file stops the start, not a later call
         logger.info("report signing key %s", self._key_id)
+
+    def _use(self, key: Ed25519PrivateKey) -> None:
+        # One attribute, replaced whole: a concurrent signature uses the old or the new key, never a mix.
+        self._current = (key, key.public_key(), key_id(key.public_key()))
+        self._stamp = self._file_stamp()
+
+    @property
+    def _private_key(self) -> Ed25519PrivateKey:
+        return self._current[0]
+
+    @property
+    def _public_key(self) -> Ed25519PublicKey:
+        return self._current[1]
+
+    @property
+    def _key_id(self) -> str:
+        return self._current[2]
+
+    def _file_stamp(self) -> tuple[int, int] | None:
+        try:
+            st = self._key_path.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    def _reload_if_rotated(self) -> None:
+        """Sign with the key file's current key: ``xaudit keys rotate`` replaces it under a running
+        server. A file that is gone or unreadable keeps the key in memory (and says so)."""
+        stamp = self._file_stamp()
+        if stamp is None or stamp == self._stamp:
+            return
+        try:
+            key = _load_private_key(self._key_path)
+        except InvalidInput as exc:
+            logger.error("keeping the current signing key: %s", exc)
+            self._stamp = stamp
+            return
+        previous = self._key_id
+        self._use(key)
+        if self._key_id != previous:
+            logger.info("signing key rotated: %s -> %s", previous, self._key_id)
 
     @staticmethod
     def _read(path: Path) -> bytes:
@@ -144,6 +190,7 @@ class ReportSigner:
     @property
     def key_id(self) -> str:
         """sha256 hex of the raw public key of the signing key (see :func:`clients.verify.key_id`)."""
+        self._reload_if_rotated()
         return self._key_id
 
     def _trusted_keys(self, *, strict: bool = False) -> list[Ed25519PublicKey]:
@@ -164,6 +211,7 @@ class ReportSigner:
 
     def public_keys(self) -> list[tuple[str, str]]:
         """(key id, SubjectPublicKeyInfo PEM) of every verification key, the signing key first."""
+        self._reload_if_rotated()
         out: dict[str, str] = {}
         for public_key in [self._public_key, *self._trusted_keys(), *self._extra]:
             out.setdefault(key_id(public_key), public_key_pem(public_key))
@@ -185,6 +233,7 @@ class ReportSigner:
                 raise InvalidInput(
                     f"the report's {section} digest differs from the {section} being signed for"
                 )
+        self._reload_if_rotated()
         name = model_name.strip() or "model"
         if name == INPUTS_SUBJECT:  # the inputs subject is found by this name
             name = "model"
@@ -201,11 +250,12 @@ class ReportSigner:
         )
         # Splice instead of re-serialising the parsed report: no float or key-order drift.
         payload = head[:-1].encode("utf-8") + b',"predicate":' + report_bytes.strip() + b"}"
-        signature = self._private_key.sign(pae(PAYLOAD_TYPE, payload))
+        private_key, _, kid = self._current
+        signature = private_key.sign(pae(PAYLOAD_TYPE, payload))
         envelope = {
             "payload": base64.b64encode(payload).decode("ascii"),
             "payloadType": PAYLOAD_TYPE,
-            "signatures": [{"keyid": self._key_id, "sig": base64.b64encode(signature).decode("ascii")}],
+            "signatures": [{"keyid": kid, "sig": base64.b64encode(signature).decode("ascii")}],
         }
         return json.dumps(envelope, separators=(",", ":")).encode("utf-8")
 
@@ -227,14 +277,22 @@ class ReportSigner:
 
     @classmethod
     def rotate(cls, key_dir: Path) -> ReportSigner:
-        """Retire the current key of ``key_dir`` to ``trusted/`` and start signing with a new one."""
+        """Retire the current key of ``key_dir`` to ``trusted/`` and start signing with a new one.
+
+        The new key replaces the file in one rename: a running server reading it sees the old key or
+        the new one, never a partial file."""
         key_dir = Path(key_dir)
         path = key_dir / KEY_FILE_NAME
         old = _load_private_key(path).public_key()
         trusted_dir = key_dir / TRUSTED_DIR_NAME
         trusted_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         (trusted_dir / f"{key_id(old)}.pem").write_text(public_key_pem(old))
-        retired = path.with_name(f"{KEY_FILE_NAME}.retired-{key_id(old)[:16]}")
         # Keep the old private key beside (still 0600) rather than delete it: an operator decides.
-        os.replace(path, retired)
+        retired = path.with_name(f"{KEY_FILE_NAME}.retired-{key_id(old)[:16]}")
+        if not retired.exists():
+            os.link(path, retired)
+        fresh = path.with_name(f".{KEY_FILE_NAME}.new-{os.getpid()}")
+        fresh.unlink(missing_ok=True)
+        _write_private_key(fresh, Ed25519PrivateKey.generate())
+        os.replace(fresh, path)
         return cls(key_dir)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.subspecs import parse_players as parse_player_spec
 
 __all__ = [
     "MAX_PLAYERS",
@@ -94,10 +95,8 @@ def full_mask(n: int) -> np.ndarray:
 
 
 def _grid(spec: str, shape: tuple[int, ...]) -> Players:
-    try:
-        rows, cols = (int(v) for v in spec.split(":", 1)[1].lower().split("x"))
-    except ValueError:
-        raise InvalidInput(f"player spec '{spec}': expected grid:RxC, e.g. grid:2x4") from None
+    parsed = parse_player_spec(spec)
+    rows, cols = parsed.rows, parsed.cols
     if len(shape) < 2:
         raise InvalidInput(f"player spec '{spec}' needs an input with two spatial axes; got shape {shape}")
     height, width = shape[-2], shape[-1]
@@ -142,7 +141,7 @@ def parse_players(
 
     File contents arrive already loaded (``player_mask``, ``player_groups``), never as paths.
     """
-    kind = spec.split(":", 1)[0].strip().lower()
+    kind = parse_player_spec(spec).kind  # syntax and bounds: the contract's one parser
     size = int(np.prod(sample_shape))
     if kind == "auto":
         if len(sample_shape) >= 2 and sample_shape[-1] >= 3 and sample_shape[-2] >= 3:

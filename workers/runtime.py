@@ -184,7 +184,7 @@ def execute(job_id: str, config: RuntimeConfig) -> str:
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
     wid = worker_id()
-    from service.worker_channel import open_worker_channel  # its token and TLS, from the environment
+    from xaudit.contract.channel import open_worker_channel  # its token and TLS, from the environment
 
     with open_worker_channel(config.server, options) as channel:
         stub = worker_pb2_grpc.WorkerServiceStub(channel)
@@ -204,7 +204,7 @@ def execute(job_id: str, config: RuntimeConfig) -> str:
 
 
 def _run_claimed(stub: Any, payload: Any, wid: str, config: RuntimeConfig) -> str:
-    from workers.sandbox import run_sandboxed  # TorchScript: a child process with resource limits
+    from workers.sandbox import run_sandboxed  # every model: an isolated, confined child process
     from xaudit.contract.spec import JobSpec
     from xaudit.contract.tensors import encode_tensor
 

@@ -1,17 +1,25 @@
-"""Run an untrusted model's job in a child process with resource limits.
+"""Run an untrusted model's job in an isolated child process (ONNX and TorchScript alike).
 
-TorchScript runs code when it is loaded and when it is called, so the worker never loads it in its
-own process: :func:`run_sandboxed` starts ``python -m workers.sandbox`` (a fresh interpreter, not a
-fork of a threaded worker), which imports the compute core, then limits its own address space
-(RLIMIT_AS: its size after the imports plus ``memory_bytes``) and CPU time (RLIMIT_CPU), and only
-then loads the model and runs :func:`workers.jobs.run_job`. Progress and the result come back as
-framed JSON and ``.npz`` data (read with ``allow_pickle=False``: nothing the child sends can run code
-in the worker). The parent kills the child on cancellation, on the wall-clock limit, or when the
-Celery task is stopped; a child that dies (out of memory, SIGXCPU, segfault, exit) fails its job with
-a reason and the worker carries on.
+The worker never loads a model in its own process. :func:`run_sandboxed` starts a fresh interpreter,
+``python -I`` (no PYTHONPATH, no user site, no working directory on ``sys.path``: a ``json.py``
+lying anywhere cannot shadow a module), in an empty private directory, with a clean environment
+(thread settings only: no token, no key, no broker URL). The child reads its job from a pipe,
+imports the compute core, then confines itself (:mod:`workers.confine`: another user or no
+capabilities, a private network namespace, not dumpable, no new privileges, and Landlock: read-only
+code, no other file, no TCP), limits its address space (RLIMIT_AS: its size after the imports plus
+``memory_bytes``) and CPU time (RLIMIT_CPU), and only then loads the model, once, and runs the whole
+job (:func:`workers.jobs.run_job`: every evaluation in batches, in that one process). TorchScript is
+refused where the file system cannot be confined, unless the operator allows it
+(XAUDIT_SANDBOX_ALLOW_UNCONFINED=1). Progress, metrics and the result come back as framed JSON and
+``.npz`` data (read with ``allow_pickle=False``: nothing the child sends can run code in the worker).
+The parent kills the child on cancellation, on the wall-clock limit, or when the Celery task is
+stopped; a child that dies (out of memory, SIGXCPU, segfault, exit) fails its job with a reason and
+the worker carries on.
 
-Environment: XAUDIT_SANDBOX_FORMATS (``torchscript`` by default; ``all`` or ``none``),
-XAUDIT_SANDBOX_MEMORY_MB (4096), XAUDIT_SANDBOX_CPU_SECONDS (3600), XAUDIT_SANDBOX_WALL_SECONDS (unset).
+Environment: XAUDIT_SANDBOX_FORMATS (``all`` by default; ``torchscript``, ``onnx`` or ``none`` run
+the others in the worker's process: trusted models only), XAUDIT_SANDBOX_MEMORY_MB (4096),
+XAUDIT_SANDBOX_CPU_SECONDS (900), XAUDIT_SANDBOX_WALL_SECONDS (1800),
+XAUDIT_SANDBOX_ALLOW_UNCONFINED (unset). See docs/security.md.
 """
 
 from __future__ import annotations
@@ -20,25 +28,31 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import pickle
 import queue
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from workers.confine import landlock_abi
 from workers.jobs import JobResult, Progress
 from xaudit.contract.errors import (
     Cancelled,
     DeadlineExceeded,
+    FailedPrecondition,
     InvalidModel,
     ResourceExhausted,
     XauditError,
@@ -46,7 +60,7 @@ from xaudit.contract.errors import (
 )
 from xaudit.contract.spec import JobSpec
 
-__all__ = ["SandboxLimits", "isolated_formats", "run_sandboxed"]
+__all__ = ["SandboxLimits", "allow_unconfined", "isolated_formats", "prewarm", "run_sandboxed"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +75,7 @@ _CHILD_CODES = (
     "DEADLINE_EXCEEDED",
     "INTERNAL",
 )
+_ALLOW_UNCONFINED = "XAUDIT_SANDBOX_ALLOW_UNCONFINED"
 
 
 @dataclass(frozen=True)
@@ -68,9 +83,9 @@ class SandboxLimits:
     # Address space the model may add to the child's size after its imports (RLIMIT_AS).
     memory_bytes: int | None = 4096 * MiB
     # CPU seconds (all threads) for loading and running the model (RLIMIT_CPU; SIGXCPU past it).
-    cpu_seconds: int | None = 3600
-    # Wall-clock seconds before the parent kills the child; None: the Celery time limit decides.
-    wall_seconds: float | None = None
+    cpu_seconds: int | None = 900
+    # Wall-clock seconds before the parent kills the child (a model blocked on a lock uses no CPU).
+    wall_seconds: float | None = 1800.0
 
     @classmethod
     def from_env(cls) -> SandboxLimits:
@@ -79,24 +94,29 @@ class SandboxLimits:
             if not text:
                 return default
             value = float(text)
-            return None if value <= 0 else value
+            return None if value <= 0 or not math.isfinite(value) else value
 
         memory = number("XAUDIT_SANDBOX_MEMORY_MB", 4096)
-        cpu = number("XAUDIT_SANDBOX_CPU_SECONDS", 3600)
+        cpu = number("XAUDIT_SANDBOX_CPU_SECONDS", 900)
         return cls(
             None if memory is None else int(memory * MiB),
             None if cpu is None else max(1, int(cpu)),
-            number("XAUDIT_SANDBOX_WALL_SECONDS", None),
+            number("XAUDIT_SANDBOX_WALL_SECONDS", 1800.0),
         )
 
 
 def isolated_formats() -> frozenset[str]:
-    text = os.environ.get("XAUDIT_SANDBOX_FORMATS", "torchscript").strip().lower()
+    text = os.environ.get("XAUDIT_SANDBOX_FORMATS", "all").strip().lower()
     if text == "all":
         return frozenset({"onnx", "torchscript"})
     if text in ("", "none"):
         return frozenset()
     return frozenset(f.strip() for f in text.split(",") if f.strip())
+
+
+def allow_unconfined() -> bool:
+    """The operator's explicit consent to run TorchScript where the file system cannot be confined."""
+    return os.environ.get(_ALLOW_UNCONFINED, "").strip().lower() in ("1", "true", "yes")
 
 
 def run_sandboxed(
@@ -108,16 +128,25 @@ def run_sandboxed(
     should_stop: Callable[[], bool] | None = None,
     limits: SandboxLimits | None = None,
 ) -> JobResult:
-    """:func:`workers.jobs.run_job`, in a limited child process for the formats that need one."""
+    """:func:`workers.jobs.run_job`, in an isolated child process for the formats that need one."""
     from workers.jobs import run_job
     from workers.models import detect_format
 
     fmt = model_format or detect_format(model_bytes)
     if fmt not in isolated_formats():
         return run_job(spec, model_bytes, fmt, tensors, progress, should_stop)
+    need_filesystem = fmt == "torchscript" and not allow_unconfined()
+    if need_filesystem and not landlock_abi():
+        raise FailedPrecondition(_NO_CONFINEMENT)
     return _Child(limits or SandboxLimits.from_env()).run(
-        spec, model_bytes, fmt, tensors, progress, should_stop
+        spec, model_bytes, fmt, tensors, progress, should_stop, need_filesystem
     )
+
+
+_NO_CONFINEMENT = (
+    "this worker cannot confine a model's file access (its kernel has no Landlock), so it refuses to "
+    f"run TorchScript, which can run code; the operator may allow it with {_ALLOW_UNCONFINED}=1"
+)
 
 
 # -- parent side -----------------------------------------------------------------------------------
@@ -183,12 +212,108 @@ def _death_reason(returncode: int, limits: SandboxLimits) -> XauditError:
     return InvalidModel(f"the model's process exited with status {returncode} before finishing its job")
 
 
-# Credentials the model's process has no use for.
-_SECRET_ENV = ("XAUDIT_WORKER_TOKEN", "XAUDIT_TOKEN", "XAUDIT_TLS_KEY", "XAUDIT_TLS_CERT")
+# The only variables a child gets: thread and locale settings. Nothing else of the worker's
+# environment (tokens, keys, broker and store URLs, PYTHON*) reaches the model's process.
+_ENV_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "CUDA_VISIBLE", "NVIDIA_VISIBLE", "LC_")
+_ENV_NAMES = ("LANG", "TZ", "XAUDIT_THREADS")
 
 
 def _child_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if (k in _ENV_NAMES or k.startswith(_ENV_PREFIXES))
+        and not any(word in k for word in ("TOKEN", "SECRET", "KEY", "PASS"))
+    }
+    env["PATH"] = os.defpath
+    return env
+
+
+def _import_roots() -> list[str]:
+    """Directories the child imports the compute core (and the generated protocol) from: where this
+    process found them. Passed as arguments and appended after the interpreter's own paths, so they
+    can add packages but never shadow the standard library."""
+    roots: list[str] = []
+    for top in {__name__.split(".")[0], "xaudit"}:
+        module = sys.modules.get(top)
+        for path in list(getattr(module, "__path__", None) or []):
+            root = str(Path(path).resolve().parent)
+            if root not in roots:
+                roots.append(root)
+    return roots
+
+
+# The child's first code: fixed, no user data; its import roots come as arguments.
+_BOOT = f"import sys; sys.path.extend(sys.argv[1:]); from {__name__} import _child_main; _child_main()"
+
+
+class _Process:
+    """A started child and its private working directory, waiting for a job on its stdin."""
+
+    def __init__(self) -> None:
+        # An empty directory of its own (0700, removed afterwards): nothing to import, nothing shared.
+        self.workdir = tempfile.mkdtemp(prefix="xaudit-sandbox-")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", _BOOT, *_import_roots()],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                close_fds=True,
+                cwd=self.workdir,
+                env=_child_env(),
+            )
+        except BaseException:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# One child started ahead (imports done, no job, nothing of a tenant's) so a job does not wait for
+# the compute core's imports; each child serves exactly one job and is never reused.
+_spare: _Process | None = None
+_spare_lock = threading.Lock()
+
+
+def _prewarm_enabled() -> bool:
+    return os.environ.get("XAUDIT_SANDBOX_PREWARM", "1").strip().lower() not in ("0", "false", "no")
+
+
+def prewarm() -> None:
+    """Start the next job's child now (from a long-lived thread: the child dies with this thread)."""
+    global _spare
+    if not _prewarm_enabled():
+        return
+    with _spare_lock:
+        if _spare is None or _spare.proc.poll() is not None:
+            if _spare is not None:
+                _spare.close()
+            _spare = _Process()
+
+
+def _take_process() -> _Process:
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    if spare is not None and spare.proc.poll() is None and _prewarm_enabled():
+        return spare
+    if spare is not None:
+        spare.close()
+    return _Process()
+
+
+def _send_job(stream: IO[bytes], job: Mapping[str, Any]) -> None:
+    with contextlib.suppress(OSError, ValueError):  # a child that died: its status says why
+        pickle.dump(job, stream, protocol=pickle.HIGHEST_PROTOCOL)
+        stream.close()
 
 
 class _Child:
@@ -203,15 +328,11 @@ class _Child:
         tensors: Mapping[str, np.ndarray],
         progress: Progress | None,
         should_stop: Callable[[], bool] | None,
+        need_filesystem: bool = True,
     ) -> JobResult:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.sandbox"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-            env=_child_env(),
-        )
-        logger.info("sandbox %d started for a %s model (limits %s)", proc.pid, fmt, self.limits)
+        child = _take_process()
+        proc = child.proc
+        logger.info("sandbox %d runs a %s model (limits %s)", proc.pid, fmt, self.limits)
         assert proc.stdin is not None and proc.stdout is not None
         frames: queue.Queue[tuple[bytes, bytes] | None] = queue.Queue()
         reader = threading.Thread(target=_read_frames, args=(proc.stdout, frames), daemon=True)
@@ -223,18 +344,20 @@ class _Child:
                 "format": fmt,
                 "tensors": {k: np.asarray(v) for k, v in tensors.items()},
                 "limits": asdict(self.limits),
+                "need_filesystem": need_filesystem,
             }
-            with contextlib.suppress(BrokenPipeError):  # a child that died at once: its status says why
-                pickle.dump(job, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-                proc.stdin.close()
+            # From a thread: a child still importing reads nothing yet, and cancellation must not wait.
+            writer = threading.Thread(target=_send_job, args=(proc.stdin, job), daemon=True)
+            writer.start()
             return self._wait(proc, frames, progress, should_stop)
         finally:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
             reader.join(timeout=5)
-            with contextlib.suppress(OSError):
-                proc.stdout.close()
+            child.close()
+            with contextlib.suppress(Exception):  # a failed start surfaces with the next job
+                prewarm()
 
     def _wait(
         self,
@@ -243,7 +366,9 @@ class _Child:
         progress: Progress | None,
         should_stop: Callable[[], bool] | None,
     ) -> JobResult:
-        deadline = None if self.limits.wall_seconds is None else time.monotonic() + self.limits.wall_seconds
+        # The wall clock starts when the child is confined and about to load the model (a cold child
+        # first imports the compute core: that is the worker's time, not the model's).
+        deadline: float | None = None
         while True:
             try:
                 frame = frames.get(timeout=0.2)
@@ -254,9 +379,13 @@ class _Child:
                 logger.warning("sandbox %d ended without a result (status %d)", proc.pid, status)
                 raise _death_reason(status, self.limits)
             kind, payload = frame
-            if kind == b"P" and progress is not None:
+            if kind == b"S" and self.limits.wall_seconds is not None:
+                deadline = time.monotonic() + self.limits.wall_seconds
+            elif kind == b"P" and progress is not None:
                 message = json.loads(payload)
                 progress(float(message["fraction"]), str(message["message"])[:500])
+            elif kind == b"M":
+                _replay_metrics(payload)
             elif kind == b"R":
                 try:
                     return _decode_result(payload)
@@ -273,6 +402,7 @@ class _Child:
                 raise error_for_code(code, text)
             if should_stop is not None and should_stop():
                 proc.kill()
+                logger.info("sandbox %d killed: its job was cancelled", proc.pid)
                 raise Cancelled("the job was cancelled")
             if deadline is not None and time.monotonic() > deadline:
                 proc.kill()
@@ -281,23 +411,85 @@ class _Child:
                 )
 
 
+# -- metrics: recorded in the child, counted by the worker -----------------------------------------
+
+# What the child may ask the worker to record (workers.metrics.WorkerMetrics attributes).
+_METRIC_OPS = {
+    "forward_passes": "inc", "forward_samples": "inc", "backward_passes": "inc",
+    "backward_samples": "inc", "method_seconds": "observe", "verdicts": "inc",
+    "onnx_sessions": "inc", "cpu_fallbacks": "inc", "device_info": "set",
+}  # fmt: skip
+
+
+class _Recorder:
+    """Stands in for a prometheus metric in the child: keeps each call for the worker to replay."""
+
+    def __init__(self, name: str, log: list[list[Any]], labels: tuple[str, ...] = ()) -> None:
+        self._name, self._log, self._labels = name, log, labels
+
+    def labels(self, *labels: str) -> _Recorder:
+        return _Recorder(self._name, self._log, tuple(str(v) for v in labels))
+
+    def _record(self, op: str, value: float) -> None:
+        self._log.append([self._name, list(self._labels), op, float(value)])
+
+    def inc(self, value: float = 1.0) -> None:
+        self._record("inc", value)
+
+    def observe(self, value: float) -> None:
+        self._record("observe", value)
+
+    def set(self, value: float) -> None:
+        self._record("set", value)
+
+
+class _RecordingMetrics:
+    def __init__(self) -> None:
+        self.log: list[list[Any]] = []
+        for name in _METRIC_OPS:
+            setattr(self, name, _Recorder(name, self.log))
+
+
+def _replay_metrics(payload: bytes) -> None:
+    """Apply the child's metric calls to this worker's metrics (checked: names, ops, finite values)."""
+    from workers.metrics import active
+
+    metrics = active()
+    if metrics is None:
+        return
+    try:
+        calls = json.loads(payload)
+        for name, labels, op, value in calls[:10_000]:
+            if _METRIC_OPS.get(name) != op or not math.isfinite(value) or value < 0:
+                continue
+            metric = getattr(metrics, name)
+            if labels:
+                metric = metric.labels(*[str(v)[:100] for v in labels])
+            getattr(metric, op)(value)
+    except (ValueError, TypeError, AttributeError):
+        logger.warning("the sandbox sent malformed metrics; ignored")
+
+
 # -- child side ------------------------------------------------------------------------------------
 
 
 def _vm_size() -> int:
-    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+    with open("/proc/self/status") as status:  # no guess: a wrong size would starve or free the model
         for line in status:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
-    return 0
+    raise OSError("no VmSize in /proc/self/status")
 
 
-def _apply_limits(limits: Mapping[str, Any]) -> None:
+def _apply_limits(limits: Mapping[str, Any], vm_size: int) -> None:
+    """``vm_size``: the address space in use before the model, measured before the confinement
+    (which closes /proc)."""
     import resource
 
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file
     memory = limits.get("memory_bytes")
     if memory:
-        ceiling = _vm_size() + int(memory)
+        ceiling = vm_size + int(memory)
         resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
     cpu = limits.get("cpu_seconds")
     if cpu:
@@ -332,37 +524,78 @@ def _encode_result(result: JobResult) -> bytes:
     return buffer.getvalue()
 
 
+# Messages of allocators that failed under RLIMIT_AS (torch, onnxruntime, C++).
+_ALLOCATION_FAILURES = ("bad_alloc", "failed to allocate", "can't allocate memory", "out of memory")
+
+
+def _failure(exc: BaseException, limits: Mapping[str, Any]) -> tuple[str, str]:
+    """The code and message the worker gets for an exception of the job."""
+    if isinstance(exc, XauditError):
+        return exc.code, str(exc)
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError) or any(m in text for m in _ALLOCATION_FAILURES):
+        memory = limits.get("memory_bytes")
+        size = f" of {int(memory) // MiB} MiB" if memory else ""
+        return "RESOURCE_EXHAUSTED", f"the model ran out of its memory limit{size} (an allocation failed)"
+    logging.getLogger(__name__).error("sandboxed job failed: %s: %s", type(exc).__name__, str(exc)[:500])
+    return "INTERNAL", f"internal error while running the model ({type(exc).__name__})"
+
+
 def _child_main() -> None:
     # fd 1 becomes the private result channel; anything the model or a library prints goes to stderr.
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     _die_with_parent()
-    job = pickle.load(sys.stdin.buffer)  # from the worker (trusted), before any model code runs
-    import workers.audit
-    import workers.explain  # noqa: F401  (imported before the limits: imports need address space)
+    # What every job needs, imported before the confinement and the limits (imports need files and
+    # address space). A spare child, waiting for its job, goes on to import the rest of the compute
+    # core; one with a job waiting leaves that to the job (Landlock keeps the code readable).
+    import select
+
+    import onnxruntime  # noqa: F401
+
+    import workers.models.onnx_model
+    import workers.models.torchscript_model
+    from workers import metrics
+    from workers.confine import confine
     from workers.jobs import run_job
-    from workers.metrics import activate_from_environment
 
-    activate_from_environment()  # a metrics-serving worker's counters, in its multiprocess directory
-    _apply_limits(job["limits"])
+    if not select.select([sys.stdin], [], [], 0)[0]:
+        import torch.onnx  # noqa: F401
 
-    def send_progress(fraction: float, message: str) -> None:
-        _write_frame(channel, b"P", json.dumps({"fraction": fraction, "message": message}).encode())
+        import workers.audit
+        import workers.explain  # noqa: F401
 
     try:
+        job = pickle.load(sys.stdin.buffer)  # from the worker (trusted), before any model code runs
+    except EOFError:  # a spare child whose worker stopped: nothing to do
+        os._exit(0)
+
+    def send(kind: bytes, message: object) -> None:
+        _write_frame(channel, kind, json.dumps(message).encode())
+
+    recording = _RecordingMetrics()
+    metrics.activate(recording)  # type: ignore[arg-type]  # the worker replays what it records
+    try:
+        vm_size = _vm_size()
+        confinement = confine()
+        if job["need_filesystem"] and not confinement.filesystem:
+            raise FailedPrecondition(_NO_CONFINEMENT)
+        _apply_limits(job["limits"], vm_size)
+        send(b"S", confinement.describe())
+
+        def send_progress(fraction: float, message: str) -> None:
+            send(b"P", {"fraction": fraction, "message": message})
+
         result = run_job(
             JobSpec.from_json(job["spec"]), job["model"], job["format"], job["tensors"], send_progress
         )
+        send(b"M", recording.log)
         _write_frame(channel, b"R", _encode_result(result))
-    except XauditError as exc:
-        _write_frame(channel, b"E", json.dumps({"code": exc.code, "message": str(exc)}).encode())
-    except MemoryError:
-        message = "the model ran out of its memory limit"
-        _write_frame(channel, b"E", json.dumps({"code": "RESOURCE_EXHAUSTED", "message": message}).encode())
-    except Exception as exc:
-        logging.getLogger(__name__).exception("sandboxed job failed")
-        message = f"internal error while running the model ({type(exc).__name__})"
-        _write_frame(channel, b"E", json.dumps({"code": "INTERNAL", "message": message}).encode())
+    except BaseException as exc:
+        code, message = _failure(exc, job["limits"])
+        with contextlib.suppress(Exception):
+            send(b"M", recording.log)
+        send(b"E", {"code": code, "message": message})
     channel.close()
     os._exit(0)
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.params import parse_param_text
 from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+from xaudit.contract.subspecs import parse_players
 
 if TYPE_CHECKING:  # numpy is loaded when a file is read, not for --help
     import numpy as np
@@ -216,7 +218,7 @@ def read_model(path: Path, *, sniff: bool = True) -> bytes:
         _sniff_model(path, data)
     if data[:2] == b"PK":  # TorchScript
         return data
-    from workers.onnx_external import inline_external_data
+    from xaudit.contract.onnx_external import inline_external_data
 
     return inline_external_data(path, data)
 
@@ -261,7 +263,7 @@ def check_methods(text: str) -> None:
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
     """``--input`` values -> (job tensors, explained name): one unnamed FILE as ``inputs``; NAME=FILE
     pairs with the ``--explain`` one (or the only one) as ``inputs`` and the others as ``input:NAME``."""
-    from workers.inputs import input_key
+    from xaudit.contract.inputs import input_key
 
     named: dict[str, Path] = {}
     plain: list[str] = []
@@ -329,13 +331,6 @@ def read_names(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def parse_budget(text: str) -> tuple[int, float]:
     """``--budget``: model evaluations (``2e6``) or seconds (``600s``, ``10m``) -> (evaluations, seconds)."""
     text = text.strip().lower()
@@ -358,9 +353,10 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     check_methods(args.methods)
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players
+    player_spec = parse_players(players)  # the one parser of the players string
     group_names: tuple[str, ...] = ()
-    if players.startswith("groups:"):
-        path = Path(players.split(":", 1)[1])
+    if player_spec.kind == "groups":
+        path = Path(player_spec.source)
         try:
             raw = json.loads(path.read_text())
             import numpy as np
@@ -373,10 +369,10 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
                 f'group file {path} must be JSON {{"groups": [...], "names": [...]}}'
             ) from None
         group_names = tuple(str(n) for n in raw.get("names", []))
-    elif players.startswith("mask:"):
-        tensors["player_mask"] = read_npy(Path(players.split(":", 1)[1]), "player mask")
+    elif player_spec.kind == "mask":
+        tensors["player_mask"] = read_npy(Path(player_spec.source), "player mask")
     if getattr(args, "vocab", None) is not None:
-        if players.strip().lower().partition(":")[0] != "tokens":
+        if player_spec.kind != "tokens":
             raise InvalidInput("--vocab names token players: use it with --players tokens")
         from workers.tokens import token_names
 
@@ -397,12 +393,12 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         method, dot, name = key.partition(".")
         if not sep or not dot:
             raise InvalidInput(f"--param '{item}': expected METHOD.KEY=VALUE")
-        params.setdefault(method, {})[name] = _parse_value(value)
+        params.setdefault(method, {})[name] = parse_param_text(key, value)
     methods = resolve_method_names(args.methods)
     unknown = sorted(set(params) - set(methods))
     if unknown:
         raise InvalidInput(f"--param names methods that are not requested: {', '.join(unknown)}")
-    tolerances = dict(DEFAULT_TOLERANCES)
+    tolerances: dict[str, float] = {}
     for item in getattr(args, "tolerance", []):
         name, sep, value = item.partition("=")
         if not sep or name not in CRITERIA:
@@ -415,8 +411,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
     evaluations, seconds = parse_budget(getattr(args, "budget", ""))
     confidence = float(getattr(args, "confidence", 0.95))
-    if not 0.5 <= confidence < 1.0:
-        raise InvalidInput(f"--confidence {confidence}: must be a level between 0.5 and 1 (e.g. 0.95)")
+    # JobSpec checks every option (bounds included) as the service and the worker do.
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=players,

@@ -60,7 +60,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         service_missing(f"PostgreSQL not reachable: {exc}")
     home = tmp_path_factory.mktemp("recovery") / "home"
     service = start_serve(home, "--broker", broker.url, "--store", url, "--lease-seconds", "10")
-    worker = start_worker(broker.url, service.address, home, concurrency=2)
+    # Recovery of dispatch is measured here, not the model sandbox's start-up: each sandboxed job
+    # starts a fresh interpreter that imports torch (docs/security.md), which a burst of jobs on
+    # a loaded 2-core machine would add to the 30 s budget. The sandbox has its own tests.
+    saved = os.environ.get("XAUDIT_SANDBOX_FORMATS")
+    os.environ["XAUDIT_SANDBOX_FORMATS"] = "none"
+    try:
+        worker = start_worker(broker.url, service.address, home, concurrency=2)
+    finally:
+        if saved is None:
+            os.environ.pop("XAUDIT_SANDBOX_FORMATS", None)
+        else:
+            os.environ["XAUDIT_SANDBOX_FORMATS"] = saved
     built = Stack(service, broker, url, worker)
     try:
         yield built

@@ -25,6 +25,7 @@ from workers.audit.runner import MAX_HIDDEN_SHARE, AuditResult, run_audit
 from workers.audit.scores import AllocationScores
 from workers.audit.unaudited import Unaudited
 from workers.audit.verdict import VERDICTS, MethodLevers
+from workers.explain import job_params
 from workers.methods import get_method
 from workers.prepare import Prepared
 from xaudit.contract.spec import CRITERIA, tensor_digest
@@ -58,6 +59,9 @@ def audit(prep: Prepared, progress: Progress | None = None, batch: int = DATASET
     if samples <= batch or prep.model.per_sample:
         return run_audit(prep, progress)
     report_progress = progress or (lambda fraction, message: None)
+    # Parameters fixed per job (Deep Taylor's input bounds) from every sample, not per batch.
+    bound = {name: job_params(prep, name) for name in prep.spec.methods}
+    prep = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, method_params=bound))
     plan = audit_plan(prep)  # one set of audited sets for every batch, sized for the whole data set
     starts = list(range(0, samples, batch))
     reports: list[dict[str, Any]] = []

@@ -11,6 +11,7 @@ import torch
 
 from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from workers.models.torchscript_check import check_archive, check_module
 from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 
 __all__ = ["TorchScriptModel"]
@@ -24,12 +25,14 @@ class TorchScriptModel(ModelAdapter):
             raise InvalidModel(
                 "not a TorchScript archive (a TorchScript file is a zip written by torch.jit.save)"
             )
+        check_archive(data)  # no code that runs while loading
         try:
             self._module = torch.jit.load(io.BytesIO(data), map_location=device).eval()  # type: ignore[no-untyped-call]
         except Exception as exc:
             raise InvalidModel(
                 f"TorchScript model cannot be loaded: {str(exc).splitlines()[0][:200]}"
             ) from None
+        check_module(self._module)  # only allowed tensor operators, before the first call
         for p in self._module.parameters():
             p.requires_grad_(False)
         self.device = device
@@ -75,7 +78,7 @@ class TorchScriptModel(ModelAdapter):
     def _convert(self) -> tuple[torch.nn.Module | None, str | None]:
         """TorchScript -> ONNX (legacy exporter, which understands scripted modules) -> torch graph."""
         from workers.models.onnx_to_torch import onnx_to_torch
-        from workers.onnx_checks import parse_onnx
+        from xaudit.contract.onnx_checks import parse_onnx
 
         if self._example is None:
             return None, "has no example input to trace the export"

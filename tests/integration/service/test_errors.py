@@ -1,4 +1,4 @@
-"""Bad requests get the DESIGN.md status code and a clear one-line message; the server keeps serving.
+"""Bad requests get the status code of their error class (xaudit.contract.errors) and a clear one-line message; the server keeps serving.
 
 A real gRPC server on a loopback port, in process, with a recording sender instead of a broker
 (no job runs here: this is the boundary)."""

@@ -143,3 +143,20 @@ def test_deep_taylor_bounds_are_the_jobs_not_the_batchs() -> None:
     ctx = AttributionContext(prep.model, prep.players, prep.target, job_params(prep, "deep_taylor"), 0)
     alone = get_method("deep_taylor").attribute(ctx, prep.inputs[2:3], prep.baselines[2:3], prep.classes[2:3])
     np.testing.assert_allclose(alone[0], batch[2], rtol=1e-5, atol=1e-6)
+
+
+def test_deep_taylor_bounds_hold_across_the_batches_of_a_data_set() -> None:
+    from workers.audit.dataset import audit
+
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(5, 6, generator=gen)
+    x[4] *= 5  # only the last batch holds the widest sample
+    spec = JobSpec(players="features", device="cpu", methods=("deep_taylor",))
+    prep = prepare(spec, to_onnx(relu_mlp(2), x), None, {"inputs": x.numpy()})
+    whole, streamed = audit(prep), audit(prep, batch=2)
+    params = streamed.report["config"]["methods"][0]["params"]
+    assert params["low"] == pytest.approx(float(x.min())) and params["high"] == pytest.approx(float(x.max()))
+    assert whole.report["config"]["methods"][0]["params"] == params
+    np.testing.assert_allclose(
+        streamed.attributions["deep_taylor"], whole.attributions["deep_taylor"], rtol=1e-5, atol=1e-6
+    )

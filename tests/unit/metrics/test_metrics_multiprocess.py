@@ -58,6 +58,7 @@ SANDBOX_SCRIPT = textwrap.dedent(
     from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
 
     wm.use_multiprocess_dir(sys.argv[1])
+    wm.activate_from_environment()  # the worker's metrics; the sandbox reports, the worker records
     model = to_torchscript(relu_mlp(), torch.zeros(2, MLP_FEATURES))
     x = np.random.default_rng(0).standard_normal((2, MLP_FEATURES)).astype(np.float32)
     spec = JobSpec(kind="attribution", methods=("occlusion_1",), players="features", device="cpu")
@@ -71,7 +72,8 @@ SANDBOX_SCRIPT = textwrap.dedent(
 
 
 def test_sandboxed_torchscript_jobs_are_counted(tmp_path: Path) -> None:
-    # The TorchScript sandbox is a fresh interpreter: it records into the worker's multiprocess directory.
+    # The sandbox is a fresh, confined interpreter that can write no file: it sends its metric
+    # updates with its result and the worker records them in its multiprocess directory.
     root = Path(__file__).resolve().parents[3]
     done = subprocess.run(
         [sys.executable, "-c", SANDBOX_SCRIPT, str(tmp_path / "prom")],

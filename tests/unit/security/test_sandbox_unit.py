@@ -8,9 +8,9 @@ import signal
 import numpy as np
 import pytest
 
-from workers.errors import InvalidModel, ResourceExhausted
 from workers.jobs import JobResult
 from workers.sandbox import SandboxLimits, _child_env, _death_reason, _decode_result, _encode_result
+from xaudit.contract.errors import InvalidModel, ResourceExhausted
 
 
 def test_result_round_trip() -> None:
@@ -52,11 +52,15 @@ def test_death_reasons() -> None:
     assert "status 3" in str(_death_reason(3, limits))
 
 
-def test_credentials_do_not_reach_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XAUDIT_WORKER_TOKEN", "secret")
-    monkeypatch.setenv("XAUDIT_SANDBOX_CPU_SECONDS", "5")
+def test_only_thread_settings_reach_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("XAUDIT_WORKER_TOKEN", "XAUDIT_TOKEN", "AWS_SECRET_ACCESS_KEY", "PYTHONPATH", "XAUDIT_HOME"):
+        monkeypatch.setenv(name, "secret")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     env = _child_env()
-    assert "XAUDIT_WORKER_TOKEN" not in env and env["XAUDIT_SANDBOX_CPU_SECONDS"] == "5"
+    assert env == {"OMP_NUM_THREADS": "1", "PATH": env["PATH"]} | {
+        k: v for k, v in env.items() if k.startswith(("MKL_", "LC_", "LANG", "OPENBLAS_", "CUDA_", "TZ"))
+    }
+    assert "secret" not in env.values()
 
 
 def test_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,3 +68,22 @@ def test_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XAUDIT_SANDBOX_CPU_SECONDS", "0")  # 0: no limit
     monkeypatch.setenv("XAUDIT_SANDBOX_WALL_SECONDS", "30")
     assert SandboxLimits.from_env() == SandboxLimits(512 << 20, None, 30.0)
+
+
+def test_torchscript_is_refused_where_files_cannot_be_confined(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers import sandbox
+    from xaudit.contract.errors import FailedPrecondition
+    from xaudit.contract.spec import JobSpec
+
+    monkeypatch.setattr(sandbox, "landlock_abi", lambda: 0)  # a kernel without Landlock
+    started: list[object] = []
+    monkeypatch.setattr(sandbox, "_Child", lambda limits: started.append(limits))
+    spec = JobSpec(kind="attribution", players="features", methods=("gradient_x_input",), device="cpu")
+    x = {"inputs": np.zeros((1, 3), np.float32)}
+    with pytest.raises(FailedPrecondition, match="XAUDIT_SANDBOX_ALLOW_UNCONFINED=1"):
+        sandbox.run_sandboxed(spec, b"PK\x03\x04", "torchscript", x)
+    assert not started  # refused before any process starts
+    monkeypatch.setenv("XAUDIT_SANDBOX_ALLOW_UNCONFINED", "1")  # the operator's explicit consent
+    with pytest.raises(AttributeError):  # got as far as starting the child (replaced by the list here)
+        sandbox.run_sandboxed(spec, b"PK\x03\x04", "torchscript", x)
+    assert len(started) == 1

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -78,8 +79,9 @@ def test_non_ed25519_key_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_rotation_keeps_old_reports_verifiable(tmp_path: Path) -> None:
-    old = ReportSigner(tmp_path)
-    old_envelope = old.sign(REPORT, MODEL, "m", INPUTS)
+    signer = ReportSigner(tmp_path)
+    old = SimpleNamespace(key_id=signer.key_id)  # the live signer follows the key file: keep its id
+    old_envelope = signer.sign(REPORT, MODEL, "m", INPUTS)
     new = ReportSigner.rotate(tmp_path)
     assert new.key_id != old.key_id
     assert (tmp_path / TRUSTED_DIR_NAME / f"{old.key_id}.pem").is_file()
