@@ -68,10 +68,6 @@ def submit_request(
     stray = sorted(set(spec.method_params) - set(spec.methods))
     if stray:
         raise InvalidInput(f"parameters given for methods that are not requested: {', '.join(stray)}")
-    if abs(spec.confidence - 0.95) > 1e-12:  # no field for it in SubmitRequest: say so, drop nothing
-        raise InvalidInput(
-            "--confidence applies to local audits (xaudit audit); the service states its intervals at 95%"
-        )
     return audit_pb2.SubmitRequest(
         model_sha256=model_sha256,
         inputs=[
@@ -85,6 +81,7 @@ def submit_request(
         audit_order=spec.audit_order,
         budget_evaluations=spec.budget_evaluations,
         budget_seconds=spec.budget_seconds,
+        confidence=spec.confidence,
         tolerances={k: float(v) for k, v in spec.tolerances.items()},
         seed=spec.seed,
         device=spec.device,

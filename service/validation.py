@@ -180,6 +180,7 @@ def submission_from_request(
         budget_evaluations=int(request.budget_evaluations),
         budget_seconds=float(request.budget_seconds),
         tolerances=dict(request.tolerances),
+        confidence=float(request.confidence) or 0.95,
         seed=int(request.seed),
         device=request.device or "auto",
         group_names=tuple(request.group_names),

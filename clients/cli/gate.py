@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if stray:
         raise InvalidInput(f"gate: --param names methods the policy does not audit: {', '.join(stray)}")
     spec = dataclasses.replace(spec, methods=policy.audit, tolerances=policy.audit_tolerances())
+    if policy.confidence is not None:  # the intervals at the level the policy asks for
+        spec = dataclasses.replace(spec, confidence=policy.confidence)
     model = read_model(args.model, sniff=False)
     inputs_sha256 = tensor_digest(tensors["inputs"])
 
