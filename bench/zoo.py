@@ -74,7 +74,7 @@ def main() -> None:
         why = Counter(r.split(" (")[0][:70] for r in reasons.values())
         rows.append((name, exporter, export_s, seconds, verdicts, why))
         print(f"{name:20} {exporter:11} export {export_s:6.1f}s audit {seconds:6.1f}s "
-              f"judged {verdicts['reliable'] + verdicts['unreliable']:2} n/a {verdicts['not_applicable']:2}  "
+              f"judged {sum(verdicts.values()) - verdicts['not_applicable']:2} n/a {verdicts['not_applicable']:2}  "
               + "; ".join(f"{n}x {r}" for r, n in why.most_common()), flush=True)  # fmt: skip
     print("\noperator coverage (torch conversion) over the exported graphs:")
     for op in sorted(k for k in operators if not k.startswith("!")):

@@ -26,7 +26,7 @@ def add_server_option(parser: argparse.ArgumentParser) -> None:
 def client_from_args(args: argparse.Namespace) -> XauditClient:
     # $XAUDIT_TOKEN rather than a flag: tokens on command lines end up in shell history and `ps`.
     from clients.client import XauditClient  # grpc: loaded once a command needs a server, not for --help
-    from service.worker_channel import tls_credentials_from_env  # $XAUDIT_TLS_CA / _CERT / _KEY
+    from xaudit.contract.channel import tls_credentials_from_env  # $XAUDIT_TLS_CA / _CERT / _KEY
 
     return XauditClient(
         args.server, token=os.environ.get("XAUDIT_TOKEN") or None, credentials=tls_credentials_from_env()

@@ -105,8 +105,8 @@ def settings_line(
 ) -> str:
     """What the audit actually used, said once: players, the order judged and the background set,
     with what was cut from the request (the order to the player count, the background to its cap)."""
-    config = report.get("config") if isinstance(report.get("config"), dict) else {}
-    game = report.get("game") if isinstance(report.get("game"), dict) else {}
+    config = _section(report, "config")
+    game = _section(report, "game")
     players = game.get("players") or []
     parts = [f"players {config.get('players', '?')} ({len(players)})"]
     order = config.get("audit_order")
@@ -142,8 +142,8 @@ def report_summary(report: Mapping[str, Any]) -> dict[str, Any]:
                 },
             }
         )
-    config = report.get("config") if isinstance(report.get("config"), dict) else {}
-    model = report.get("model") if isinstance(report.get("model"), dict) else {}
+    config = _section(report, "config")
+    model = _section(report, "model")
     return {
         "schema": report.get("schema"),
         "model_sha256": model.get("sha256"),
@@ -154,3 +154,9 @@ def report_summary(report: Mapping[str, Any]) -> dict[str, Any]:
             for v in ("reliable", "unreliable", "inconclusive", "not_applicable")
         },
     }
+
+
+def _section(doc: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``doc[key]`` when it is an object, else an empty one (reports are read defensively)."""
+    value = doc.get(key)
+    return value if isinstance(value, dict) else {}

@@ -10,8 +10,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from workers.inputs import held_inputs, input_key
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.inputs import held_inputs, input_key
 from xaudit.contract.spec import ATTACHMENTS, JobSpec
 from xaudit.contract.tensors import encode_tensor
 from xaudit.v1 import audit_pb2
@@ -68,10 +68,6 @@ def submit_request(
     stray = sorted(set(spec.method_params) - set(spec.methods))
     if stray:
         raise InvalidInput(f"parameters given for methods that are not requested: {', '.join(stray)}")
-    if abs(spec.confidence - 0.95) > 1e-12:  # no field for it in SubmitRequest: say so, drop nothing
-        raise InvalidInput(
-            "--confidence applies to local audits (xaudit audit); the service states its intervals at 95%"
-        )
     return audit_pb2.SubmitRequest(
         model_sha256=model_sha256,
         inputs=[
@@ -85,6 +81,7 @@ def submit_request(
         audit_order=spec.audit_order,
         budget_evaluations=spec.budget_evaluations,
         budget_seconds=spec.budget_seconds,
+        confidence=spec.confidence,
         tolerances={k: float(v) for k, v in spec.tolerances.items()},
         seed=spec.seed,
         device=spec.device,

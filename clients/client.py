@@ -67,7 +67,7 @@ def _self_contained(path: Path) -> bytes:
     reads no paths, so one self-contained model is sent."""
     data = path.read_bytes()
     try:
-        from workers.onnx_external import inline_external_data
+        from xaudit.contract.onnx_external import inline_external_data
     except ImportError:  # a thin install without the onnx package: the service explains what to do
         return data
     return inline_external_data(path, data)

@@ -7,7 +7,7 @@ A policy is a YAML mapping with these keys, all optional, nothing else allowed::
     tolerances: {complete_allocation: 0.02}      # criterion -> tolerance, sent with the audit
     not_applicable: ignore                       # or "fail" (default: ignore)
     min_samples: 20                              # audited input samples at least (default: any)
-    confidence: 0.95                             # intervals at this level at least (default: any)
+    confidence: 0.95                             # intervals at this level (sent with the audit) at least
     allow_inconclusive: false                    # may a required method be inconclusive? (default: no)
 
 How a report is judged (:func:`evaluate`): a method in ``require_reliable`` fails unless its verdict is

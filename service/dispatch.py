@@ -54,7 +54,8 @@ def broker_epoch(broker_url: str) -> Epoch | None:
 
 def celery_sender(broker_url: str, server_address: str) -> tuple[Sender, Callable[[], None]]:
     """A sender over Celery (task args: job id, service address) and a function that closes it."""
-    from workers.celery_app import TASK_NAME, make_app
+    from xaudit.contract.broker import make_app
+    from xaudit.contract.names import TASK_NAME
 
     app = make_app(broker_url)
     # kombu's filesystem transport names message files by the millisecond and sorts them by name, so

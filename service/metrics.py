@@ -331,11 +331,11 @@ def start_service_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None
     and platform collectors) and serve them on ``http://addr:port/metrics``; None: do nothing."""
     if port is None:
         return None
-    from prometheus_client import REGISTRY
-
-    from workers.metrics import start_metrics_server
+    from prometheus_client import REGISTRY, start_http_server
 
     if _active is None:
         activate(ServiceMetrics(REGISTRY))
-    _, bound = start_metrics_server(port, REGISTRY, addr)
+    server, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
+    bound = int(server.server_port)
+    logger.info("metrics on http://%s:%d/metrics", addr, bound)
     return bound

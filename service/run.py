@@ -19,8 +19,8 @@ from types import FrameType
 
 from service.config import ServerConfig
 from service.server import create_server
-from workers.celery_app import die_with_parent
 from xaudit.contract.names import QUEUES
+from xaudit.contract.process import die_with_parent
 
 __all__ = ["LocalWorker", "ServeOptions", "serve"]
 

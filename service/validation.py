@@ -4,17 +4,15 @@ one-line message for anything malformed; RESOURCE_EXHAUSTED for caps)."""
 from __future__ import annotations
 
 import io
-import json
-import math
 import zipfile
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from service.text import shown
 from xaudit.contract.errors import InvalidInput, InvalidModel
-from xaudit.contract.spec import ATTACHMENTS, CRITERIA, DEFAULT_TOLERANCES, FOURTEEN_METHODS, JobSpec
+from xaudit.contract.params import parse_param_text
+from xaudit.contract.spec import ATTACHMENTS, FOURTEEN_METHODS, JobSpec
 from xaudit.contract.tensors import decode_tensor
 from xaudit.v1 import audit_pb2
 
@@ -31,7 +29,6 @@ __all__ = [
 
 FORMAT_NAMES = {audit_pb2.MODEL_FORMAT_ONNX: "onnx", audit_pb2.MODEL_FORMAT_TORCHSCRIPT: "torchscript"}
 _FORMAT_ENUMS = {name: value for value, name in FORMAT_NAMES.items()}
-MAX_AUDIT_ORDER = 16
 MAX_TENSOR_NAME = 64  # job_tensors.name (service.schema)
 
 
@@ -68,13 +65,13 @@ def _check_torchscript(data: bytes) -> None:
 
 def check_model(data: bytes, fmt: str | None) -> str:
     """Validate untrusted model bytes without running them; returns the format name."""
-    from workers.onnx_checks import detect_format
+    from xaudit.contract.onnx_checks import detect_format
 
     if not data:
         raise InvalidModel("the model is empty")
     name = fmt or detect_format(data)
     if name == "onnx":
-        from workers.onnx_checks import parse_onnx
+        from xaudit.contract.onnx_checks import parse_onnx
 
         parse_onnx(data)
     elif name == "torchscript":
@@ -82,31 +79,6 @@ def check_model(data: bytes, fmt: str | None) -> str:
     else:
         raise InvalidInput(f"unknown model format '{name}' (use onnx or torchscript)")
     return name
-
-
-MAX_BLUR_SIGMA = 1e4  # pixels: far past any image's size, far from float overflow
-
-
-def _baseline(text: str) -> str:
-    """Numbers inside a baseline spec, bounded before the job is recorded (the worker parses the
-    rest): a finite constant, a positive bounded blur sigma, a token id that fits an int64."""
-    kind, _, arg = text.partition(":")
-    kind = kind.lower()
-    try:
-        if kind == "blur" and arg:
-            sigma = float(arg)
-            if not (math.isfinite(sigma) and 0 < sigma <= MAX_BLUR_SIGMA):
-                raise InvalidInput(f"baseline '{shown(text)}': sigma must be in (0, {MAX_BLUR_SIGMA:g}]")
-        elif kind == "constant":
-            if not math.isfinite(float(arg)):
-                raise InvalidInput(f"baseline '{shown(text)}': the constant must be a finite number")
-        elif kind == "token":
-            _bounded_int(arg)
-    except InvalidInput as exc:
-        raise InvalidInput(f"baseline '{shown(text)}': {exc}") from None
-    except ValueError:
-        raise InvalidInput(f"baseline '{shown(text)}': '{shown(arg, 24)}' is not a number") from None
-    return text
 
 
 def page_size(requested: int, default: int, largest: int) -> int:
@@ -123,61 +95,6 @@ class Submission:
     idempotency_key: str  # empty: derive from the content
 
 
-MAX_BUDGET_EVALUATIONS = 10**15  # model rows; far above any audit a worker finishes
-MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
-MAX_PARAM_TEXT = 256  # one method parameter's JSON text
-MAX_PARAM_DEPTH = 2  # a list of numbers at most: parameters are scalars or short lists
-MAX_INT_DIGITS = 18  # fits an int64 column and every loop bound
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise InvalidInput(f"integer {shown(text, 24)} has more than {MAX_INT_DIGITS} digits")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise InvalidInput(f"number {shown(text, 24)} is not finite")
-    return value
-
-
-def _depth(text: str) -> int:
-    """Bracket nesting of JSON text, counted before parsing (a deep document never reaches json)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for c in text:
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (c == "\\", c != '"')
-        elif c == '"':
-            in_string = True
-        elif c in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in "]}":
-            depth -= 1
-    return deepest
-
-
-def _param_value(name: str, text: str) -> Any:
-    if len(text) > MAX_PARAM_TEXT:
-        raise InvalidInput(f"parameter {name}: {len(text)} characters; the limit is {MAX_PARAM_TEXT}")
-    if _depth(text) > MAX_PARAM_DEPTH:
-        raise InvalidInput(f"parameter {name}: nested deeper than {MAX_PARAM_DEPTH} levels")
-    try:
-        return json.loads(
-            text,
-            parse_int=_bounded_int,
-            parse_float=_finite_float,
-            parse_constant=lambda c: _finite_float(c),
-        )
-    except json.JSONDecodeError:
-        return text
-    except InvalidInput as exc:
-        raise InvalidInput(f"parameter {name}: {exc}") from None
-
-
 def _methods(request: audit_pb2.SubmitRequest) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
     from xaudit.contract.spec import resolve_method_names
 
@@ -190,32 +107,14 @@ def _methods(request: audit_pb2.SubmitRequest) -> tuple[tuple[str, ...], dict[st
             if m.name.strip() in ("all", "all+extras"):
                 raise InvalidInput(f"method '{m.name}': parameters belong to a single named method")
             params.setdefault(m.name.strip(), {}).update(
-                {k: _param_value(f"{m.name.strip()}.{k}", v) for k, v in m.params.items()}
+                {k: parse_param_text(f"{m.name.strip()}.{k}", v) for k, v in m.params.items()}
             )
     return names, params
 
 
-def _tolerances(request: audit_pb2.SubmitRequest) -> dict[str, float]:
-    tolerances = dict(DEFAULT_TOLERANCES)
-    for name, value in request.tolerances.items():
-        if name not in CRITERIA:
-            raise InvalidInput(f"unknown tolerance '{name}' (criteria: {', '.join(CRITERIA)})")
-        if not math.isfinite(value) or value < 0:
-            raise InvalidInput(f"tolerance {name}={value}: must be a finite number >= 0")
-        tolerances[name] = float(value)
-    return tolerances
-
-
-def _device(text: str) -> str:
-    device = (text or "auto").strip().lower()
-    if device not in ("auto", "cpu") and not device.startswith("cuda"):
-        raise InvalidInput(f"unknown device '{text}' (use auto, cpu or cuda)")
-    return device
-
-
 def _inputs(request: audit_pb2.SubmitRequest, *, max_elements: int, max_dims: int) -> dict[str, np.ndarray]:
     """``inputs`` (the explained input) and ``input:NAME`` for every other named input (workers.inputs)."""
-    from workers.inputs import input_key
+    from xaudit.contract.inputs import input_key
 
     explain = request.explain.strip()
     if not explain and len(request.inputs) != 1:
@@ -247,7 +146,7 @@ def _inputs(request: audit_pb2.SubmitRequest, *, max_elements: int, max_dims: in
 def check_input_names(submission: Submission, model_bytes: bytes) -> None:
     """Named inputs against the model's own input names (ONNX), so that a mismatch is answered at
     submission rather than by a failed job."""
-    from workers.inputs import check_names, held_inputs, onnx_input_names
+    from xaudit.contract.inputs import check_names, held_inputs, onnx_input_names
 
     names = onnx_input_names(model_bytes)
     if names is not None and submission.spec.explain:
@@ -257,8 +156,6 @@ def check_input_names(submission: Submission, model_bytes: bytes) -> None:
 def submission_from_request(
     request: audit_pb2.SubmitRequest, kind: str, *, max_elements: int, max_dims: int
 ) -> Submission:
-    from workers.targets import parse_target
-
     tensors = _inputs(request, max_elements=max_elements, max_dims=max_dims)
     for attachment in request.attachments:
         name = attachment.name
@@ -270,36 +167,28 @@ def submission_from_request(
         tensors[name] = decode_tensor(
             attachment, what=f"attachment '{name}'", max_elements=max_elements, max_dims=max_dims
         )
-    baseline = _baseline(request.baseline.strip() or "zeros")
-    if baseline.split(":", 1)[0].lower() == "tensor" and "baseline" not in tensors:
-        raise InvalidInput("baseline 'tensor' needs a 'baseline' attachment")
-    target = request.target.strip() or "predicted"
-    parse_target(target)
     methods, params = _methods(request)
-    order = request.audit_order or 3
-    if not 1 <= order <= MAX_AUDIT_ORDER:
-        raise InvalidInput(f"audit_order {order}: must be between 1 and {MAX_AUDIT_ORDER}")
-    if not 0 <= request.budget_evaluations <= MAX_BUDGET_EVALUATIONS:
-        raise InvalidInput(f"budget_evaluations must be between 0 and {MAX_BUDGET_EVALUATIONS}")
-    if not (math.isfinite(request.budget_seconds) and 0 <= request.budget_seconds <= MAX_BUDGET_SECONDS):
-        raise InvalidInput(f"budget_seconds must be between 0 and {MAX_BUDGET_SECONDS:g}")
+    # Every option is checked by the contract's JobSpec, as the CLI and the worker check it.
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=request.players.strip() or "auto",
-        baseline=baseline,
-        target=target,
+        baseline=request.baseline.strip() or "zeros",
+        target=request.target.strip() or "predicted",
         methods=methods,
         method_params=params,
-        audit_order=order,
+        audit_order=request.audit_order or 3,
         budget_evaluations=int(request.budget_evaluations),
         budget_seconds=float(request.budget_seconds),
-        tolerances=_tolerances(request),
+        tolerances=dict(request.tolerances),
+        confidence=float(request.confidence) or 0.95,
         seed=int(request.seed),
-        device=_device(request.device),
+        device=request.device or "auto",
         group_names=tuple(request.group_names),
         explain=request.explain.strip(),
         embedding_tensor=request.embedding_tensor.strip(),
     )
+    if spec.baseline_spec.kind == "tensor" and "baseline" not in tensors:
+        raise InvalidInput("baseline 'tensor' needs a 'baseline' attachment")
     key = request.idempotency_key.strip()
     if len(key) > 128:
         raise InvalidInput("idempotency_key is longer than 128 characters")

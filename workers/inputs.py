@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.inputs import INPUT_PREFIX, check_names, held_inputs, input_key, onnx_input_names
 
 if TYPE_CHECKING:  # the client library imports this module: no torch or onnxruntime at import
     from workers.models.base import ModelAdapter
@@ -32,18 +33,7 @@ __all__ = [
     "predict_samples",
 ]
 
-INPUT_PREFIX = "input:"
 _MAX_ELEMENTS = 64 * 1024 * 1024
-
-
-def input_key(name: str) -> str:
-    """The tensor name under which a held-fixed input ``name`` travels."""
-    return INPUT_PREFIX + name
-
-
-def held_inputs(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The ``input:NAME`` tensors, by NAME."""
-    return {k[len(INPUT_PREFIX) :]: v for k, v in tensors.items() if k.startswith(INPUT_PREFIX)}
 
 
 def needs_named_model(
@@ -151,41 +141,6 @@ def _given(
         )
     check_names(names, explain, tuple(held))
     return explain, {explain: tensors["inputs"], **held}
-
-
-def check_names(model_inputs: tuple[str, ...], explain: str, held: tuple[str, ...]) -> None:
-    """Every given name is a model input, every model input is given, the explained one once."""
-    if explain in held:
-        raise InvalidInput(f"input '{explain}' is given twice")
-    given = (explain, *held)
-    unknown = [n for n in given if n not in model_inputs]
-    if unknown:
-        raise InvalidInput(
-            f"the model has no input named {', '.join(repr(n) for n in unknown)} "
-            f"(its inputs: {', '.join(model_inputs)})"
-        )
-    missing = [n for n in model_inputs if n not in given]
-    if missing:
-        raise InvalidInput(
-            f"missing required input {', '.join(repr(n) for n in missing)} "
-            f"(the model's inputs: {', '.join(model_inputs)})"
-        )
-
-
-def onnx_input_names(data: bytes) -> tuple[str, ...] | None:
-    """The graph inputs of ONNX bytes (initializers excluded); None for other formats."""
-    from workers.models import detect_format
-
-    if detect_format(data) != "onnx":
-        return None
-    import onnx
-
-    try:
-        proto = onnx.load_model_from_string(data)
-    except Exception:
-        return None  # loading says what is wrong with it
-    initializers = {i.name for i in proto.graph.initializer}
-    return tuple(i.name for i in proto.graph.input if i.name not in initializers)
 
 
 def load_named(

@@ -200,6 +200,6 @@ def _torchscript(data: bytes, path: str) -> ModelCheck:
 
 def inspect_model(data: bytes, path: str = "MODEL") -> ModelCheck:
     """Everything ``xaudit inspect`` prints, for untrusted model bytes (run it where loading is safe)."""
-    from workers.onnx_checks import detect_format
+    from xaudit.contract.onnx_checks import detect_format
 
     return _torchscript(data, path) if detect_format(data) == "torchscript" else _onnx(data, path)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.subspecs import parse_players as parse_player_spec
 
 __all__ = [
     "MAX_PLAYERS",
@@ -94,10 +95,8 @@ def full_mask(n: int) -> np.ndarray:
 
 
 def _grid(spec: str, shape: tuple[int, ...]) -> Players:
-    try:
-        rows, cols = (int(v) for v in spec.split(":", 1)[1].lower().split("x"))
-    except ValueError:
-        raise InvalidInput(f"player spec '{spec}': expected grid:RxC, e.g. grid:2x4") from None
+    parsed = parse_player_spec(spec)
+    rows, cols = parsed.rows, parsed.cols
     if len(shape) < 2:
         raise InvalidInput(f"player spec '{spec}' needs an input with two spatial axes; got shape {shape}")
     height, width = shape[-2], shape[-1]
@@ -142,13 +141,13 @@ def parse_players(
 
     File contents arrive already loaded (``player_mask``, ``player_groups``), never as paths.
     """
-    kind = spec.split(":", 1)[0].strip().lower()
+    kind = parse_player_spec(spec).kind  # syntax and bounds: the contract's one parser
     size = int(np.prod(sample_shape))
     if kind == "auto":
         if len(sample_shape) >= 2 and sample_shape[-1] >= 3 and sample_shape[-2] >= 3:
             players = _grid("grid:3x3", sample_shape)
         elif size <= 16:
-            players = _from_flat("features", np.arange(size), sample_shape, [f"x{i}" for i in range(size)])
+            players = _from_flat("features", np.arange(size), sample_shape, _feature_names(group_names, size))
         else:
             raise InvalidInput(
                 f"no default players for an input of shape {sample_shape} with {size} elements; "
@@ -164,7 +163,7 @@ def parse_players(
         else:
             players = token_players(spec, sample_shape, group_names)
     elif kind == "features":
-        players = _from_flat(spec, np.arange(size), sample_shape, [f"x{i}" for i in range(size)])
+        players = _from_flat(spec, np.arange(size), sample_shape, _feature_names(group_names, size))
     elif kind == "groups":
         if player_groups is None:
             raise InvalidInput(f"player spec '{spec}' needs its group file")
@@ -184,7 +183,7 @@ def parse_players(
                 f"player spec '{spec}' does not partition the input: mask shape {tuple(mask.shape)} "
                 f"differs from the input's {tuple(sample_shape)}"
             )
-        players = _from_labels(spec, mask, None)
+        players = _from_labels(spec, mask, list(group_names) or None)
     else:
         raise InvalidInput(
             f"unknown player spec '{spec}' (use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy, "
@@ -195,6 +194,15 @@ def parse_players(
     if players.n < 1:
         raise InvalidInput(f"player spec '{spec}' gives no players")
     return players
+
+
+def _feature_names(names: Sequence[str], size: int) -> list[str]:
+    """Given names (``--names``) for one player per feature, or x0, x1, ..."""
+    if not names:
+        return [f"x{i}" for i in range(size)]
+    if len(names) != size:
+        raise InvalidInput(f"{len(names)} player names for {size} features: give one name per feature")
+    return [str(n) for n in names]
 
 
 def _from_flat(spec: str, groups: np.ndarray, shape: tuple[int, ...], names: Sequence[str] | None) -> Players:

@@ -6,35 +6,27 @@ import numpy as np
 from scipy.ndimage import gaussian_filter
 
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.subspecs import parse_baseline
 
 __all__ = ["check_background", "make_baselines"]
 
 
 def make_baselines(spec: str, inputs: np.ndarray, tensor: np.ndarray | None = None) -> np.ndarray:
     """Per-sample references (B, *sample_shape) float32 for ``zeros``, ``mean``, ``blur[:SIGMA]``,
-    ``constant:V``, ``token:ID`` or ``tensor`` (the attached ``baseline`` array, one sample or one per input)."""
-    kind, _, arg = spec.partition(":")
-    kind = kind.strip().lower()
+    ``constant:V``, ``token:ID`` or ``tensor`` (the attached ``baseline`` array, one sample or one per input).
+    The string's syntax and bounds are the contract's (xaudit.contract.subspecs.parse_baseline)."""
+    parsed = parse_baseline(spec)
+    kind = parsed.kind
     sample_shape = inputs.shape[1:]
     if kind == "zeros":
         out = np.zeros_like(inputs)
     elif kind == "constant":
-        try:
-            value = float(arg)
-        except ValueError:
-            raise InvalidInput(f"baseline '{spec}': expected constant:V with a number V") from None
-        if not np.isfinite(value):
-            raise InvalidInput(f"baseline '{spec}' is not finite")
-        out = np.full_like(inputs, value)
+        out = np.full_like(inputs, parsed.value)
     elif kind == "token":
         # Token ids: "absent" is a reference id (pad, mask, unk) in every position.
-        try:
-            token = int(arg)
-        except ValueError:
-            raise InvalidInput(f"baseline '{spec}': expected token:ID with an integer ID") from None
-        if token < 0:
-            raise InvalidInput(f"baseline '{spec}': token ids are >= 0")
-        out = np.full_like(inputs, token)
+        if inputs.dtype.kind in "iu" and parsed.token > np.iinfo(inputs.dtype).max:
+            raise InvalidInput(f"baseline '{spec}': token id {parsed.token} does not fit the input's {inputs.dtype}")
+        out = np.full_like(inputs, parsed.token)
     elif kind == "mean":
         if inputs.ndim >= 3:
             # Per sample and channel (axis 1), over the remaining axes.
@@ -45,16 +37,10 @@ def make_baselines(spec: str, inputs: np.ndarray, tensor: np.ndarray | None = No
             out = np.broadcast_to(inputs.mean(axis=0, keepdims=True), inputs.shape).copy()
     elif kind == "blur":
         spatial = min(2, len(sample_shape))
-        default_sigma = max(1.0, min(sample_shape[-spatial:]) / 8)
-        try:
-            sigma = float(arg) if arg else default_sigma
-        except ValueError:
-            raise InvalidInput(f"baseline '{spec}': expected blur or blur:SIGMA") from None
-        if sigma <= 0:
-            raise InvalidInput(f"baseline '{spec}': sigma must be positive")
+        sigma = parsed.sigma if parsed.sigma is not None else max(1.0, min(sample_shape[-spatial:]) / 8)
         sigmas = (0.0,) * (inputs.ndim - spatial) + (sigma,) * spatial
         out = gaussian_filter(inputs.astype(np.float64), sigma=sigmas, mode="nearest")
-    elif kind in ("tensor", "file"):
+    elif kind == "tensor":
         if tensor is None:
             raise InvalidInput(f"baseline '{spec}' needs its baseline tensor")
         arr = np.asarray(tensor, dtype=np.float32)

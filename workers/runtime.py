@@ -184,7 +184,7 @@ def execute(job_id: str, config: RuntimeConfig) -> str:
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
     wid = worker_id()
-    from service.worker_channel import open_worker_channel  # its token and TLS, from the environment
+    from xaudit.contract.channel import open_worker_channel  # its token and TLS, from the environment
 
     with open_worker_channel(config.server, options) as channel:
         stub = worker_pb2_grpc.WorkerServiceStub(channel)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.subspecs import parse_target as parse_target_spec
 
 if TYPE_CHECKING:  # torch loads lazily: the service parses targets without it
     import torch
@@ -72,50 +73,8 @@ class Target:
         return TargetModule(module, self)
 
 
-def _parse_output(spec: str) -> Target:
-    """``output:NAME`` (its first element, e.g. a scalar probability) or ``output:NAME[INDEX]``
-    (element INDEX of the flattened output), read as is."""
-    body = spec.strip()[len("output:") :].strip()
-    index = 0
-    if body.endswith("]") and "[" in body:
-        body, _, raw = body[:-1].partition("[")
-        try:
-            index = int(raw)
-        except ValueError:
-            raise InvalidInput(
-                f"target '{spec}': expected output:NAME[INDEX] with an integer INDEX"
-            ) from None
-        if index < 0:
-            raise InvalidInput(f"target '{spec}': INDEX must be >= 0")
-    if not body:
-        raise InvalidInput(f"target '{spec}': expected output:NAME or output:NAME[INDEX]")
-    return Target("logit", index, spec, body)
-
-
 def parse_target(spec: str) -> Target:
     """``predicted`` (default: logit of the predicted class), ``class:K``, ``logit[:K]``, ``prob[:K]``,
-    ``logodds[:K]``, ``output:NAME[INDEX]``."""
-    if spec.strip().lower().startswith("output:"):
-        return _parse_output(spec)
-    kind, _, arg = spec.strip().lower().partition(":")
-    if kind in ("", "predicted"):
-        if arg:
-            raise InvalidInput(f"target '{spec}': 'predicted' takes no class")
-        return Target("logit", None, spec or "predicted")
-    if kind == "class":
-        kind = "logit"
-        if not arg:
-            raise InvalidInput(f"target '{spec}': expected class:K")
-    if kind not in ("logit", "prob", "logodds"):
-        raise InvalidInput(
-            f"unknown target '{spec}' (use predicted, class:K, logit[:K], prob[:K], logodds[:K], output:NAME[INDEX])"
-        )
-    fixed: int | None = None
-    if arg:
-        try:
-            fixed = int(arg)
-        except ValueError:
-            raise InvalidInput(f"target '{spec}': class index must be an integer") from None
-        if fixed < 0:
-            raise InvalidInput(f"target '{spec}': class index must be >= 0")
-    return Target(kind, fixed, spec)  # type: ignore[arg-type]
+    ``logodds[:K]``, ``output:NAME[INDEX]``: the contract's parse (xaudit.contract.subspecs), as a Target."""
+    parsed = parse_target_spec(spec)
+    return Target(parsed.kind, parsed.fixed_class, parsed.text, parsed.output)

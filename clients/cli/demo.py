@@ -62,8 +62,8 @@ def _audit(client: XauditClient, args: argparse.Namespace) -> int:
     import numpy as np
 
     from clients._report import report_document, settings_line
-    from clients._results import follow
     from clients.cli._output import print_outcome
+    from clients.cli._results import follow
 
     model_path = _asset("digits_cnn.onnx")
     inputs = np.load(_asset("digits_inputs.npy"))

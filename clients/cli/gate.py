@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if stray:
         raise InvalidInput(f"gate: --param names methods the policy does not audit: {', '.join(stray)}")
     spec = dataclasses.replace(spec, methods=policy.audit, tolerances=policy.audit_tolerances())
+    if policy.confidence is not None:  # the intervals at the level the policy asks for
+        spec = dataclasses.replace(spec, confidence=policy.confidence)
     model = read_model(args.model, sniff=False)
     inputs_sha256 = tensor_digest(tensors["inputs"])
 
@@ -148,7 +150,7 @@ def _audit_on_server(
     """Upload, submit (an identical earlier audit is reused by the server's idempotency key), follow
     the job, and fetch the envelope and, unless pinned, the keys."""
     from clients._connect import client_from_args
-    from clients._results import follow
+    from clients.cli._results import follow
     from clients.cli.keys import fetch_keys as _fetch_keys
 
     with client_from_args(args) as client:

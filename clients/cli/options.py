@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.params import parse_param_text
 from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
+from xaudit.contract.subspecs import parse_players
 
 if TYPE_CHECKING:  # numpy is loaded when a file is read, not for --help
     import numpy as np
@@ -93,6 +95,12 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         type=Path,
         help="with --players tokens: the vocabulary (one token per line, line i is id i, or a JSON list), "
         "so that the report names players by their words",
+    )
+    parser.add_argument(
+        "--names",
+        metavar="NAME,NAME,...|@FILE",
+        help="the players' names in the report and the HTML page (features: one per feature; mask: one per "
+        "label), comma-separated or @FILE with one per line",
     )
     parser.add_argument(
         "--embedding-tensor",
@@ -210,7 +218,7 @@ def read_model(path: Path, *, sniff: bool = True) -> bytes:
         _sniff_model(path, data)
     if data[:2] == b"PK":  # TorchScript
         return data
-    from workers.onnx_external import inline_external_data
+    from xaudit.contract.onnx_external import inline_external_data
 
     return inline_external_data(path, data)
 
@@ -255,7 +263,7 @@ def check_methods(text: str) -> None:
 def read_inputs(items: list[str], explain: str) -> tuple[dict[str, np.ndarray], str]:
     """``--input`` values -> (job tensors, explained name): one unnamed FILE as ``inputs``; NAME=FILE
     pairs with the ``--explain`` one (or the only one) as ``inputs`` and the others as ``input:NAME``."""
-    from workers.inputs import input_key
+    from xaudit.contract.inputs import input_key
 
     named: dict[str, Path] = {}
     plain: list[str] = []
@@ -303,11 +311,24 @@ def read_vocab(path: Path) -> list[str]:
     return text.splitlines()
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+def read_names(text: str) -> tuple[str, ...]:
+    """``--names a,b,c`` or ``--names @FILE`` (one name per line)."""
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            raise InvalidInput(f"names file not found: {path}") from None
+        except (OSError, UnicodeDecodeError):
+            raise InvalidInput(f"names file {path} is not readable UTF-8 text") from None
+        names = [line.strip() for line in lines if line.strip()]
+    else:
+        names = [n.strip() for n in text.split(",")]
+    if not names or any(not n for n in names):
+        raise InvalidInput(f"--names '{text}': empty names")
+    if len(set(names)) != len(names):
+        raise InvalidInput(f"--names '{text}': names must differ")
+    return tuple(names)
 
 
 def parse_budget(text: str) -> tuple[int, float]:
@@ -332,9 +353,10 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
     check_methods(args.methods)
     tensors, explain = read_inputs(args.input, args.explain)
     players = args.players
+    player_spec = parse_players(players)  # the one parser of the players string
     group_names: tuple[str, ...] = ()
-    if players.startswith("groups:"):
-        path = Path(players.split(":", 1)[1])
+    if player_spec.kind == "groups":
+        path = Path(player_spec.source)
         try:
             raw = json.loads(path.read_text())
             import numpy as np
@@ -347,14 +369,18 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
                 f'group file {path} must be JSON {{"groups": [...], "names": [...]}}'
             ) from None
         group_names = tuple(str(n) for n in raw.get("names", []))
-    elif players.startswith("mask:"):
-        tensors["player_mask"] = read_npy(Path(players.split(":", 1)[1]), "player mask")
+    elif player_spec.kind == "mask":
+        tensors["player_mask"] = read_npy(Path(player_spec.source), "player mask")
     if getattr(args, "vocab", None) is not None:
-        if players.strip().lower().partition(":")[0] != "tokens":
+        if player_spec.kind != "tokens":
             raise InvalidInput("--vocab names token players: use it with --players tokens")
         from workers.tokens import token_names
 
         group_names = token_names(tensors["inputs"], read_vocab(args.vocab))
+    if getattr(args, "names", None):
+        if group_names:
+            raise InvalidInput("--names: the players are already named (by the group file or --vocab); give one")
+        group_names = read_names(args.names)
     baseline = args.baseline
     if baseline.endswith(".npy"):
         tensors["baseline"] = read_npy(Path(baseline), "baseline")
@@ -367,12 +393,12 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         method, dot, name = key.partition(".")
         if not sep or not dot:
             raise InvalidInput(f"--param '{item}': expected METHOD.KEY=VALUE")
-        params.setdefault(method, {})[name] = _parse_value(value)
+        params.setdefault(method, {})[name] = parse_param_text(key, value)
     methods = resolve_method_names(args.methods)
     unknown = sorted(set(params) - set(methods))
     if unknown:
         raise InvalidInput(f"--param names methods that are not requested: {', '.join(unknown)}")
-    tolerances = dict(DEFAULT_TOLERANCES)
+    tolerances: dict[str, float] = {}
     for item in getattr(args, "tolerance", []):
         name, sep, value = item.partition("=")
         if not sep or name not in CRITERIA:
@@ -385,8 +411,7 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
     evaluations, seconds = parse_budget(getattr(args, "budget", ""))
     confidence = float(getattr(args, "confidence", 0.95))
-    if not 0.5 <= confidence < 1.0:
-        raise InvalidInput(f"--confidence {confidence}: must be a level between 0.5 and 1 (e.g. 0.95)")
+    # JobSpec checks every option (bounds included) as the service and the worker do.
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]
         players=players,

@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
     from clients._connect import client_from_args
     from clients._report import report_document, settings_line
-    from clients._results import follow, write_result
     from clients.cli._output import print_outcome
+    from clients.cli._results import follow, write_result
     from clients.cli.options import check_writable, job_from_args
     from xaudit.contract.errors import InvalidInput
 

@@ -20,10 +20,11 @@ import pytest
 
 from clients.cli.main import main
 from tests.zoo.builders import CUSTOM, IMAGE_ARCHS, ZooModel, export_image_model, image_model
+from workers.audit import verdict
 
 pytestmark = pytest.mark.slow
 
-VERDICTS = {"reliable", "unreliable", "not_applicable"}
+VERDICTS = set(verdict.VERDICTS)  # judged (reliable, unreliable, inconclusive) or not_applicable
 FULL = os.environ.get("XAUDIT_ZOO") == "full"
 ARCHS = sorted(IMAGE_ARCHS)
 AUDITED = [

@@ -21,6 +21,7 @@ from workers.audit.noise import DEFAULT_Z, estimate_floor
 from workers.audit.plan import Plan, audit_plan
 from workers.audit.pooling import compact
 from workers.audit.report import canonical_bytes, environment, timestamp
+from workers.audit.schema import validate_report
 from workers.audit.scores import AllocationScores, moebius_shares, score_allocation
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, design
 from workers.audit.subinputs import SubInputAttributions, attribute_sub_inputs, sub_inputs_from_game
@@ -34,6 +35,7 @@ from workers.methods import Method, derived_seed, get_method
 from workers.methods._isolation import judged_alone
 from workers.methods.references import choose_references
 from workers.metrics import record_verdict
+from workers.players import subset_bits
 from workers.prepare import Prepared
 from workers.subgames import SubInputGame
 from xaudit.contract.errors import NotApplicable
@@ -313,7 +315,7 @@ def _game_section(
     mean_effect = game.interactions.mean(axis=0)
     mean_abs = np.abs(game.interactions).mean(axis=0)
     ranked = [k for k in np.argsort(-mean_abs, kind="stable") if sizes[k] > 0][:10]
-    members = [np.flatnonzero((int(game.subsets[k]) >> np.arange(players.n)) & 1) for k in ranked]
+    members = [np.flatnonzero(row) for row in subset_bits(game.subsets[ranked], players.n)]
     return GameSection(
         players=[
             {"index": i, "name": name, "size": int(size)}
@@ -493,6 +495,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
     )
     report_progress(1.0, "audit done")
     report = document.to_json()
+    # A report that fails its own schema is a bug: it is never written, signed or returned.
+    validate_report(report)
     return AuditResult(
         report, canonical_bytes(report), maps.attributions, maps.not_applicable, document, kept
     )

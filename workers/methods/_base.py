@@ -85,15 +85,12 @@ class Method(ABC):
         return self.params_from(ctx.params)
 
     def params_from(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """Defaults overridden by ``given``; unknown names are refused."""
-        from xaudit.contract.errors import InvalidInput
+        """Defaults overridden by ``given``, checked against the method's declared parameters and
+        bounds (xaudit.contract.params: the job spec checked them already; this keeps direct calls honest)."""
+        from xaudit.contract.params import check_method_params
 
-        unknown = sorted(set(given) - set(self.defaults))
-        if unknown:
-            known = ", ".join(sorted(self.defaults)) or "none"
-            raise InvalidInput(f"{self.name} has no parameter {', '.join(unknown)} (parameters: {known})")
         merged = dict(self.defaults)
-        merged.update(given)
+        merged.update(check_method_params(self.name, given))
         return merged
 
 

@@ -56,6 +56,18 @@ class RevealCancelGraph:
     def _evaluate(self, x: torch.Tensor) -> dict[fx.Node, Any]:
         return evaluate(self.plan, x, self._full)
 
+    def _evaluate_reference(self, x0: torch.Tensor) -> dict[fx.Node, Any]:
+        """The forward pass at the references, once per distinct reference row (the audit's
+        sub-inputs of one sample share one), expanded back to every row."""
+        distinct, rows = torch.unique(x0.reshape(len(x0), -1), dim=0, return_inverse=True)
+        if len(distinct) == len(x0):
+            return self._evaluate(x0)
+        env = self._evaluate(distinct.reshape(len(distinct), *x0.shape[1:]))
+        for step in self.plan.steps:
+            if step.kind != "static" and isinstance(env.get(step.node), torch.Tensor):
+                env[step.node] = env[step.node][rows]
+        return env
+
     def elements_per_row(self, sample_shape: tuple[int, ...], device: torch.device) -> int:
         """Float elements one row's forward pass holds (all node values at one point)."""
         env = self._evaluate(torch.zeros((1, *sample_shape), dtype=torch.float64, device=device))
@@ -72,7 +84,7 @@ class RevealCancelGraph:
     def multipliers(self, x: torch.Tensor, x0: torch.Tensor, seed: SeedFn) -> torch.Tensor:
         """Input multipliers m (attributions are (x - x0) * m) for inputs ``x`` and references ``x0``
         (float64). ``seed(out, out0)`` gives the multipliers of the outputs, both shaped (k, -1)."""
-        env, env0 = self._evaluate(x), self._evaluate(x0)
+        env, env0 = self._evaluate(x), self._evaluate_reference(x0)
         output = self.plan.output
         out = env[output]
         start = seed(out.reshape(len(x), -1), env0[output].reshape(len(x), -1))

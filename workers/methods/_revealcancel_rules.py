@@ -91,7 +91,7 @@ def _conv_transpose(module: nn.Module, weight: torch.Tensor) -> Transpose | None
     """W^T g of a zero-padded convolution by its input-gradient kernel (no forward pass, no graph)."""
     if module.padding_mode != "zeros" or isinstance(module.padding, str):
         return None
-    grad_input = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}
+    grad_input = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}  # type: ignore[attr-defined]
     fn = grad_input[weight.ndim - 2]
 
     def transpose(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

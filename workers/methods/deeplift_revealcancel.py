@@ -15,6 +15,7 @@ import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.targets import Target
+from xaudit.contract.params import parameter_defaults
 
 if TYPE_CHECKING:  # the catalogue loads no torch
     import torch
@@ -57,7 +58,7 @@ def target_seed(
 class DeepLiftRevealCancel(Method):
     name = "deeplift_revealcancel"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="single", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("deeplift_revealcancel")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = (
         "splits effects within same-sign groups and halves them across positive/negative groups"
     )

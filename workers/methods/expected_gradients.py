@@ -16,6 +16,7 @@ import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods.integrated_gradients import min_steps, path_integral
+from xaudit.contract.params import parameter_defaults
 
 __all__ = ["ExpectedGradients"]
 
@@ -23,7 +24,7 @@ __all__ = ["ExpectedGradients"]
 class ExpectedGradients(Method):
     name = "expected_gradients"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="distribution", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = {"steps": 32, "quadrature": "gausslegendre"}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("expected_gradients")  # declared in xaudit.contract.params
     resolution: ClassVar[str | None] = "steps"
     paper_context: ClassVar[str] = "Integrated Gradients averaged over baselines drawn from data"
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
 from xaudit.contract.errors import InvalidInput, NotApplicable
+from xaudit.contract.params import parameter_defaults
 
 __all__ = ["GradCam", "conv_layers"]
 
@@ -46,7 +47,7 @@ class GradCam(Method):
 
     name = "grad_cam"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="none", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = {"layer": None, "relu": True}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("grad_cam")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "first-order Taylor term at feature-map level; drops interactions"
 
     def attribute(

@@ -15,6 +15,7 @@ import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.params import parameter_defaults
 
 __all__ = ["IntegratedGradients", "min_steps", "path_integral"]
 
@@ -25,7 +26,7 @@ _POINTS_PER_CHUNK = 8192
 class IntegratedGradients(Method):
     name = "integrated_gradients"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="single", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = {"steps": 64, "quadrature": "gausslegendre"}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("integrated_gradients")  # declared in xaudit.contract.params
     resolution: ClassVar[str | None] = "steps"
     paper_context: ClassVar[str] = (
         "splits each Taylor term by the degree of x_i in it; expected to pass all three"

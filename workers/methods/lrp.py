@@ -18,6 +18,7 @@ import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.params import parameter_defaults
 
 if TYPE_CHECKING:  # the catalogue loads neither torch nor zennit
     import torch
@@ -38,7 +39,7 @@ class LrpEpsilon(Method):
 
     name = "lrp_epsilon"
     capabilities = _CAPABILITIES
-    defaults: ClassVar[dict[str, Any]] = {"epsilon": 1e-6}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("lrp_epsilon")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "first-order Taylor term only, like Gradient x Input; drops interactions"
 
     def attribute(
@@ -64,7 +65,7 @@ class LrpAlphaBeta(Method):
 
     name = "lrp_alpha_beta"
     capabilities = _CAPABILITIES
-    defaults: ClassVar[dict[str, Any]] = {"alpha": 2.0, "beta": 1.0}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("lrp_alpha_beta")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = (
         "hands effects of negatively contributing sets to positively contributing units outside them"
     )
@@ -101,7 +102,7 @@ class DeepTaylor(Method):
 
     name = "deep_taylor"
     capabilities = _CAPABILITIES
-    defaults: ClassVar[dict[str, Any]] = {"low": None, "high": None}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("deep_taylor")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = (
         "hands effects of negatively contributing sets to positively contributing units outside them"
     )

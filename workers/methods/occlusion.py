@@ -17,6 +17,7 @@ from workers.methods._perturbation import removal_deltas
 from workers.players import Players
 from workers.subgames import SubInputGame, restricted_removals
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.params import parameter_defaults
 
 __all__ = ["Occlusion1", "OcclusionPatch", "patch_windows"]
 
@@ -72,7 +73,7 @@ class OcclusionPatch(Method):
 
     name = "occlusion_patch"
     capabilities = Capabilities(gradients=False, hooks=False, baseline="single", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = {"window": "2x2", "stride": "1x1"}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("occlusion_patch")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "gives the whole effect to every unit of every patch that S touches"
 
     def attribute(

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
+from xaudit.contract.params import parameter_defaults
 
 __all__ = ["Saliency", "SmoothGrad"]
 
@@ -29,7 +30,7 @@ class SmoothGrad(Method):
 
     name = "smoothgrad"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="single", stochastic=True)
-    defaults: ClassVar[dict[str, Any]] = {"samples": 32, "noise": 0.15}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("smoothgrad")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "not among the fourteen"
 
     def attribute(

@@ -15,6 +15,7 @@ from workers.shapley_estimate import estimate_shapley
 from workers.subgames import SubInputGame, restricted_shapley
 from workers.targets import Target
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.params import parameter_defaults
 
 if TYPE_CHECKING:  # importing it loads torch, which `xaudit methods` must not
     from workers.models.base import ModelAdapter
@@ -28,7 +29,7 @@ class ShapleyValue(Method):
     name = "shapley_value"
     capabilities = Capabilities(gradients=False, hooks=False, baseline="single", stochastic=False)
     # Permutations per sample when more players are present than exact enumeration affords.
-    defaults: ClassVar[dict[str, Any]] = {"permutations": 256}
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults("shapley_value")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = (
         "equal split: each member gets the same share of each effect; expected to pass"
     )

@@ -6,9 +6,9 @@ import hashlib
 
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.devices import resolve_device
-from workers.onnx_checks import detect_format
 from workers.threads import apply as apply_thread_policy
 from xaudit.contract.errors import InvalidInput, InvalidModel
+from xaudit.contract.onnx_checks import detect_format
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo", "detect_format", "load_model", "resolve_device"]
 

@@ -23,8 +23,8 @@ from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_model import _session
 from workers.models.onnx_to_torch import onnx_to_torch
-from workers.onnx_checks import parse_onnx
 from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
+from xaudit.contract.onnx_checks import parse_onnx
 
 __all__ = ["InputSpec", "NamedOnnxModel", "OnnxGraph", "SampleBound", "batch_axis", "held_row"]
 

@@ -11,9 +11,9 @@ import torch
 from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_to_torch import onnx_to_torch
-from workers.onnx_checks import parse_onnx
 from workers.threads import ort_session_options
 from xaudit.contract.errors import InvalidModel
+from xaudit.contract.onnx_checks import parse_onnx
 
 __all__ = ["OnnxModel", "parse_onnx"]
 

@@ -78,7 +78,7 @@ class TorchScriptModel(ModelAdapter):
     def _convert(self) -> tuple[torch.nn.Module | None, str | None]:
         """TorchScript -> ONNX (legacy exporter, which understands scripted modules) -> torch graph."""
         from workers.models.onnx_to_torch import onnx_to_torch
-        from workers.onnx_checks import parse_onnx
+        from xaudit.contract.onnx_checks import parse_onnx
 
         if self._example is None:
             return None, "has no example input to trace the export"

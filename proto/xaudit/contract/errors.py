@@ -168,8 +168,9 @@ _CLASSES: tuple[type[XauditError], ...] = (
 )
 # The class a bare status code stands for (the first class declared with that code).
 _BY_CODE: dict[str, type[XauditError]] = {}
-for _cls in _CLASSES:
-    _BY_CODE.setdefault(_cls.code, _cls)
+for cls in reversed(_CLASSES):
+    _BY_CODE[cls.code] = cls
+del cls
 _BY_REASON: dict[str, type[XauditError]] = {cls.reason_code: cls for cls in _CLASSES}
 
 

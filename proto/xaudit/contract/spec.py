@@ -12,13 +12,26 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from xaudit.contract.criteria import DEFAULT_TOLERANCES as _REGISTERED_TOLERANCES
 from xaudit.contract.errors import InvalidInput, UnknownMethod
-from xaudit.contract.names import ALL_METHODS, CRITERIA, EXTRA_METHODS, FOURTEEN_METHODS, JobKind
+from xaudit.contract.names import ALL_METHODS, CRITERIA, EXTRA_METHODS, FOURTEEN_METHODS, JOB_KINDS, JobKind
+from xaudit.contract.params import check_method_params, parameter_defaults
+from xaudit.contract.subspecs import (
+    DEFAULT_TOLERANCES,
+    BaselineSpec,
+    PlayerSpec,
+    TargetSpec,
+    check_audit_order,
+    check_device,
+    check_tolerances,
+    parse_baseline,
+    parse_players,
+    parse_target,
+)
 
 __all__ = [
     "ALL_METHODS",
@@ -27,24 +40,36 @@ __all__ = [
     "DEFAULT_TOLERANCES",
     "EXTRA_METHODS",
     "FOURTEEN_METHODS",
+    "BaselineSpec",
     "JobSpec",
+    "PlayerSpec",
+    "TargetSpec",
     "config_digest",
     "resolve_method_names",
     "tensor_digest",
 ]
 
-# Shares of effect mass, one per registered criterion (xaudit.contract.criteria), chosen so the
-# analytic cases separate cleanly: exact methods score ~0 (within numerical noise), Occlusion-1
-# scores (|S|-1)/|S| >= 0.5 on pairs.
-DEFAULT_TOLERANCES: Mapping[str, float] = _REGISTERED_TOLERANCES
-
 # Named tensors that may travel with a spec.
 ATTACHMENTS: tuple[str, ...] = ("inputs", "background", "baseline", "player_mask", "player_groups")
 
 
+MAX_SEED = 2**63 - 1
+MAX_BUDGET_EVALUATIONS = 10**15  # model rows; far above any audit a worker finishes
+MAX_BUDGET_S = 7 * 24 * 3600.0
+MAX_NAME = 256  # explain, embedding_tensor, one group name
+MAX_GROUP_NAMES = 65536
+
+
 @dataclass(frozen=True)
 class JobSpec:
-    """Everything a job needs besides the model bytes and the attached tensors."""
+    """Everything a job needs besides the model bytes and the attached tensors.
+
+    Validated and normalised when built (``__post_init__``), wherever that happens: the CLI, the
+    client library, the service (before the job is recorded) and the worker (from the stored JSON)
+    all build it, so the same bad option gives the same one-line :class:`InvalidInput` everywhere and
+    nothing downstream re-checks it. The string fields keep the wire form; their typed, parsed views
+    are :attr:`player_spec`, :attr:`baseline_spec`, :attr:`target_spec` and :meth:`params_for`.
+    """
 
     kind: JobKind = "audit"
     players: str = "auto"
@@ -70,16 +95,110 @@ class JobSpec:
     # in the graph).
     embedding_tensor: str = ""
 
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalised values are written once, here
+        if self.kind not in JOB_KINDS:
+            raise InvalidInput(f"unknown job kind '{self.kind}' (use {', '.join(JOB_KINDS)})")
+        for name in ("players", "baseline", "target", "device", "explain", "embedding_tensor"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise InvalidInput(f"{name} must be text, not {type(value).__name__}")
+        set_(self, "players", parse_players(self.players).text or "auto")
+        set_(self, "baseline", parse_baseline(self.baseline).text)
+        set_(self, "target", parse_target(self.target).text)
+        methods = resolve_method_names(self.methods)
+        set_(self, "methods", methods)
+        if not isinstance(self.method_params, Mapping):
+            raise InvalidInput("method parameters must map method names to parameters")
+        stray = sorted(set(self.method_params) - set(methods))
+        if stray:
+            raise InvalidInput(f"parameters for methods that are not requested: {', '.join(map(str, stray))}")
+        params: dict[str, dict[str, Any]] = {}
+        for method, given in self.method_params.items():
+            if not isinstance(given, Mapping):
+                raise InvalidInput(f"parameters of {method} must map names to values")
+            if given:
+                params[method] = check_method_params(method, given)
+        set_(self, "method_params", params)
+        set_(self, "audit_order", check_audit_order(self.audit_order))
+        evaluations, seconds = self.budget_evaluations, self.budget_seconds
+        if (
+            isinstance(evaluations, bool)
+            or not isinstance(evaluations, int)
+            or not 0 <= evaluations <= MAX_BUDGET_EVALUATIONS
+        ):
+            raise InvalidInput(f"budget_evaluations must be between 0 and {MAX_BUDGET_EVALUATIONS}")
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not 0 <= seconds <= MAX_BUDGET_S
+        ):
+            raise InvalidInput(f"budget_seconds must be between 0 and {MAX_BUDGET_S:g}")
+        set_(self, "budget_seconds", float(seconds))
+        level = self.confidence
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1.0:
+            raise InvalidInput(f"confidence {str(level)[:24]}: must be a level between 0.5 and 1 (e.g. 0.95)")
+        set_(self, "confidence", float(level))
+        if not isinstance(self.tolerances, Mapping):
+            raise InvalidInput("tolerances must map criteria to numbers")
+        set_(self, "tolerances", check_tolerances(self.tolerances))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise InvalidInput(f"seed {str(self.seed)[:24]}: must be an integer between 0 and {MAX_SEED}")
+        set_(self, "device", check_device(self.device))
+        group_names = tuple(self.group_names)
+        if len(group_names) > MAX_GROUP_NAMES or any(
+            not isinstance(n, str) or len(n) > MAX_NAME for n in group_names
+        ):
+            raise InvalidInput(
+                f"group names: at most {MAX_GROUP_NAMES} names of at most {MAX_NAME} characters each"
+            )
+        set_(self, "group_names", group_names)
+        for name in ("explain", "embedding_tensor"):
+            value = getattr(self, name).strip()
+            if len(value) > MAX_NAME:
+                raise InvalidInput(f"{name} is longer than {MAX_NAME} characters")
+            set_(self, name, value)
+
+    @cached_property
+    def player_spec(self) -> PlayerSpec:
+        return parse_players(self.players)
+
+    @cached_property
+    def baseline_spec(self) -> BaselineSpec:
+        return parse_baseline(self.baseline)
+
+    @cached_property
+    def target_spec(self) -> TargetSpec:
+        return parse_target(self.target)
+
+    def params_for(self, method: str) -> dict[str, Any]:
+        """``method``'s declared defaults overridden by this job's parameters (already checked)."""
+        return {**parameter_defaults(method), **self.method_params.get(method, {})}
+
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        return json.dumps(
+            {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
 
     @classmethod
     def from_json(cls, text: str | bytes) -> JobSpec:
         raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise InvalidInput("a job spec must be a JSON object")
         raw["methods"] = tuple(raw.get("methods", FOURTEEN_METHODS))
         raw["group_names"] = tuple(raw.get("group_names", ()))
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return list(value)
+    return value
 
 
 def config_digest(model_sha256: str, spec: JobSpec, tensors: Mapping[str, np.ndarray]) -> str:
@@ -119,7 +238,7 @@ def resolve_method_names(spec: str | Iterable[str]) -> tuple[str, ...]:
         expanded = FOURTEEN_METHODS if name == "all" else ALL_METHODS if name == "all+extras" else (name,)
         for item in expanded:
             if item not in ALL_METHODS:
-                raise UnknownMethod(f"unknown method '{item}'; known: {', '.join(ALL_METHODS)}")
+                raise UnknownMethod(f"unknown method '{item[:60]}'; known: {', '.join(ALL_METHODS)}")
             if item not in out:
                 out.append(item)
     return tuple(out)

@@ -102,7 +102,7 @@ class MethodSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("model_sha256", "inputs", "players", "baseline", "target", "methods", "audit_order", "tolerances", "seed", "device", "attachments", "group_names", "idempotency_key", "explain", "embedding_tensor", "budget_evaluations", "budget_seconds")
+    __slots__ = ("model_sha256", "inputs", "players", "baseline", "target", "methods", "audit_order", "tolerances", "seed", "device", "attachments", "group_names", "idempotency_key", "explain", "embedding_tensor", "budget_evaluations", "budget_seconds", "confidence")
     class TolerancesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +127,7 @@ class SubmitRequest(_message.Message):
     EMBEDDING_TENSOR_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
     BUDGET_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     model_sha256: str
     inputs: _containers.RepeatedCompositeFieldContainer[Tensor]
     players: str
@@ -144,7 +145,8 @@ class SubmitRequest(_message.Message):
     embedding_tensor: str
     budget_evaluations: int
     budget_seconds: float
-    def __init__(self, model_sha256: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., players: _Optional[str] = ..., baseline: _Optional[str] = ..., target: _Optional[str] = ..., methods: _Optional[_Iterable[_Union[MethodSpec, _Mapping]]] = ..., audit_order: _Optional[int] = ..., tolerances: _Optional[_Mapping[str, float]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., attachments: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., group_names: _Optional[_Iterable[str]] = ..., idempotency_key: _Optional[str] = ..., explain: _Optional[str] = ..., embedding_tensor: _Optional[str] = ..., budget_evaluations: _Optional[int] = ..., budget_seconds: _Optional[float] = ...) -> None: ...
+    confidence: float
+    def __init__(self, model_sha256: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., players: _Optional[str] = ..., baseline: _Optional[str] = ..., target: _Optional[str] = ..., methods: _Optional[_Iterable[_Union[MethodSpec, _Mapping]]] = ..., audit_order: _Optional[int] = ..., tolerances: _Optional[_Mapping[str, float]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., attachments: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., group_names: _Optional[_Iterable[str]] = ..., idempotency_key: _Optional[str] = ..., explain: _Optional[str] = ..., embedding_tensor: _Optional[str] = ..., budget_evaluations: _Optional[int] = ..., budget_seconds: _Optional[float] = ..., confidence: _Optional[float] = ...) -> None: ...
 
 class PlanStratum(_message.Message):
     __slots__ = ("order", "sets", "audited", "exhaustive")

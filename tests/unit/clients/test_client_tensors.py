@@ -64,7 +64,7 @@ def test_submit_request_carries_spec_and_attachments() -> None:
         kind="audit",
         players="grid:2x4",
         methods=("integrated_gradients", "occlusion_1"),
-        method_params={"integrated_gradients": {"steps": 32, "rule": "gauss"}},
+        method_params={"integrated_gradients": {"steps": 32, "quadrature": "riemann_left"}},
         audit_order=2,
         seed=7,
         device="cpu",
@@ -76,7 +76,7 @@ def test_submit_request_carries_spec_and_attachments() -> None:
     assert [t.name for t in req.inputs] == ["inputs"]
     assert [(t.name, t.datatype) for t in req.attachments] == [("background", "FP64")]
     assert [m.name for m in req.methods] == ["integrated_gradients", "occlusion_1"]
-    assert dict(req.methods[0].params) == {"steps": "32", "rule": '"gauss"'}
+    assert dict(req.methods[0].params) == {"steps": "32", "quadrature": '"riemann_left"'}
     assert (req.players, req.audit_order, req.seed, req.device) == ("grid:2x4", 2, 7, "cpu")
     assert dict(req.tolerances) == dict(spec.tolerances)
 

@@ -98,6 +98,8 @@ def test_audit_reports_reuse_and_spot_check() -> None:
         assert ev["source"] == "game" and ev["game_values_reused"] == 2 * 2**8
         assert ev["spot_check"]["max_abs_difference"] < 1e-5
     assert by_name["gradient_x_input"]["evaluations"]["source"] == "model"
+    threads = report["environment"]["threads"]  # the thread policy the audit ran under
+    assert 1 <= threads["threads"] <= threads["cpus"]
 
 
 def test_maps_read_off_the_game_equal_the_methods() -> None:

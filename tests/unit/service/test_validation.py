@@ -30,21 +30,24 @@ def test_empty_fields_take_the_documented_defaults() -> None:
     assert (spec.players, spec.baseline, spec.target, spec.device) == ("auto", "zeros", "predicted", "auto")
     assert dict(spec.tolerances) == dict(DEFAULT_TOLERANCES) and sub.idempotency_key == ""
     assert sub.tensors["inputs"].shape == (2, 6)
+    assert spec.confidence == 0.95
+    assert submission_from_request(_req(confidence=0.99), "audit", **CAPS).spec.confidence == 0.99
 
 
 def test_method_params_are_json_values() -> None:
-    methods = [audit_pb2.MethodSpec(name="integrated_gradients", params={"steps": "32", "rule": "gauss"})]
+    methods = [audit_pb2.MethodSpec(name="integrated_gradients", params={"steps": "32", "quadrature": "riemann_left"})]
     spec = submission_from_request(_req(methods=methods), "attribution", **CAPS).spec
     assert spec.methods == ("integrated_gradients",)
-    assert spec.method_params == {"integrated_gradients": {"steps": 32, "rule": "gauss"}}
+    assert spec.method_params == {"integrated_gradients": {"steps": 32, "quadrature": "riemann_left"}}
 
 
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"tolerances": {"beauty": 0.1}}, "unknown tolerance 'beauty'"),
-        ({"tolerances": {"coverage": -1.0}}, "must be a finite number >= 0"),
-        ({"audit_order": 40}, "audit_order 40"),
+        ({"tolerances": {"coverage": -1.0}}, "must be a finite number between 0 and 1"),
+        ({"audit_order": 40}, "audit order 40"),
+        ({"confidence": 1.5}, "confidence 1.5: must be a level between 0.5 and 1"),
         ({"device": "tpu"}, "unknown device 'tpu'"),
         ({"baseline": "tensor"}, "needs a 'baseline' attachment"),
         ({"target": "nonsense:3"}, "target"),
