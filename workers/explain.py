@@ -12,6 +12,7 @@ import numpy as np
 from workers.methods import AttributionContext, Method, attribute, get_method
 from workers.methods._isolation import judged_alone
 from workers.metrics import observe_method
+from workers.players import full_mask
 from workers.prepare import Prepared
 from workers.subgames import SubInputGame, subset_positions
 from xaudit.contract.errors import NotApplicable
@@ -48,7 +49,7 @@ def _from_game(prep: Prepared, name: str, game: SubInputGame | None) -> np.ndarr
     method = get_method(name)
     if game is None or method.capabilities.baseline != "single":
         return None
-    full = subset_positions(game.subsets, np.array([2**game.n - 1], dtype=np.uint64))
+    full = subset_positions(game.subsets, full_mask(game.n))
     if full is None:
         return None
     per_player = method.from_game(dict(prep.spec.method_params.get(name, {})), prep.players, game)

@@ -35,6 +35,7 @@ from workers.methods import Method, derived_seed, get_method
 from workers.methods._isolation import judged_alone
 from workers.methods.references import choose_references
 from workers.metrics import record_verdict
+from workers.players import subset_bits
 from workers.prepare import Prepared
 from workers.subgames import SubInputGame
 from xaudit.contract.errors import NotApplicable
@@ -314,7 +315,7 @@ def _game_section(
     mean_effect = game.interactions.mean(axis=0)
     mean_abs = np.abs(game.interactions).mean(axis=0)
     ranked = [k for k in np.argsort(-mean_abs, kind="stable") if sizes[k] > 0][:10]
-    members = [np.flatnonzero((int(game.subsets[k]) >> np.arange(players.n)) & 1) for k in ranked]
+    members = [np.flatnonzero(row) for row in subset_bits(game.subsets[ranked], players.n)]
     return GameSection(
         players=[
             {"index": i, "name": name, "size": int(size)}

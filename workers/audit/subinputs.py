@@ -22,6 +22,9 @@ _MAX_ELEMENTS_PER_CALL = 16 * 1024 * 1024
 # Sub-inputs per call: large enough to batch across samples, small enough that progress (and a
 # cancellation check) comes every few seconds.
 _MAX_SUB_INPUTS_PER_CALL = 512
+# One sample's sub-inputs per call when it has more (sampled sets above 10 players; up to 10 players
+# all 2^n <= 1024 go in one call as before).
+_MAX_SUB_INPUTS_PER_SAMPLE = 1024
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,22 @@ def attribute_sub_inputs(
     """
     n_samples, m, n = len(inputs), len(subsets), players.n
     sample_elements = int(np.prod(inputs.shape[1:]))
+    rows_per_call = max(1, min(_MAX_SUB_INPUTS_PER_SAMPLE, _MAX_ELEMENTS_PER_CALL // max(1, sample_elements)))
+    if m > rows_per_call:  # many sub-inputs (sampled sets): chunks of one sample's sub-inputs
+        return _attribute_in_chunks(
+            method,
+            model,
+            players,
+            target,
+            params,
+            seed,
+            inputs,
+            baselines,
+            classes,
+            subsets,
+            rows_per_call,
+            tick,
+        )
     samples_per_call = max(
         1, min(_MAX_ELEMENTS_PER_CALL // max(1, m * sample_elements), _MAX_SUB_INPUTS_PER_CALL // m)
     )
@@ -75,6 +94,40 @@ def attribute_sub_inputs(
         out[start:stop] = players.sum_per_player(elements).reshape(stop - start, m, n)
         if tick is not None:
             tick()
+    return from_per_player(out, subsets, n)
+
+
+def _attribute_in_chunks(
+    method: Method,
+    model: ModelAdapter,
+    players: Players,
+    target: Target,
+    params: dict[str, object],
+    seed: int,
+    inputs: np.ndarray,
+    baselines: np.ndarray,
+    classes: np.ndarray,
+    subsets: np.ndarray,
+    rows: int,
+    tick: Callable[[], None] | None,
+) -> SubInputAttributions:
+    """As :func:`attribute_sub_inputs`, ``rows`` sub-inputs of one sample per call: a method's memory
+    (activations, hooks) stays bounded however many sets are audited."""
+    n_samples, m, n = len(inputs), len(subsets), players.n
+    out = np.empty((n_samples, m, n))
+    for s in range(n_samples):
+        for first in range(0, m, rows):
+            chunk = subsets[first : first + rows]
+            batch = masked_inputs(inputs[s], baselines[s], players, chunk)
+            refs = np.repeat(baselines[s : s + 1], len(chunk), axis=0)
+            cls = np.repeat(classes[s : s + 1], len(chunk))
+            ctx = AttributionContext(
+                model.for_sample(s), players, target, params, derived_seed(seed, "sub-inputs", s, first)
+            )
+            elements = run_method(method, ctx, batch, refs, cls)
+            out[s, first : first + len(chunk)] = players.sum_per_player(elements)
+            if tick is not None:
+                tick()
     return from_per_player(out, subsets, n)
 
 

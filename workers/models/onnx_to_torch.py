@@ -65,11 +65,21 @@ _register_type_only_updates()
 
 
 def _lift_constants(model: onnx.ModelProto) -> None:
-    """Constant nodes holding a tensor become initializers; graph inputs that only restate an
-    initializer (IR < 4 style) are dropped, so the model has one input per real input."""
+    """Constant nodes holding a tensor, and Identity nodes of a weight, become initializers; graph
+    inputs that only restate an initializer (IR < 4 style) are dropped, so the model has one input
+    per real input."""
     graph = model.graph
     kept = []
+    weights = {i.name: i for i in graph.initializer}
     for node in graph.node:
+        if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.input[0] in weights:
+            # The legacy exporter aliases weights shared between layers through Identity nodes.
+            alias = onnx.TensorProto()
+            alias.CopyFrom(weights[node.input[0]])
+            alias.name = node.output[0]
+            graph.initializer.append(alias)
+            weights[alias.name] = alias
+            continue
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
             attr = node.attribute[0]
             value = onnx.helper.get_attribute_value(attr)
@@ -85,11 +95,11 @@ def _lift_constants(model: onnx.ModelProto) -> None:
                 continue
             tensor.name = node.output[0]
             graph.initializer.append(tensor)
+            weights[tensor.name] = tensor
             continue
         kept.append(node)
     del graph.node[:]
     graph.node.extend(kept)
-    weights = {i.name for i in graph.initializer}
     inputs = [i for i in graph.input if i.name not in weights]
     del graph.input[:]
     graph.input.extend(inputs)

@@ -50,6 +50,9 @@ def _conv_model(weights_as: str, pool: str = "GlobalMaxPool", opset: int = 11) -
     if weights_as == "constant":
         nodes.append(oh.make_node("Constant", [], ["conv1_weights"], value=nh.from_array(w, "w")))
         nodes.append(oh.make_node("Constant", [], ["fc_w"], value=nh.from_array(fc, "fc")))
+    elif weights_as == "identity":  # the legacy exporter's alias of a shared weight (TorchScript input)
+        inits += [nh.from_array(w, "shared"), nh.from_array(fc, "fc_w")]
+        nodes.append(oh.make_node("Identity", ["shared"], ["conv1_weights"]))
     else:
         inits += [nh.from_array(w, "conv1_weights"), nh.from_array(fc, "fc_w")]
     inputs = [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])]
@@ -74,7 +77,7 @@ def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return session.run(None, {"x": x})[0]
 
 
-@pytest.mark.parametrize("weights_as", ["initializer", "constant", "graph_input"])
+@pytest.mark.parametrize("weights_as", ["initializer", "constant", "graph_input", "identity"])
 def test_weights_that_are_not_plain_initializers_convert(weights_as: str) -> None:
     model = _conv_model(weights_as)
     graph = onnx_to_torch(parse_onnx(model.SerializeToString()))
