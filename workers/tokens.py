@@ -8,6 +8,7 @@ import numpy as np
 
 from workers.players import Players
 from xaudit.contract.errors import InvalidInput
+from xaudit.contract.subspecs import parse_players
 
 __all__ = [
     "TOKEN_BASELINES",
@@ -26,12 +27,7 @@ TOKEN_BASELINES = ("token", "zeros", "tensor", "file")
 def window_players(spec: str, sample_shape: tuple[int, ...]) -> Players:
     """``windows:K``: K equal windows over the last axis (every other axis goes with its window);
     named by their ranges, e.g. ``[0:16)``."""
-    try:
-        k = int(spec.split(":", 1)[1])
-    except (IndexError, ValueError):
-        raise InvalidInput(
-            f"player spec '{spec}': expected windows:K with an integer K, e.g. windows:8"
-        ) from None
+    k = parse_players(spec).count  # syntax and bounds: the contract's one parser
     if not sample_shape:
         raise InvalidInput(f"player spec '{spec}' needs an input with at least one axis")
     length = sample_shape[-1]
