@@ -114,5 +114,7 @@ def run_worker(config: WorkerConfig) -> None:
         "--without-heartbeat",
         f"--hostname=xaudit-{uuid.uuid4().hex[:8]}@%h",
     ]
+    if config.loglevel not in ("INFO", "DEBUG"):
+        argv.insert(0, "--quiet")  # no start-up banner on stdout unless asked for logs (xaudit -v)
     logger.info("starting worker on %s, queues %s", config.broker_url, ",".join(config.queues))
     app.worker_main(argv)

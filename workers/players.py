@@ -147,7 +147,7 @@ def parse_players(
         if len(sample_shape) >= 2 and sample_shape[-1] >= 3 and sample_shape[-2] >= 3:
             players = _grid("grid:3x3", sample_shape)
         elif size <= 16:
-            players = _from_flat("features", np.arange(size), sample_shape, [f"x{i}" for i in range(size)])
+            players = _from_flat("features", np.arange(size), sample_shape, _feature_names(group_names, size))
         else:
             raise InvalidInput(
                 f"no default players for an input of shape {sample_shape} with {size} elements; "
@@ -163,7 +163,7 @@ def parse_players(
         else:
             players = token_players(spec, sample_shape, group_names)
     elif kind == "features":
-        players = _from_flat(spec, np.arange(size), sample_shape, [f"x{i}" for i in range(size)])
+        players = _from_flat(spec, np.arange(size), sample_shape, _feature_names(group_names, size))
     elif kind == "groups":
         if player_groups is None:
             raise InvalidInput(f"player spec '{spec}' needs its group file")
@@ -183,7 +183,7 @@ def parse_players(
                 f"player spec '{spec}' does not partition the input: mask shape {tuple(mask.shape)} "
                 f"differs from the input's {tuple(sample_shape)}"
             )
-        players = _from_labels(spec, mask, None)
+        players = _from_labels(spec, mask, list(group_names) or None)
     else:
         raise InvalidInput(
             f"unknown player spec '{spec}' (use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy, "
@@ -194,6 +194,15 @@ def parse_players(
     if players.n < 1:
         raise InvalidInput(f"player spec '{spec}' gives no players")
     return players
+
+
+def _feature_names(names: Sequence[str], size: int) -> list[str]:
+    """Given names (``--names``) for one player per feature, or x0, x1, ..."""
+    if not names:
+        return [f"x{i}" for i in range(size)]
+    if len(names) != size:
+        raise InvalidInput(f"{len(names)} player names for {size} features: give one name per feature")
+    return [str(n) for n in names]
 
 
 def _from_flat(spec: str, groups: np.ndarray, shape: tuple[int, ...], names: Sequence[str] | None) -> Players:

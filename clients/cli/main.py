@@ -85,6 +85,8 @@ def quiet_third_party(verbose: bool) -> None:
     # Celery's "running the worker with superuser privileges" root warning (a container runs as root)
     # and gRPC core's "fork_posix.cc ... skipping fork() handlers" info line; children inherit both.
     warnings.filterwarnings("ignore", message=".*superuser privileges.*")
+    # kombu's "No hostname was supplied" for the filesystem broker, which has no host by design.
+    logging.getLogger("kombu.connection").setLevel(logging.ERROR)
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:torch.jit,ignore::UserWarning:captum")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")

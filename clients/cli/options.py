@@ -97,6 +97,12 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         "so that the report names players by their words",
     )
     parser.add_argument(
+        "--names",
+        metavar="NAME,NAME,...|@FILE",
+        help="the players' names in the report and the HTML page (features: one per feature; mask: one per "
+        "label), comma-separated or @FILE with one per line",
+    )
+    parser.add_argument(
         "--embedding-tensor",
         default="",
         metavar="NAME",
@@ -305,6 +311,26 @@ def read_vocab(path: Path) -> list[str]:
     return text.splitlines()
 
 
+def read_names(text: str) -> tuple[str, ...]:
+    """``--names a,b,c`` or ``--names @FILE`` (one name per line)."""
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            raise InvalidInput(f"names file not found: {path}") from None
+        except (OSError, UnicodeDecodeError):
+            raise InvalidInput(f"names file {path} is not readable UTF-8 text") from None
+        names = [line.strip() for line in lines if line.strip()]
+    else:
+        names = [n.strip() for n in text.split(",")]
+    if not names or any(not n for n in names):
+        raise InvalidInput(f"--names '{text}': empty names")
+    if len(set(names)) != len(names):
+        raise InvalidInput(f"--names '{text}': names must differ")
+    return tuple(names)
+
+
 def parse_budget(text: str) -> tuple[int, float]:
     """``--budget``: model evaluations (``2e6``) or seconds (``600s``, ``10m``) -> (evaluations, seconds)."""
     text = text.strip().lower()
@@ -351,6 +377,10 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         from workers.tokens import token_names
 
         group_names = token_names(tensors["inputs"], read_vocab(args.vocab))
+    if getattr(args, "names", None):
+        if group_names:
+            raise InvalidInput("--names: the players are already named (by the group file or --vocab); give one")
+        group_names = read_names(args.names)
     baseline = args.baseline
     if baseline.endswith(".npy"):
         tensors["baseline"] = read_npy(Path(baseline), "baseline")

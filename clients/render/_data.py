@@ -190,14 +190,13 @@ def confidence_text(method: Mapping[str, Any]) -> str:
     text += "n/a" if score is None else f"{score:.3f}"
     if interval is not None:
         text += f" [{interval[0]:.3f}, {interval[1]:.3f}]"
-        level = as_float(c.get("level"))
-        if level is not None:
-            text += f" at {level:.0%}"
     if tol is not None:
         text += f" vs {tol:.3f}"
     share = as_float(c.get("fraction_failing"))
     if undecided and not failing:
-        text += "; the interval straddles the tolerance"
+        text += "; straddles it"
+    elif str(method.get("verdict")) == "inconclusive" and not failing:
+        text += "; not judged"
     elif share is not None:
-        text += f"; fails on {share:.0%} of inputs" if failing else f"; holds on {1 - share:.0%} of inputs"
+        text += f"; fails on {share:.0%} of inputs" if failing else f"; holds on {1 - share:.0%}"
     return text

@@ -37,10 +37,12 @@ figcaption { font-size: .8rem; color: #333; margin-top: .25rem; }
 .context { border-left: 4px solid #999; padding: .2rem .7rem; color: #333; font-size: .88rem; margin: .4rem 0; }
 .context .label { display: block; font-size: .75rem; color: #555; }
 .note { font-size: .86rem; color: #333; }
-nav.toc { font-size: .85rem; background: #f4f4f4; padding: .3rem .8rem; margin: .5rem 0; }
+nav.toc { font-size: .85rem; margin: .1rem 0 .3rem; }
 .verdict.unsure { color: #7a4b00; }
 table.decision td, table.decision th { padding: .18rem .45rem; }
-table.decision { font-size: .82rem; }
+table.decision { font-size: .8rem; }
+table.decision td:nth-child(3) { white-space: nowrap; }
+#summary { margin: .2rem 0 .4rem; }
 details { margin: .3rem 0; }
 details > summary { cursor: pointer; padding: .25rem .3rem; }
 details.method { border-top: 1px solid #ccc; }

@@ -68,11 +68,11 @@ def header(report: Mapping[str, Any], status: SignatureStatus, methods: Sequence
         f'<p class="note">Model <span class="mono">{escape(str(model.get("sha256", "?"))[:16])}…</span> '
         f"({escape(str(model.get('format', '?')))})"
         + (f", {escape(str(count))} audited input{'s' if count != 1 else ''}" if count is not None else "")
-        + f", report {escape(str(report.get('schema', '?')))} created {escape(str(report.get('created', '?')))}."
-        f"</p>{signature_banner(status)}</header>"
+        + f", report {escape(str(report.get('schema', '?')))} created {escape(str(report.get('created', '?')))}.</p>"
         '<nav class="toc" aria-label="Contents"><a href="#decision">Decision</a> · <a href="#grid">Maps</a> · '
-        '<a href="#methods">Method details</a> · <a href="#interactions">The model\'s interactions</a> · '
+        '<a href="#methods">Method details</a> · <a href="#interactions">Interactions</a> · '
         '<a href="#provenance">Provenance</a></nav>'
+        f"{signature_banner(status)}</header>"
     )
 
 
@@ -86,7 +86,7 @@ def _unaudited(report: Mapping[str, Any]) -> str:
     share = as_float(entry.get("share", entry.get("mass_share")))
     if share is None:
         return ""
-    return f" Effect mass not audited (orders above the audit order): {share:.1%} of the total."
+    return f" · {share:.1%} of the effect mass above that order is not audited"
 
 
 def decision_section(
@@ -95,16 +95,20 @@ def decision_section(
     order = config.get("audit_order", "?")
     return (
         '<section id="decision"><h2>Decision</h2>'
-        f'<p id="summary">{_counts(report, methods)}. Sets of up to {escape(str(order))} players judged; '
-        "a criterion's score is the share of the model's effect mass misallocated (0 is perfect, the "
-        f"tolerance is the most allowed).{escape(_unaudited(report))}</p>"
-        f"{decision_table(methods)}"
+        f'<p id="summary">{_counts(report, methods)} · sets of up to {escape(str(order))} players judged'
+        f"{escape(_unaudited(report))}</p>"
+        f"{decision_table(methods, _level(config))}"
         '<details id="criteria"><summary>Scores of each criterion, per method</summary>'
         '<p class="note">Coverage: no effect dropped. No unrelated allocation: nothing given to players '
         "outside the set that caused an effect. Complete allocation: each effect handed out exactly once, "
         "not twice. ✔ when the score is at most the tolerance.</p>"
         f"{verdict_table(methods)}</details></section>"
     )
+
+
+def _level(config: Mapping[str, Any]) -> float | None:
+    confidence = config.get("confidence")
+    return as_float(confidence.get("level")) if isinstance(confidence, Mapping) else None
 
 
 def verdicts_section(methods: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> str:

@@ -134,7 +134,22 @@ def verdict_table(methods: Sequence[Mapping[str, Any]]) -> str:
     return table(caption, headers, rows, cls="verdicts", table_id="verdict-table")
 
 
-def decision_table(methods: Sequence[Mapping[str, Any]]) -> str:
+def _short_reason(method: Mapping[str, Any]) -> str:
+    """The decision table's reason, one line: which criteria fail (the numbers are in the confidence
+    column), or the report's own words for the verdicts that need them, without the worst-set detail
+    (that is in the method's details)."""
+    verdict = str(method.get("verdict", ""))
+    failing = [str(c) for c in method.get("failing_criteria") or []]
+    if verdict == "unreliable" and failing:
+        from clients.render._data import CRITERION_SHORT
+
+        return "fails " + ", ".join(CRITERION_SHORT.get(c, c) for c in failing)
+    if verdict == "reliable":
+        return "within tolerance on every criterion"
+    return str(method.get("reason", "")).split("; worst:")[0] or "–"
+
+
+def decision_table(methods: Sequence[Mapping[str, Any]], level: float | None = None) -> str:
     """The page's first table: per method its verdict, how sure it is and why, nothing else."""
     from clients.render._data import confidence_text
 
@@ -146,13 +161,13 @@ def decision_table(methods: Sequence[Mapping[str, Any]]) -> str:
                 f'<a href="#method-{name}">{name}</a>',
                 verdict_badge(str(m.get("verdict", ""))),
                 f'<span class="num">{escape(confidence_text(m))}</span>',
-                escape(str(m.get("reason", "")) or "–"),
+                escape(_short_reason(m)),
             ]
         )
+    interval = f" [{level:.0%} interval]" if level is not None else ""
     caption = (
-        "Decision: reliable methods allocate the model's effects within tolerance on all three criteria; "
-        "confidence is the deciding criterion's score against its tolerance (lower is better) and how many "
-        "inputs agree"
+        f"Confidence: the deciding criterion's score{interval} vs its tolerance (share of effect mass "
+        "misallocated; 0 is perfect) and how many inputs agree"
     )
     return table(caption, ["Method", "Verdict", "Confidence", "Reason"], rows, cls="decision", table_id="decision-table")
 

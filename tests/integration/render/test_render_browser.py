@@ -104,6 +104,24 @@ def test_image_model_page_in_chromium(browser: Any) -> None:
     assert 1 <= _pdf_pages(browser) <= 6
 
 
+def test_the_decision_for_fourteen_methods_fits_the_first_screen(browser: Any) -> None:
+    """The demo audits fourteen methods: their decision table must still be on the first screen, with
+    the longest reasons the audit writes (several failing criteria, a worst set)."""
+    from xaudit.contract.names import FOURTEEN_METHODS
+
+    a = image_audit()
+    base = sorted(a.report["methods"], key=lambda m: len(str(m.get("reason", ""))))[-1]
+    report = {k: v for k, v in a.report.items() if k != "summary"}  # counts from the methods
+    report["methods"] = [dict(base, name=name) for name in FOURTEEN_METHODS]
+    page = ARTIFACTS / "fourteen.html"
+    page.write_text(render_html(report), encoding="utf-8")
+    result = open_page(browser, page)
+    browser.save_screenshot(str(ARTIFACTS / "fourteen-first-screen.png"))
+    assert result.console_errors == []
+    bottom = browser.execute_script("return document.querySelector('#decision-table').getBoundingClientRect().bottom")
+    assert 0 < bottom <= 900, bottom
+
+
 def test_tabular_model_page_in_chromium(browser: Any) -> None:
     a = tabular_audit(True)
     page = ARTIFACTS / "tabular.html"

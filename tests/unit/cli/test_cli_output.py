@@ -137,3 +137,16 @@ def test_a_closed_pipe_ends_quietly():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert run.stderr == "exit 141", run.stderr  # no BrokenPipeError, no "Exception ignored" at exit
+
+
+def test_names_name_the_features_in_the_report_and_the_page(files, tmp_path, capsys):
+    out, page = tmp_path / "r.json", tmp_path / "r.html"
+    argv = ["audit", "--model", str(files["model"]), "--input", str(files["x"]), "--players", "features",
+            "--methods", "shapley_value", "--device", "cpu", "--out", str(out), "--html", str(page)]  # fmt: skip
+    assert main([*argv, "--names", "age,income,debt,tenure"]) == 0
+    report = json.loads(out.read_text())
+    assert [p["name"] for p in report["game"]["players"]] == ["age", "income", "debt", "tenure"]
+    assert "(columns: age, income, debt, tenure)" in page.read_text()
+    capsys.readouterr()
+    assert main([*argv, "--names", "age,income"]) == 2
+    assert "2 player names for 4 features: give one name per feature" in capsys.readouterr().err

@@ -84,8 +84,14 @@ def test_decision_and_criterion_tables_read_without_colour(image_page):
             "unreliable": "✘ unreliable",
             "inconclusive": "? inconclusive",
         }[method["verdict"]]
-        assert row[3] == method["reason"]
-        assert " vs 0.050; " in row[2] and "% of inputs" in row[2]
+        if method["verdict"] == "unreliable":
+            short = {"coverage": "coverage", "unrelated_allocation": "unrelated", "complete_allocation": "complete"}
+            assert row[3] == "fails " + ", ".join(short[c] for c in method["failing_criteria"])
+            assert " vs 0.050; fails on " in row[2]
+        elif method["verdict"] == "reliable":
+            assert row[3] == "within tolerance on every criterion" and " vs 0.050; holds on " in row[2]
+        else:
+            assert row[3] == method["reason"].split("; worst:")[0]
     table = page.table("verdict-table")
     assert table.col_headers[:2] == ["Method", "Verdict"]
     assert len(table.col_headers) == 6
@@ -269,6 +275,7 @@ def test_a_v2_report_with_inconclusive_verdicts_and_intervals_renders():
     page = parse(render_html(report))
     row = page.table("decision-table").rows[0]
     assert row[1] == "? inconclusive"
-    assert row[2] == "coverage 0.040 [0.010, 0.090] at 95% vs 0.050; the interval straddles the tolerance"
+    assert row[2] == "coverage 0.040 [0.010, 0.090] vs 0.050; straddles it"
+    assert row[3] == "too few samples to decide"
     assert page.table("decision-table").rows[1][2] == "97%"
-    assert "12.5% of the total" in page.text
+    assert "12.5% of the effect mass above that order is not audited" in page.text
