@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from xaudit.contract.names import DEFAULT_ADDRESS
+
 __all__ = [
     "DEFAULT_LISTEN",
     "DEFAULT_TENANT",
@@ -16,7 +18,7 @@ __all__ = [
 ]
 
 MiB = 1024 * 1024
-DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_LISTEN = DEFAULT_ADDRESS
 DEFAULT_TENANT = "default"
 
 

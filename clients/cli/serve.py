@@ -9,7 +9,7 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from service.config import DEFAULT_LISTEN
+    from xaudit.contract.names import DEFAULT_ADDRESS as DEFAULT_LISTEN
 
     parser = sub.add_parser(
         "serve",

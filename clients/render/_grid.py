@@ -241,7 +241,13 @@ def grid_section(
         if kind == "image":
             heats = [(n, v, _spatial(a[b])[0]) for n, v, a in drawn]
             image = inputs[b] if inputs is not None and b < len(inputs) else None
-            body.append(figure(_image_picture(b, image, heats, players, label), f"grid-{b}", ""))
+            caption = (
+                "First cell: the input (lines: the players' patches); then each method's map, titled with its "
+                "verdict; colour bar: attribution, shared by the row. Read the maps of the reliable methods."
+                if b == 0
+                else ""
+            )
+            body.append(figure(_image_picture(b, image, heats, players, label), f"grid-{b}", caption))
             continue
         rows = []
         names: tuple[str, ...] = ()
@@ -264,7 +270,14 @@ def grid_section(
             if flat.size == len(names):
                 feature_values = [float(v) for v in flat]
         body.append(
-            figure(_vector_picture(b, matrix, names, method_names, feature_values, label), f"grid-{b}", "")
+            figure(
+                _vector_picture(b, matrix, names, method_names, feature_values, label),
+                f"grid-{b}",
+                "Rows: methods (with their verdicts); columns: the players, with the input's value where each is "
+                "one feature; cell: the attribution, also written out. Read the rows of the reliable methods."
+                if b == 0
+                else "",
+            )
         )
     if ungrouped:
         body.append(

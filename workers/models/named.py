@@ -1,9 +1,11 @@
 """ONNX models with several named inputs, a chosen output, or integer (token id) inputs.
 
 One input is *explained*: its elements are the players' units and every method sees only it, as
-float32 rows. The other inputs (state tensors, masks, metadata) are held at their given values,
-which differ per sample: rows of one call must come from one sample, bound with
-:meth:`NamedOnnxModel.for_sample`. Integer inputs travel through the core as float32 (ids below
+float32 rows. The other inputs (state tensors, masks, metadata) are held at their given values.
+Each one's batch axis is read from the graph (:func:`batch_axis`: the dim named like the explained
+input's batch dim, e.g. axis 1 of an RNN state); values that differ per sample along it bind rows
+of one call to one sample (:meth:`NamedOnnxModel.for_sample`), inputs without one (a scalar sample
+rate) are fed as given. Integer inputs travel through the core as float32 (ids below
 2^24 are exact) and are cast back when fed.
 """
 
@@ -346,8 +348,17 @@ class NamedOnnxModel(ModelAdapter):
         plain = not self.fixed and len(self.graph.inputs) == 1 and self.output == self.graph.outputs[0]
         if plain and self.explained.fixed_batch is None:
             return self.graph.torch_graph()  # the plain fx graph: rule-based methods can plan it
+        if self.explained.fixed_batch is not None:
+            # Hooks see one chunk per graph call: a layer's activations for all rows never exist at once.
+            raise NotApplicable(
+                method,
+                f"the model declares a fixed batch of {self.explained.fixed_batch} for input "
+                f"'{self.explained.name}' and could not be re-batched, so it runs one chunk per call and "
+                "hook and rule methods have no single graph call over all rows; export it with a dynamic "
+                "batch axis",
+            )
         feed = self._feed_module(method)
-        if not isinstance(feed.graph, torch.fx.GraphModule) or self.explained.fixed_batch is not None:
+        if not isinstance(feed.graph, torch.fx.GraphModule):
             return feed
         outputs = self.graph.outputs.index(self.output)
         return _bound_graph(feed.graph, feed.order, feed.explained, feed.fixed, outputs, self.axes)

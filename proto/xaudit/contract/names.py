@@ -13,6 +13,7 @@ from xaudit.contract.criteria import CRITERIA as _REGISTERED_CRITERIA
 __all__ = [
     "ALL_METHODS",
     "CRITERIA",
+    "DEFAULT_ADDRESS",
     "EXTRA_METHODS",
     "FOURTEEN_METHODS",
     "JOB_KINDS",
@@ -54,6 +55,9 @@ VERDICTS: tuple[str, ...] = ("reliable", "unreliable", "inconclusive", "not_appl
 
 JobKind = Literal["audit", "attribution"]
 JOB_KINDS: tuple[str, ...] = ("audit", "attribution")
+
+# Where `xaudit serve` listens and the client connects by default.
+DEFAULT_ADDRESS = "127.0.0.1:50051"
 
 # Celery: the one task name and the queues workers listen on.
 TASK_NAME = "xaudit.run_job"

@@ -210,6 +210,11 @@ def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(flatt
     assert (prep.model.explained.fixed_batch is None) == (flatten == "Flatten")
     graph = prep.model.torch_differentiable()
     np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), alone, rtol=1e-4, atol=1e-5)
+    if flatten == "Reshape":  # hooks would see one row per call: said, not attempted
+        from xaudit.contract.errors import NotApplicable
+
+        with pytest.raises(NotApplicable, match=r"fixed batch of 1 for input 'x' and could not be re-batched"):
+            prep.model.torch_hookable("grad_cam")
 
 
 @pytest.mark.parametrize(
