@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from service.config import ServerConfig
+from service.plans import Planner, no_planner
 from service.server import create_server
 from xaudit.contract.names import QUEUES
 from xaudit.contract.process import die_with_parent
@@ -113,10 +114,10 @@ class LocalWorker:
         proc.wait()
 
 
-def serve(config: ServerConfig, options: ServeOptions | None = None) -> int:
-    """Serve until SIGINT/SIGTERM; returns the exit status."""
+def serve(config: ServerConfig, options: ServeOptions | None = None, planner: Planner = no_planner) -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit status. ``planner`` prices PlanAudit requests."""
     options = options or ServeOptions()
-    server, _port = create_server(config)
+    server, _port = create_server(config, planner=planner)
     server.start()
     worker = None
     if options.local_worker:

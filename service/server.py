@@ -20,6 +20,7 @@ from service.housekeeping import Housekeeper
 from service.jobs import JobService, ReportSealer
 from service.metrics import ServiceMetrics, active, counted_signer, watch_store
 from service.metrics_interceptor import metrics_interceptors
+from service.plans import Planner, no_planner
 from service.quotas import Quotas
 from service.servicer import AuditServicer, WorkerServicer
 from service.store import JobStore
@@ -114,9 +115,11 @@ def create_server(
     sender: Sender | None = None,
     signer: ReportSealer | None = None,
     metrics: ServiceMetrics | None = None,
+    planner: Planner = no_planner,
 ) -> tuple[Server, int]:
     """Build the server bound to ``config.listen`` (port 0: any free port); returns it and its port.
-    ``metrics``: where the server records (default: the entry point's activated metrics, if any)."""
+    ``metrics``: where the server records (default: the entry point's activated metrics, if any).
+    ``planner``: prices PlanAudit requests (the engine's, passed in by the CLI; default: refuse)."""
     metrics = metrics if metrics is not None else active()
     authenticator = Authenticator(config)
     check_exposure(config, authenticator)
@@ -169,7 +172,7 @@ def create_server(
         Quotas(store, authenticator.policy),
         metrics,
     )
-    audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(jobs, blobs), server)
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(jobs, blobs, planner), server)
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(jobs, blobs), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

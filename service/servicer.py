@@ -14,7 +14,7 @@ from service.blobs import BlobStore
 from service.convert import decode_page_token, encode_page_token, job_to_proto, state_to_proto
 from service.jobs import JobService
 from service.metrics import counted_chunks
-from service.plans import plan_submission
+from service.plans import Planner
 from service.store import Lease
 from service.uploads import receive_model
 from service.validation import check_input_names, format_to_proto, page_size, submission_from_request
@@ -38,11 +38,12 @@ def _lease(request: Any) -> Lease:
 
 
 class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
-    def __init__(self, jobs: JobService, blobs: BlobStore) -> None:
+    def __init__(self, jobs: JobService, blobs: BlobStore, planner: Planner) -> None:
         self._jobs = jobs
         self._store = jobs.store
         self._blobs = blobs
         self._config = jobs.config
+        self._planner = planner
 
     def UploadModel(
         self, request_iterator: Iterator[audit_pb2.ModelChunk], context: Any
@@ -84,7 +85,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
             max_elements=self._config.max_tensor_elements,
             max_dims=self._config.max_tensor_dims,
         )
-        return plan_submission(submission)
+        return self._planner(submission.spec, submission.tensors)
 
     def GetJob(self, request: audit_pb2.GetJobRequest, context: Any) -> audit_pb2.Job:
         return job_to_proto(self._store.get_job(tenant_of(context), request.job_id))

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.plans import Planner
 
 __all__ = ["register"]
 
@@ -46,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--tls-cert", type=Path, help="server certificate (PEM): serve TLS")
     parser.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     parser.add_argument(
-        "--tls-client-ca", type=Path, help="CA of client certificates: mTLS, the certificate's CN is the tenant"
+        "--tls-client-ca",
+        type=Path,
+        help="CA of client certificates: mTLS, the certificate's CN is the tenant",
     )
     parser.add_argument(
         "--allow-unauthenticated",
@@ -87,4 +93,16 @@ def run(args: argparse.Namespace) -> int:
     config = ServerConfig(**changes)  # type: ignore[arg-type]
     local = args.broker is None or args.local_worker
     start_service_metrics(args.metrics_port)
-    return serve(config, ServeOptions(local_worker=local, worker_concurrency=args.concurrency))
+    options = ServeOptions(local_worker=local, worker_concurrency=args.concurrency)
+    return serve(config, options, planner=_engine_planner())
+
+
+def _engine_planner() -> Planner:
+    """The engine prices PlanAudit; a server installed without it refuses plans instead (service.plans)."""
+    from service.plans import no_planner
+
+    try:
+        from workers.audit.plan_request import plan_request
+    except ImportError:
+        return no_planner
+    return plan_request

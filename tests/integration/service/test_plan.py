@@ -14,13 +14,14 @@ from service.config import ServerConfig
 from service.server import Server, create_server
 from tests.integration.service._helpers import request, stub, upload
 from tests.models import relu_mlp, to_onnx
+from workers.audit.plan_request import plan_request
 from xaudit.v1 import audit_pb2
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", sweep_seconds=60)
-    srv, _ = create_server(config, sender=lambda job, queue: None)
+    srv, _ = create_server(config, sender=lambda job, queue: None, planner=plan_request)
     srv.start()
     try:
         yield srv
