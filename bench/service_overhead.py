@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.tensors import encode_tensor  # noqa: E402
+from xaudit.contract.tensors import encode_tensor  # noqa: E402
 from xaudit.v1 import audit_pb2, audit_pb2_grpc  # noqa: E402
 
 REDIS = os.environ.get("XAUDIT_BENCH_REDIS", "redis://127.0.0.1:6379/12")

@@ -283,7 +283,7 @@ import json, resource, sys, time
 import numpy as np
 from workers.audit import run_audit
 from workers.prepare import prepare
-from workers.spec import FOURTEEN_METHODS, JobSpec
+from xaudit.contract.spec import FOURTEEN_METHODS, JobSpec
 assets = sys.argv[1]; grid = sys.argv[2]
 tensors = {"inputs": np.load(assets + "/digits_inputs.npy"), "background": np.load(assets + "/digits_background.npy")}
 model = open(assets + "/digits_cnn.onnx", "rb").read()

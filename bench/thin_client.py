@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp_name, embedded_service(Path(tmp_name) / "home") as address:
         tmp = Path(tmp_name)
         policy = tmp / "policy.yaml"
-        policy.write_text("audit: [integrated_gradients, occlusion_1]\nrequire_reliable: [integrated_gradients]\n")
+        policy.write_text(
+            "audit: [integrated_gradients, occlusion_1]\nrequire_reliable: [integrated_gradients]\n"
+        )
         envelope = tmp / "report.dsse.json"
         gate = _run(
             [xaudit, "gate", "--server", address, "--policy", str(policy),
@@ -84,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
              "--players", "grid:2x4", "--envelope-out", str(envelope)],
             cwd=tmp,
         )  # fmt: skip
-        print(f"thin xaudit gate: exit {gate.returncode}: {(gate.stdout + gate.stderr).strip().splitlines()[-1:]}")
+        print(
+            f"thin xaudit gate: exit {gate.returncode}: {(gate.stdout + gate.stderr).strip().splitlines()[-1:]}"
+        )
         ok &= gate.returncode == 0
         keys = _run([xaudit, "keys", "--server", address, "--out", str(tmp / "keys")], cwd=tmp)
         ok &= keys.returncode == 0

@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from workers.audit import run_audit
 from workers.prepare import prepare
-from workers.spec import JobSpec
+from xaudit.contract.spec import JobSpec
 
 ASSETS = Path(__file__).resolve().parent.parent / "workers" / "assets"
 METHODS = ("integrated_gradients", "deeplift_rescale", "deepshap", "shapley_value")

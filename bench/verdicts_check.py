@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.models import relu_mlp, to_onnx
 from workers.audit import run_audit
 from workers.prepare import prepare
-from workers.spec import FOURTEEN_METHODS, JobSpec
+from xaudit.contract.spec import FOURTEEN_METHODS, JobSpec
 
 ASSETS = Path(__file__).resolve().parent.parent / "workers" / "assets"
 DETERMINISTIC = tuple(m for m in FOURTEEN_METHODS if m != "expected_gradients")

@@ -136,9 +136,7 @@ def report_summary(report: Mapping[str, Any]) -> dict[str, Any]:
                 "verdict": method.get("verdict"),
                 "reason": method.get("reason", ""),
                 "scores": {
-                    c: criteria[c].get("score")
-                    for c in CRITERIA
-                    if isinstance(criteria.get(c), dict)
+                    c: criteria[c].get("score") for c in CRITERIA if isinstance(criteria.get(c), dict)
                 },
             }
         )

@@ -34,6 +34,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class WorkerConfig:
     broker_url: str

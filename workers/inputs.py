@@ -86,8 +86,7 @@ def _with_batch(name: str, array: np.ndarray, spec: InputSpec) -> np.ndarray:
         or any(d is not None and d != g for d, g in zip(declared, array.shape[1:], strict=True))
     ):
         raise InvalidInput(
-            f"input '{name}': the model declares {spec.declared}, given {tuple(array.shape)} "
-            "(samples first)"
+            f"input '{name}': the model declares {spec.declared}, given {tuple(array.shape)} (samples first)"
         )
     return array
 
@@ -101,10 +100,13 @@ def _as_declared(name: str, array: np.ndarray, spec: InputSpec, axis: int | None
     if axis is not None and array.ndim == len(dims) - 1:
         array = np.expand_dims(array, axis)
     fits = array.ndim == len(dims) and all(
-        not isinstance(d, int) or d == g or k == axis for k, (d, g) in enumerate(zip(dims, array.shape, strict=True))
+        not isinstance(d, int) or d == g or k == axis
+        for k, (d, g) in enumerate(zip(dims, array.shape, strict=True))
     )
     if not fits:
-        where = f"its batch axis is {axis}" if axis is not None else "it has no batch axis: it is held as given"
+        where = (
+            f"its batch axis is {axis}" if axis is not None else "it has no batch axis: it is held as given"
+        )
         raise InvalidInput(
             f"input '{name}': the model declares {spec.declared} ({where}), given {tuple(array.shape)}"
         )

@@ -25,7 +25,9 @@ def make_baselines(spec: str, inputs: np.ndarray, tensor: np.ndarray | None = No
     elif kind == "token":
         # Token ids: "absent" is a reference id (pad, mask, unk) in every position.
         if inputs.dtype.kind in "iu" and parsed.token > np.iinfo(inputs.dtype).max:
-            raise InvalidInput(f"baseline '{spec}': token id {parsed.token} does not fit the input's {inputs.dtype}")
+            raise InvalidInput(
+                f"baseline '{spec}': token id {parsed.token} does not fit the input's {inputs.dtype}"
+            )
         out = np.full_like(inputs, parsed.token)
     elif kind == "mean":
         if inputs.ndim >= 3:

@@ -91,7 +91,9 @@ def _audit(client: XauditClient, args: argparse.Namespace) -> int:
     report = report_document(data)
     note = _signature_note(client, data, args.out, model_path)
     settings = settings_line(report, background_given=int(background.shape[0]))
-    print_outcome(args, report, {"report": args.out}, settings=settings, extra={"job": job.id, "signature": note})
+    print_outcome(
+        args, report, {"report": args.out}, settings=settings, extra={"job": job.id, "signature": note}
+    )
     if not args.json:
         print(note)
     return 0

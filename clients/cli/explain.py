@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("explain", help="compute attributions locally and write them to an .npz")
     add_job_options(parser, audit=False)
     add_threads_option(parser)
-    parser.add_argument("--out", required=True, type=Path, help="output .npz: one array per method, plus targets")
+    parser.add_argument(
+        "--out", required=True, type=Path, help="output .npz: one array per method, plus targets"
+    )
     parser.set_defaults(func=run)
 
 

@@ -41,7 +41,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-
 def _thread_count(text: str) -> int:
     try:
         value = int(text)
@@ -146,7 +145,10 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     if audit:
         parser.add_argument(
-            "--audit-order", type=positive_int, default=3, help="largest set size judged set by set (default 3, at least 1)"
+            "--audit-order",
+            type=positive_int,
+            default=3,
+            help="largest set size judged set by set (default 3, at least 1)",
         )
         parser.add_argument(
             "--budget",
@@ -379,7 +381,9 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         group_names = token_names(tensors["inputs"], read_vocab(args.vocab))
     if getattr(args, "names", None):
         if group_names:
-            raise InvalidInput("--names: the players are already named (by the group file or --vocab); give one")
+            raise InvalidInput(
+                "--names: the players are already named (by the group file or --vocab); give one"
+            )
         group_names = read_names(args.names)
     baseline = args.baseline
     if baseline.endswith(".npy"):

@@ -16,7 +16,14 @@ def progress_bar(label: str) -> Iterator[Callable[[float, str], None]]:
         return
     from tqdm import tqdm
 
-    bar = tqdm(total=1000, desc=label, unit="‰", file=sys.stderr, leave=False, bar_format="{desc} {bar} {percentage:3.0f}% {postfix}")
+    bar = tqdm(
+        total=1000,
+        desc=label,
+        unit="‰",
+        file=sys.stderr,
+        leave=False,
+        bar_format="{desc} {bar} {percentage:3.0f}% {postfix}",
+    )
 
     def update(fraction: float, message: str) -> None:
         bar.n = int(max(0.0, min(1.0, fraction)) * 1000)

@@ -37,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default="audit",
         help="audit (default): signed report JSON; attribution: an .npz of attribution maps",
     )
-    parser.add_argument("--out", type=Path, help="where to write the report (audit) or the .npz (attribution)")
+    parser.add_argument(
+        "--out", type=Path, help="where to write the report (audit) or the .npz (attribution)"
+    )
     parser.add_argument("--detach", action="store_true", help="print the job id and return without waiting")
     parser.add_argument(
         "--idempotency-key",

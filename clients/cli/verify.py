@@ -71,7 +71,11 @@ def _refuse_unsigned(data: bytes) -> None:
         doc = json.loads(data)
     except ValueError:
         return
-    if isinstance(doc, dict) and "payload" not in doc and str(doc.get("schema", "")).startswith("xaudit.report/"):
+    if (
+        isinstance(doc, dict)
+        and "payload" not in doc
+        and str(doc.get("schema", "")).startswith("xaudit.report/")
+    ):
         raise VerificationError(
             "this is an unsigned report (plain JSON, as `xaudit audit` writes locally); only reports from a "
             "server are signed: run the audit with `xaudit submit` to get one, or read this one with `xaudit render`"

@@ -9,6 +9,7 @@ from clients.cli.options import add_threads_option
 
 __all__ = ["register"]
 
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("worker", help="run a worker (Celery) for a service")
     parser.add_argument("--broker", required=True, help="Celery broker URL, e.g. redis://HOST:6379/0")

@@ -89,7 +89,11 @@ def write_html(
 ) -> None:
     """Render and write the page (UTF-8): what ``--html`` on audit, submit and render calls."""
     page = render_html(
-        report, attributions=attributions, inputs=inputs, signature=signature, player_labels=player_labels,
+        report,
+        attributions=attributions,
+        inputs=inputs,
+        signature=signature,
+        player_labels=player_labels,
         vocab=vocab,
     )
     from xaudit.contract.errors import InvalidInput

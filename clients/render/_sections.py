@@ -23,14 +23,20 @@ from clients.render._tables import (
     verdict_table,
 )
 
-__all__ = ["decision_section", "figure", "header", "interactions_section", "method_section", "provenance_section", "verdicts_section"]
+__all__ = [
+    "decision_section",
+    "figure",
+    "header",
+    "interactions_section",
+    "method_section",
+    "provenance_section",
+    "verdicts_section",
+]
 
 
 def figure(picture: Picture, element_id: str, caption: str) -> str:
     cap = f"<figcaption>{caption}</figcaption>" if caption else ""
-    return (
-        f'<figure><img id="{escape(element_id)}" src="{picture.uri}" alt="{escape(picture.alt)}">{cap}</figure>'
-    )
+    return f'<figure><img id="{escape(element_id)}" src="{picture.uri}" alt="{escape(picture.alt)}">{cap}</figure>'
 
 
 _figure = figure
@@ -165,7 +171,7 @@ def interactions_section(game: Mapping[str, Any]) -> str:
             )
         )
         body.append(
-            '<details><summary>Interaction tables</summary>'
+            "<details><summary>Interaction tables</summary>"
             + table(
                 "Effect mass by order",
                 ["Order |S|", "Mass Σ|I(S)| (mean over inputs)"],

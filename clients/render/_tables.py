@@ -169,7 +169,13 @@ def decision_table(methods: Sequence[Mapping[str, Any]], level: float | None = N
         f"Confidence: the deciding criterion's score{interval} vs its tolerance (share of effect mass "
         "misallocated; 0 is perfect) and how many inputs agree"
     )
-    return table(caption, ["Method", "Verdict", "Confidence", "Reason"], rows, cls="decision", table_id="decision-table")
+    return table(
+        caption,
+        ["Method", "Verdict", "Confidence", "Reason"],
+        rows,
+        cls="decision",
+        table_id="decision-table",
+    )
 
 
 def _set_name(names: Iterable[Any]) -> str:

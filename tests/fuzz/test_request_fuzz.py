@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 
 from service.config import ServerConfig
 from service.server import Server, create_server
-from service.tensors import DATATYPES
 from service.validation import submission_from_request
 from tests.integration.service._helpers import mlp_onnx, stub, upload
-from workers.errors import XauditError
-from workers.spec import ATTACHMENTS, CRITERIA
+from xaudit.contract.errors import XauditError
+from xaudit.contract.spec import ATTACHMENTS, CRITERIA
+from xaudit.contract.tensors import DATATYPES
 from xaudit.v1 import audit_pb2
 
 pytestmark = pytest.mark.integration

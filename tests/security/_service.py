@@ -14,7 +14,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from service.worker_channel import BearerInterceptor
 from tests.integration.conftest import (
     ROOT,
     Service,
@@ -24,6 +23,7 @@ from tests.integration.conftest import (
     stop_process,
 )
 from tests.integration.security._infra import RedisServer
+from xaudit.contract.channel import BearerInterceptor
 from xaudit.v1 import audit_pb2_grpc, worker_pb2_grpc
 
 __all__ = ["SecureService", "create_token", "secure_service"]

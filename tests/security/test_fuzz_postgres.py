@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from service.config import ServerConfig
 from service.server import Server, create_server
-from service.tensors import encode_tensor
 from tests.fuzz.test_request_fuzz import submit_requests
 from tests.integration.service._helpers import inputs, mlp_onnx, upload
+from xaudit.contract.tensors import encode_tensor
 from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -36,7 +36,12 @@ _ID_PASSTHROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Flatt
 
 # Operators whose output depends on the ids' shape only, never on their values.
 _SHAPE_ONLY = {"Shape", "Size"}
-_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+_FLOATS = {
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.BFLOAT16,
+}
 
 
 def find_embedding(proto: onnx.ModelProto, ids: str) -> str:

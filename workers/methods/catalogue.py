@@ -32,7 +32,10 @@ def methods_markdown() -> str:
         method = get_method(name)
         caps = method.capabilities
         declared = METHOD_PARAMETERS.get(name, {})
-        params = ", ".join(f"`{k}={json.dumps(v)}`{_bounds(declared.get(k))}" for k, v in method.defaults.items()) or "-"
+        params = (
+            ", ".join(f"`{k}={json.dumps(v)}`{_bounds(declared.get(k))}" for k, v in method.defaults.items())
+            or "-"
+        )
         if method.resolution:
             params += f" (resolution: `{method.resolution}`)"
         yes = {True: "yes", False: "no"}

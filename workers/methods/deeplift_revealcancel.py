@@ -58,7 +58,9 @@ def target_seed(
 class DeepLiftRevealCancel(Method):
     name = "deeplift_revealcancel"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="single", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = parameter_defaults("deeplift_revealcancel")  # declared in xaudit.contract.params
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults(
+        "deeplift_revealcancel"
+    )  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = (
         "splits effects within same-sign groups and halves them across positive/negative groups"
     )

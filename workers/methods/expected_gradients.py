@@ -24,7 +24,9 @@ __all__ = ["ExpectedGradients"]
 class ExpectedGradients(Method):
     name = "expected_gradients"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="distribution", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = parameter_defaults("expected_gradients")  # declared in xaudit.contract.params
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults(
+        "expected_gradients"
+    )  # declared in xaudit.contract.params
     resolution: ClassVar[str | None] = "steps"
     paper_context: ClassVar[str] = "Integrated Gradients averaged over baselines drawn from data"
 

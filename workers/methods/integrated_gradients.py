@@ -26,7 +26,9 @@ _POINTS_PER_CHUNK = 8192
 class IntegratedGradients(Method):
     name = "integrated_gradients"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="single", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = parameter_defaults("integrated_gradients")  # declared in xaudit.contract.params
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults(
+        "integrated_gradients"
+    )  # declared in xaudit.contract.params
     resolution: ClassVar[str | None] = "steps"
     paper_context: ClassVar[str] = (
         "splits each Taylor term by the degree of x_i in it; expected to pass all three"

@@ -39,7 +39,9 @@ class LrpEpsilon(Method):
 
     name = "lrp_epsilon"
     capabilities = _CAPABILITIES
-    defaults: ClassVar[dict[str, Any]] = parameter_defaults("lrp_epsilon")  # declared in xaudit.contract.params
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults(
+        "lrp_epsilon"
+    )  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "first-order Taylor term only, like Gradient x Input; drops interactions"
 
     def attribute(
@@ -65,7 +67,9 @@ class LrpAlphaBeta(Method):
 
     name = "lrp_alpha_beta"
     capabilities = _CAPABILITIES
-    defaults: ClassVar[dict[str, Any]] = parameter_defaults("lrp_alpha_beta")  # declared in xaudit.contract.params
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults(
+        "lrp_alpha_beta"
+    )  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = (
         "hands effects of negatively contributing sets to positively contributing units outside them"
     )
@@ -102,7 +106,9 @@ class DeepTaylor(Method):
 
     name = "deep_taylor"
     capabilities = _CAPABILITIES
-    defaults: ClassVar[dict[str, Any]] = parameter_defaults("deep_taylor")  # declared in xaudit.contract.params
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults(
+        "deep_taylor"
+    )  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = (
         "hands effects of negatively contributing sets to positively contributing units outside them"
     )

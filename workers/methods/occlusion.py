@@ -73,7 +73,9 @@ class OcclusionPatch(Method):
 
     name = "occlusion_patch"
     capabilities = Capabilities(gradients=False, hooks=False, baseline="single", stochastic=False)
-    defaults: ClassVar[dict[str, Any]] = parameter_defaults("occlusion_patch")  # declared in xaudit.contract.params
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults(
+        "occlusion_patch"
+    )  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "gives the whole effect to every unit of every patch that S touches"
 
     def attribute(
@@ -90,7 +92,9 @@ class OcclusionPatch(Method):
 
     @staticmethod
     def _windows(p: Mapping[str, Any], players: Players) -> np.ndarray:
-        return patch_windows(players.layout, _parse_pair(p["window"], "window"), _parse_pair(p["stride"], "stride"))
+        return patch_windows(
+            players.layout, _parse_pair(p["window"], "window"), _parse_pair(p["stride"], "stride")
+        )
 
 
 def _mean_over_windows(deltas: np.ndarray, windows: np.ndarray) -> np.ndarray:

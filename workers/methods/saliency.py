@@ -30,7 +30,9 @@ class SmoothGrad(Method):
 
     name = "smoothgrad"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="single", stochastic=True)
-    defaults: ClassVar[dict[str, Any]] = parameter_defaults("smoothgrad")  # declared in xaudit.contract.params
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults(
+        "smoothgrad"
+    )  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "not among the fourteen"
 
     def attribute(

@@ -29,7 +29,9 @@ class ShapleyValue(Method):
     name = "shapley_value"
     capabilities = Capabilities(gradients=False, hooks=False, baseline="single", stochastic=False)
     # Permutations per sample when more players are present than exact enumeration affords.
-    defaults: ClassVar[dict[str, Any]] = parameter_defaults("shapley_value")  # declared in xaudit.contract.params
+    defaults: ClassVar[dict[str, Any]] = parameter_defaults(
+        "shapley_value"
+    )  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = (
         "equal split: each member gets the same share of each effect; expected to pass"
     )

@@ -133,7 +133,11 @@ def _spec(arg: ort.NodeArg) -> InputSpec:
     shape = arg.shape
     sample = tuple(d if isinstance(d, int) else None for d in shape[1:]) if shape else None
     fixed = shape[0] if shape and isinstance(shape[0], int) else None
-    dims = tuple(d if isinstance(d, (int, str)) and d != "" else None for d in shape) if shape is not None else None
+    dims = (
+        tuple(d if isinstance(d, (int, str)) and d != "" else None for d in shape)
+        if shape is not None
+        else None
+    )
     return InputSpec(arg.name, dtype, sample, fixed, dims)
 
 

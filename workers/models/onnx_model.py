@@ -19,6 +19,7 @@ __all__ = ["OnnxModel", "parse_onnx"]
 
 logger = logging.getLogger(__name__)
 
+
 def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
     wanted = ["CPUExecutionProvider"]
     if device.type == "cuda":

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from clients.verify import public_key_pem
 from service.signing import ReportSigner
-from workers.spec import DEFAULT_TOLERANCES, FOURTEEN_METHODS, tensor_digest
+from xaudit.contract.spec import DEFAULT_TOLERANCES, FOURTEEN_METHODS, tensor_digest
 
 HERE = Path(__file__).resolve().parent
 MODEL_BYTES = b"xaudit golden test model: not a real model, TEST-ONLY bytes\n"

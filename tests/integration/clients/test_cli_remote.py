@@ -103,7 +103,10 @@ def test_remote_commands_print_verdicts_on_stdout_and_say_what_they_reuse(
     first = xaudit(*args, "--out", str(out), server=service.address)
     assert first.returncode == 0, first.stderr
     rows = {line.split()[0]: line.split()[1] for line in first.stdout.splitlines()[1:3]}
-    assert first.stdout.startswith("METHOD") and rows == {"occlusion_1": "unreliable", "shapley_value": "reliable"}
+    assert first.stdout.startswith("METHOD") and rows == {
+        "occlusion_1": "unreliable",
+        "shapley_value": "reliable",
+    }
     assert f"report: {out.resolve()}" in first.stdout and "returning existing job" not in first.stderr
     job_id = first.stderr.split("job ", 1)[1].split()[0]
 

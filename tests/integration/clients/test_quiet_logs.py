@@ -19,7 +19,15 @@ from tests.integration.conftest import stop_process
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[3]
-NOISE = ("superuser", "fork_posix", "No hostname was supplied", "[queues]", "celery@", "UserWarning", "FutureWarning")
+NOISE = (
+    "superuser",
+    "fork_posix",
+    "No hostname was supplied",
+    "[queues]",
+    "celery@",
+    "UserWarning",
+    "FutureWarning",
+)
 
 
 def test_serve_logs_only_its_own_lines_by_default(tmp_path: Path) -> None:
@@ -39,7 +47,9 @@ def test_serve_logs_only_its_own_lines_by_default(tmp_path: Path) -> None:
         with XauditClient(found.group(1)) as client:
             ref = client.upload_model(ROOT / "workers" / "assets" / "digits_cnn.onnx")
             inputs = np.load(ROOT / "workers" / "assets" / "digits_inputs.npy")[:1]
-            submitted = client.submit_audit(ref, inputs=inputs, players="grid:2x2", methods="occlusion_1", seed=41)
+            submitted = client.submit_audit(
+                ref, inputs=inputs, players="grid:2x2", methods="occlusion_1", seed=41
+            )
             final = list(client.watch(submitted.id))[-1]
             assert final.state == "succeeded", final
     finally:

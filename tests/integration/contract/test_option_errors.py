@@ -23,27 +23,66 @@ IG = "integrated_gradients"
 
 # (CLI options, SubmitRequest fields, method params for the request, the one-line message)
 CASES: list[tuple[list[str], dict[str, object], dict[str, dict[str, str]], str]] = [
-    (["--players", "grid:4y2"], {"players": "grid:4y2"}, {}, "player spec 'grid:4y2': expected grid:RxC, e.g. grid:2x4"),
+    (
+        ["--players", "grid:4y2"],
+        {"players": "grid:4y2"},
+        {},
+        "player spec 'grid:4y2': expected grid:RxC, e.g. grid:2x4",
+    ),
     (["--players", "hexagons:3"], {"players": "hexagons:3"}, {}, "unknown player spec 'hexagons:3'"),
     (["--players", "grid:5000x2"], {"players": "grid:5000x2"}, {}, "R and C must be between 1 and 1024"),
-    (["--tolerance", "coverage=nan"], {"tolerances": {"coverage": float("nan")}}, {},
-     "tolerance coverage=nan: must be a finite number between 0 and 1"),
-    (["--tolerance", "complete_allocation=-0.5"], {"tolerances": {"complete_allocation": -0.5}}, {},
-     "tolerance complete_allocation=-0.5: must be a finite number between 0 and 1"),
-    (["--param", f"{IG}.steps=many"], {}, {IG: {"steps": "many"}},
-     f"{IG}.steps='many': expected an integer between 1 and 1024"),
-    (["--param", f"{IG}.steps=6000"], {}, {IG: {"steps": "6000"}},
-     f"{IG}.steps=6000: expected an integer between 1 and 1024"),
-    (["--param", f"{IG}.rule=gauss"], {}, {IG: {"rule": "gauss"}},
-     f"{IG} has no parameter rule (parameters: quadrature, steps)"),
-    (["--param", f"{IG}.steps=[[[1]]]"], {}, {IG: {"steps": "[[[1]]]"}},
-     f"parameter {IG}.steps: nested deeper than 2 levels"),
+    (
+        ["--tolerance", "coverage=nan"],
+        {"tolerances": {"coverage": float("nan")}},
+        {},
+        "tolerance coverage=nan: must be a finite number between 0 and 1",
+    ),
+    (
+        ["--tolerance", "complete_allocation=-0.5"],
+        {"tolerances": {"complete_allocation": -0.5}},
+        {},
+        "tolerance complete_allocation=-0.5: must be a finite number between 0 and 1",
+    ),
+    (
+        ["--param", f"{IG}.steps=many"],
+        {},
+        {IG: {"steps": "many"}},
+        f"{IG}.steps='many': expected an integer between 1 and 1024",
+    ),
+    (
+        ["--param", f"{IG}.steps=6000"],
+        {},
+        {IG: {"steps": "6000"}},
+        f"{IG}.steps=6000: expected an integer between 1 and 1024",
+    ),
+    (
+        ["--param", f"{IG}.rule=gauss"],
+        {},
+        {IG: {"rule": "gauss"}},
+        f"{IG} has no parameter rule (parameters: quadrature, steps)",
+    ),
+    (
+        ["--param", f"{IG}.steps=[[[1]]]"],
+        {},
+        {IG: {"steps": "[[[1]]]"}},
+        f"parameter {IG}.steps: nested deeper than 2 levels",
+    ),
     (["--param", f"{IG}.steps=" + "9" * 200], {}, {IG: {"steps": "9" * 200}}, "has more than 18 digits"),
     (["--param", "smoothgrad.noise=1e400"], {}, {"smoothgrad": {"noise": "1e400"}}, "is not finite"),
-    (["--baseline", "blur:1e308"], {"baseline": "blur:1e308"}, {}, "baseline 'blur:1e308': sigma must be in (0, 10000]"),
+    (
+        ["--baseline", "blur:1e308"],
+        {"baseline": "blur:1e308"},
+        {},
+        "baseline 'blur:1e308': sigma must be in (0, 10000]",
+    ),
     (["--audit-order", "40"], {"audit_order": 40}, {}, "audit order 40: must be an integer between 1 and 16"),
     (["--device", "tpu"], {"device": "tpu"}, {}, "unknown device 'tpu' (use auto, cpu, cuda or cuda:N)"),
-    (["--target", "class:x"], {"target": "class:x"}, {}, "target 'class:x': class index must be an integer >= 0"),
+    (
+        ["--target", "class:x"],
+        {"target": "class:x"},
+        {},
+        "target 'class:x': class index must be an integer >= 0",
+    ),
 ]
 IDS = [c[3][:40] for c in CASES]
 

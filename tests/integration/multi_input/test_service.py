@@ -19,11 +19,11 @@ import pytest
 from clients._report import report_document
 from service.config import ServerConfig
 from service.server import Server, create_server
-from service.tensors import encode_tensor
 from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.service._helpers import stub, upload
 from tests.unit.multi_input.models import NEGATION_VOCAB, image_tabular, negation_classifier, recurrent
-from workers.spec import FOURTEEN_METHODS
+from xaudit.contract.spec import FOURTEEN_METHODS
+from xaudit.contract.tensors import encode_tensor
 from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -99,7 +99,9 @@ def test_image_model_page_in_chromium(browser: Any) -> None:
     result = open_page(browser, page, ARTIFACTS / "image.png")
     browser.save_screenshot(str(ARTIFACTS / "image-first-screen.png"))
     _check_page(result, a.report, browser)
-    assert all(m["name"] in next(i["alt"] for i in result.images if i["id"] == "grid-0") for m in a.report["methods"])
+    assert all(
+        m["name"] in next(i["alt"] for i in result.images if i["id"] == "grid-0") for m in a.report["methods"]
+    )
     _print_views(browser, "image")
     assert 1 <= _pdf_pages(browser) <= 6
 
@@ -118,7 +120,9 @@ def test_the_decision_for_fourteen_methods_fits_the_first_screen(browser: Any) -
     result = open_page(browser, page)
     browser.save_screenshot(str(ARTIFACTS / "fourteen-first-screen.png"))
     assert result.console_errors == []
-    bottom = browser.execute_script("return document.querySelector('#decision-table').getBoundingClientRect().bottom")
+    bottom = browser.execute_script(
+        "return document.querySelector('#decision-table').getBoundingClientRect().bottom"
+    )
     assert 0 < bottom <= 900, bottom
 
 

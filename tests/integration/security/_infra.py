@@ -20,7 +20,6 @@ from tests.integration.conftest import fresh_postgres
 __all__ = ["RedisServer", "TcpProxy", "fresh_postgres", "rss_bytes"]
 
 
-
 @dataclass
 class RedisServer:
     """A redis-server of our own on a free loopback port, stoppable and restartable on the same port."""
@@ -79,8 +78,6 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-
 
 
 def rss_bytes(pid: int) -> int:

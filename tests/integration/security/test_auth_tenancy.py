@@ -18,9 +18,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from service.worker_channel import BearerInterceptor
 from tests.integration.conftest import ROOT, Service, start_serve, stop_process
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request, wait_done
+from xaudit.contract.channel import BearerInterceptor
 from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -137,7 +137,7 @@ def test_missing_scope_is_permission_denied(auth_service: AuthService) -> None:
     # A worker token from the tokens file (what `xaudit worker` sends as $XAUDIT_WORKER_TOKEN) gets in.
     os.environ["XAUDIT_WORKER_TOKEN"] = auth_service.worker
     try:
-        from service.worker_channel import open_worker_channel
+        from xaudit.contract.channel import open_worker_channel
 
         with open_worker_channel(auth_service.service.address, []) as worker_channel:
             as_worker = worker_pb2_grpc.WorkerServiceStub(worker_channel)

@@ -25,10 +25,10 @@ from tests.integration.security._infra import RedisServer
 from tests.integration.security._models import spin_forever_torchscript
 from tests.integration.service._helpers import chunks, request, stub, upload, wait_done
 from tests.models import MLP_FEATURES, relu_mlp, to_onnx
-from workers.errors import DeadlineExceeded
 from workers.runtime import RuntimeConfig, execute
 from workers.sandbox import SandboxLimits, run_sandboxed
-from workers.spec import JobSpec
+from xaudit.contract.errors import DeadlineExceeded
+from xaudit.contract.spec import JobSpec
 from xaudit.v1 import audit_pb2
 
 pytestmark = pytest.mark.integration

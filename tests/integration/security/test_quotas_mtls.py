@@ -18,10 +18,10 @@ from clients._embedded import free_port
 from service.config import ServerConfig
 from service.server import create_server
 from service.tokens import create_token
-from service.worker_channel import BearerInterceptor
 from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request
 from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
+from xaudit.contract.channel import BearerInterceptor
 from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -184,7 +184,7 @@ def test_mtls_client_certificate_names_the_tenant(tmp_path: Path) -> None:
 def test_worker_over_mtls_with_a_worker_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `xaudit worker` does against an mTLS server: its certificate for the transport, its worker
     token for the identity (a certificate alone only carries the client scopes)."""
-    from service.worker_channel import open_worker_channel
+    from xaudit.contract.channel import open_worker_channel
     from xaudit.v1 import worker_pb2, worker_pb2_grpc
 
     files = _certs(tmp_path)

@@ -21,9 +21,9 @@ from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.security._models import hog_memory_torchscript, spin_forever_torchscript
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request, stub, wait_done
 from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
-from workers.errors import Cancelled
 from workers.sandbox import SandboxLimits, run_sandboxed
-from workers.spec import JobSpec
+from xaudit.contract.errors import Cancelled
+from xaudit.contract.spec import JobSpec
 from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -9,8 +9,8 @@ import grpc
 import numpy as np
 import torch
 
-from service.tensors import encode_tensor
 from tests.models import MLP_FEATURES, relu_mlp, to_onnx
+from xaudit.contract.tensors import encode_tensor
 from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 TERMINAL = (audit_pb2.JOB_STATE_SUCCEEDED, audit_pb2.JOB_STATE_FAILED, audit_pb2.JOB_STATE_CANCELLED)

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from service.tensors import decode_tensor
 from tests.integration.conftest import Service, start_serve, stop_process
 from tests.integration.service._helpers import inputs, mlp_onnx, request, stub, upload, wait_done
 from workers.jobs import run_job
-from workers.spec import JobSpec, tensor_digest
+from xaudit.contract.spec import JobSpec, tensor_digest
+from xaudit.contract.tensors import decode_tensor
 from xaudit.v1 import audit_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

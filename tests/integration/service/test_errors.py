@@ -14,8 +14,8 @@ import pytest
 
 from service.config import ServerConfig
 from service.server import Server, create_server
-from service.tensors import encode_tensor
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request, stub, upload
+from xaudit.contract.tensors import encode_tensor
 from xaudit.v1 import audit_pb2
 
 pytestmark = pytest.mark.integration

@@ -7,9 +7,9 @@ import pytest
 
 from clients._requests import spec_with_options, submit_request
 from clients._types import AttributionResult
-from service.tensors import decode_tensor, encode_tensor
-from workers.errors import InvalidInput
-from workers.spec import JobSpec
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import JobSpec
+from xaudit.contract.tensors import decode_tensor, encode_tensor
 from xaudit.v1 import audit_pb2
 
 DTYPES = ["?", "u1", "<u2", "<u4", "<u8", "i1", "<i2", "<i4", "<i8", "<f2", "<f4", "<f8"]

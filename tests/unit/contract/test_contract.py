@@ -94,7 +94,10 @@ def test_spec_normalises_once_and_round_trips() -> None:
         ({"seed": 2**70}, "must be an integer between 0"),
         ({"audit_order": 2.5}, "audit order 2.5"),
         ({"kind": "train"}, "unknown job kind"),
-        ({"methods": ("saliency",), "method_params": {"smoothgrad": {"samples": 2}}}, "not requested: smoothgrad"),
+        (
+            {"methods": ("saliency",), "method_params": {"smoothgrad": {"samples": 2}}},
+            "not requested: smoothgrad",
+        ),
         ({"method_params": {"grad_cam": {"relu": "yes"}}}, "grad_cam.relu='yes': expected true or false"),
         ({"method_params": {"lrp_epsilon": {"epsilon": -1}}}, "expected a number between 0 and 1000"),
         ({"method_params": {"occlusion_patch": {"window": "0x2"}}}, "occlusion_patch.window='0x2'"),

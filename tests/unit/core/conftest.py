@@ -7,7 +7,7 @@ import torch
 from tests.models import to_onnx, to_torchscript
 from tests.unit.core.analytic import CubicTerm, Polynomial
 from workers.prepare import Prepared, prepare
-from workers.spec import JobSpec
+from xaudit.contract.spec import JobSpec
 
 POLY_X = np.array([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 1.5]], dtype=np.float32)
 

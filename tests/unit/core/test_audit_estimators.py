@@ -17,7 +17,7 @@ from workers.audit.checks import game_checks
 from workers.game import play
 from workers.methods.references import MAX_EXACT_REFERENCES, choose_references
 from workers.prepare import prepare
-from workers.spec import JobSpec
+from xaudit.contract.spec import JobSpec
 
 
 def _poly_prep(**spec: Any) -> Any:
@@ -77,8 +77,8 @@ def test_resolution_probe_respects_the_smallest_step_count() -> None:
 
 
 def test_too_few_steps_is_a_clear_error() -> None:
-    from workers.errors import InvalidInput
     from workers.explain import explain
+    from xaudit.contract.errors import InvalidInput
 
     params = {"integrated_gradients": {"steps": 1, "quadrature": "riemann_trapezoid"}}
     result = None

@@ -99,7 +99,7 @@ def test_same_seed_same_report() -> None:
 
     def audit(seed: int) -> dict[str, Any]:
         from workers.prepare import prepare
-        from workers.spec import JobSpec
+        from xaudit.contract.spec import JobSpec
 
         spec = JobSpec(players="features", device="cpu", methods=methods, seed=seed)
         return run_audit(prepare(spec, model, None, {"inputs": x.numpy(), "background": background})).report
@@ -141,9 +141,9 @@ def test_report_records_what_it_needs(relu_reports: dict[str, dict[str, Any]]) -
 
 
 def test_cancellation_is_checked_while_a_method_runs() -> None:
-    from workers.errors import Cancelled
     from workers.jobs import run_job
-    from workers.spec import JobSpec
+    from xaudit.contract.errors import Cancelled
+    from xaudit.contract.spec import JobSpec
 
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(4, 1, 8, 8, generator=gen)

@@ -14,9 +14,9 @@ import torch
 from onnx import numpy_helper
 
 from tests.models import relu_mlp, to_onnx
-from workers.errors import InvalidInput, InvalidModel, UnknownMethod
 from workers.prepare import prepare
-from workers.spec import JobSpec
+from xaudit.contract.errors import InvalidInput, InvalidModel, UnknownMethod
+from xaudit.contract.spec import JobSpec
 
 X = np.random.default_rng(0).normal(size=(2, 6)).astype(np.float32)
 

@@ -14,7 +14,7 @@ from torch import nn
 from tests.models import to_onnx
 from workers.audit import run_audit
 from workers.prepare import prepare
-from workers.spec import JobSpec
+from xaudit.contract.spec import JobSpec
 
 ASSETS = Path(__file__).resolve().parents[3] / "workers" / "assets"
 SEEDS = range(10)

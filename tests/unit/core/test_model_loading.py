@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.models import relu_cnn, to_onnx, to_torchscript
-from workers.errors import InvalidInput, InvalidModel
 from workers.models import load_model
+from xaudit.contract.errors import InvalidInput, InvalidModel
 
 X = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(5))
 MODEL = relu_cnn(7)
@@ -76,7 +76,7 @@ def test_refusals() -> None:
 def test_cuda_request_without_cuda_is_a_clear_error() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    from workers.errors import FailedPrecondition
+    from xaudit.contract.errors import FailedPrecondition
 
     with pytest.raises(FailedPrecondition, match="CUDA is not available"):
         load_model(to_onnx(MODEL, X), "onnx", "cuda")

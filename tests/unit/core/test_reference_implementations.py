@@ -11,7 +11,7 @@ from tests.models import relu_cnn, to_onnx
 from workers.explain import method_context
 from workers.methods import attribute, get_method
 from workers.prepare import prepare
-from workers.spec import JobSpec
+from xaudit.contract.spec import JobSpec
 
 GEN = torch.Generator().manual_seed(11)
 X = torch.randn(3, 1, 8, 8, generator=GEN)

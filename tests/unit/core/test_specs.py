@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from workers.errors import InvalidInput
 from workers.players import parse_players
 from workers.references import check_background, make_baselines
 from workers.targets import parse_target
+from xaudit.contract.errors import InvalidInput
 
 
 def test_grid_players_partition_the_last_two_axes() -> None:

@@ -14,7 +14,7 @@ from tests.models import CNN_SHAPE, MLP_FEATURES, relu_cnn, relu_mlp, to_onnx, t
 from workers.explain import ExplainResult, explain
 from workers.methods import ALL_METHODS, get_method
 from workers.prepare import prepare
-from workers.spec import JobSpec
+from xaudit.contract.spec import JobSpec
 
 MODELS = {"cnn": (relu_cnn, CNN_SHAPE, "grid:2x2"), "mlp": (relu_mlp, (MLP_FEATURES,), "features")}
 FORMATS = ("onnx", "torchscript")

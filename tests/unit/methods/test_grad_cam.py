@@ -11,8 +11,8 @@ from torch import nn
 
 from tests.models import CNN_SHAPE, MLP_FEATURES, maxpool_cnn, relu_cnn, relu_mlp
 from tests.unit.methods._context import context
-from workers.errors import InvalidInput, NotApplicable
 from workers.methods import get_method
+from xaudit.contract.errors import InvalidInput, NotApplicable
 
 
 def grad_cam_ref(model: nn.Sequential, layer: nn.Module, x: torch.Tensor, classes: np.ndarray, relu: bool):

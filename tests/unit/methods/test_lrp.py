@@ -14,8 +14,8 @@ import torch
 
 from tests.models import CNN_SHAPE, MLP_FEATURES, relu_cnn, relu_mlp
 from tests.unit.methods._context import Dense, context, dense_layers
-from workers.errors import InvalidInput, NotApplicable
 from workers.methods import get_method
+from xaudit.contract.errors import InvalidInput, NotApplicable
 
 STAB = 1e-6
 

@@ -10,9 +10,9 @@ from torch import nn
 
 from tests.models import CNN_SHAPE, MLP_FEATURES, maxpool_cnn, relu_cnn, relu_mlp
 from tests.unit.methods._context import Dense, context, dense_layers
-from workers.errors import NotApplicable
 from workers.methods import get_method
 from workers.targets import Target
+from xaudit.contract.errors import NotApplicable
 
 
 def _relu(v: float) -> float:

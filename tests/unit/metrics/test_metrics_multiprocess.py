@@ -54,7 +54,7 @@ SANDBOX_SCRIPT = textwrap.dedent(
     import numpy as np, torch
     from workers import metrics as wm
     from workers.sandbox import run_sandboxed
-    from workers.spec import JobSpec
+    from xaudit.contract.spec import JobSpec
     from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
 
     wm.use_multiprocess_dir(sys.argv[1])

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from tests.models import MLP_FEATURES, relu_mlp, to_onnx, to_torchscript
 from workers import metrics as wm
 from workers.jobs import run_job
-from workers.spec import JobSpec
+from xaudit.contract.spec import JobSpec
 
 
 def value(m: wm.WorkerMetrics, series: str, **labels: str) -> float:

@@ -18,9 +18,9 @@ from onnx import numpy_helper as nh
 from clients.cli.options import read_model
 from workers.models import load_model
 from workers.models.onnx_to_torch import onnx_to_torch, unconvertible_nodes
-from workers.onnx_checks import parse_onnx
 from workers.prepare import prepare
 from xaudit.contract.errors import InvalidModel
+from xaudit.contract.onnx_checks import parse_onnx
 from xaudit.contract.spec import JobSpec
 
 RNG = np.random.default_rng(0)
@@ -169,8 +169,8 @@ def _relocated(data: bytes, location: str) -> bytes:
 
 
 def test_external_data_size_cap(tmp_path: Path) -> None:
-    from workers.onnx_external import inline_external_data
     from xaudit.contract.errors import ResourceExhausted
+    from xaudit.contract.onnx_external import inline_external_data
 
     path = _external(tmp_path)
     with pytest.raises(ResourceExhausted, match="external data exceeds"):
@@ -213,7 +213,9 @@ def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(flatt
     if flatten == "Reshape":  # hooks would see one row per call: said, not attempted
         from xaudit.contract.errors import NotApplicable
 
-        with pytest.raises(NotApplicable, match=r"fixed batch of 1 for input 'x' and could not be re-batched"):
+        with pytest.raises(
+            NotApplicable, match=r"fixed batch of 1 for input 'x' and could not be re-batched"
+        ):
             prep.model.torch_hookable("grad_cam")
 
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from clients.cli.main import main
-from workers.errors import InvalidInput
 from workers.explain import explain
 from workers.game import play
 from workers.inputs import input_key
 from workers.prepare import prepare
-from workers.spec import JobSpec
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import JobSpec
 
 Model = tuple[bytes, torch.nn.Module]
 Inputs = tuple[np.ndarray, np.ndarray]

@@ -7,9 +7,9 @@ import pytest
 
 from clients._requests import submit_request
 from service.validation import submission_from_request
-from workers.errors import InvalidInput
 from workers.inputs import input_key
-from workers.spec import JobSpec
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import JobSpec
 
 _CAPS = {"max_elements": 1 << 20, "max_dims": 8}
 

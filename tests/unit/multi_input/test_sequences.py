@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from workers.audit import run_audit
-from workers.errors import InvalidInput
 from workers.inputs import input_key
 from workers.players import parse_players
 from workers.prepare import prepare
 from workers.references import make_baselines
-from workers.spec import JobSpec
 from workers.targets import parse_target
 from workers.tokens import check_token_baselines
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import JobSpec
 
 Model = tuple[bytes, torch.nn.Module]
 

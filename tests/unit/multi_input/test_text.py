@@ -18,14 +18,14 @@ from clients.cli.main import main
 from tests.unit.multi_input.models import NEGATION_VOCAB
 from workers.audit import run_audit
 from workers.audit.schema import validate_report
-from workers.errors import InvalidInput
 from workers.explain import explain
 from workers.inputs import input_key
 from workers.methods._embedding import find_embedding
 from workers.models.named import OnnxGraph
 from workers.prepare import prepare
-from workers.spec import FOURTEEN_METHODS, JobSpec
 from workers.tokens import token_names
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import FOURTEEN_METHODS, JobSpec
 
 Model = tuple[bytes, torch.nn.Module]
 _IDS = {w: i for i, w in enumerate(NEGATION_VOCAB)}

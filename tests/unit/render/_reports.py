@@ -36,7 +36,7 @@ class Audited:
 def image_audit() -> Audited:
     from workers.audit import run_audit
     from workers.prepare import prepare
-    from workers.spec import JobSpec
+    from xaudit.contract.spec import JobSpec
 
     inputs = np.load(ASSETS / "digits_inputs.npy")[:2]
     spec = JobSpec(
@@ -56,7 +56,7 @@ def tabular_audit(groups: bool = False) -> Audited:
     from tests.models import relu_mlp, to_onnx
     from workers.audit import run_audit
     from workers.prepare import prepare
-    from workers.spec import JobSpec
+    from xaudit.contract.spec import JobSpec
 
     rng = np.random.default_rng(0)
     inputs = rng.normal(size=(3, 6)).astype(np.float32)
@@ -82,8 +82,8 @@ def text_audit() -> Audited:
     from workers.audit import run_audit
     from workers.inputs import input_key
     from workers.prepare import prepare
-    from workers.spec import JobSpec
     from workers.tokens import token_names
+    from xaudit.contract.spec import JobSpec
 
     data, _, _ = negation_classifier(epochs=40)
     index = {w: i for i, w in enumerate(NEGATION_VOCAB)}

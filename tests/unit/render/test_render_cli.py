@@ -14,7 +14,7 @@ from clients.render import read_report
 from clients.verify import key_id, load_public_key_file
 from tests.unit.render._html import parse
 from tests.unit.render._reports import GROUP_NAMES, GROUPS, image_audit
-from workers.errors import InvalidInput, VerificationError
+from xaudit.contract.errors import InvalidInput, VerificationError
 
 SIGNING = Path(__file__).parents[2] / "assets" / "signing"
 ENVELOPE = SIGNING / "envelope-key-1.json"

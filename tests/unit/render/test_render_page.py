@@ -79,13 +79,20 @@ def test_decision_and_criterion_tables_read_without_colour(image_page):
     assert decision.col_headers == ["Method", "Verdict", "Confidence", "Reason"]
     assert decision.row_headers == [m["name"] for m in report["methods"]]
     for row, method in zip(decision.rows, report["methods"], strict=True):
-        assert row[1] == {
-            "reliable": "✔ reliable",
-            "unreliable": "✘ unreliable",
-            "inconclusive": "? inconclusive",
-        }[method["verdict"]]
+        assert (
+            row[1]
+            == {
+                "reliable": "✔ reliable",
+                "unreliable": "✘ unreliable",
+                "inconclusive": "? inconclusive",
+            }[method["verdict"]]
+        )
         if method["verdict"] == "unreliable":
-            short = {"coverage": "coverage", "unrelated_allocation": "unrelated", "complete_allocation": "complete"}
+            short = {
+                "coverage": "coverage",
+                "unrelated_allocation": "unrelated",
+                "complete_allocation": "complete",
+            }
             assert row[3] == "fails " + ", ".join(short[c] for c in method["failing_criteria"])
             assert " vs 0.050; fails on " in row[2]
         elif method["verdict"] == "reliable":

@@ -13,7 +13,7 @@ import yaml
 from service.auth import METHOD_SCOPES, Authenticator, check_exposure
 from service.config import ServerConfig
 from service.tokens import Identity, TenantPolicy, TokenFile, create_token, parse_scopes
-from workers.errors import InvalidInput, Unauthenticated
+from xaudit.contract.errors import InvalidInput, Unauthenticated
 
 
 class _Context:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from service.blobs import BlobStore
-from service.tensors import decode_tensor, encode_tensor
-from workers.errors import InvalidInput, NotFound, ResourceExhausted
+from xaudit.contract.errors import InvalidInput, NotFound, ResourceExhausted
+from xaudit.contract.tensors import decode_tensor, encode_tensor
 
 
 def test_blob_is_stored_under_its_digest_atomically(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from service.store import JobStore, Lease, NewJob
-from workers.errors import FailedPrecondition, NotFound
+from xaudit.contract.errors import FailedPrecondition, NotFound
 
 
 @pytest.fixture

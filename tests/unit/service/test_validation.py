@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from service.tensors import encode_tensor
 from service.validation import check_model, submission_from_request
-from workers.errors import InvalidInput, InvalidModel
-from workers.spec import DEFAULT_TOLERANCES, FOURTEEN_METHODS
+from xaudit.contract.errors import InvalidInput, InvalidModel
+from xaudit.contract.spec import DEFAULT_TOLERANCES, FOURTEEN_METHODS
+from xaudit.contract.tensors import encode_tensor
 from xaudit.v1 import audit_pb2
 
 CAPS = {"max_elements": 1 << 20, "max_dims": 8}
@@ -35,7 +35,11 @@ def test_empty_fields_take_the_documented_defaults() -> None:
 
 
 def test_method_params_are_json_values() -> None:
-    methods = [audit_pb2.MethodSpec(name="integrated_gradients", params={"steps": "32", "quadrature": "riemann_left"})]
+    methods = [
+        audit_pb2.MethodSpec(
+            name="integrated_gradients", params={"steps": "32", "quadrature": "riemann_left"}
+        )
+    ]
     spec = submission_from_request(_req(methods=methods), "attribution", **CAPS).spec
     assert spec.methods == ("integrated_gradients",)
     assert spec.method_params == {"integrated_gradients": {"steps": 32, "quadrature": "riemann_left"}}

@@ -17,8 +17,8 @@ from clients._types import SigningKey
 from clients.cli.main import main
 from clients.verify import key_id, load_public_key
 from tests.unit.signing.signing_golden import ASSETS, asset, generator
-from workers.errors import Unavailable
-from workers.spec import DEFAULT_TOLERANCES
+from xaudit.contract.errors import Unavailable
+from xaudit.contract.spec import DEFAULT_TOLERANCES
 
 
 @dataclass
@@ -80,7 +80,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
     inputs = tmp_path / "inputs.npy"
     # The inputs the golden report names (see make_golden.inputs_digest).
     np.save(inputs, np.arange(4 * 1 * 8 * 8, dtype=np.float32).reshape(4, 1, 8, 8) / 256.0)
-    from workers.spec import tensor_digest
+    from xaudit.contract.spec import tensor_digest
 
     assert tensor_digest(np.load(inputs)) == generator().inputs_digest()
     return {"model": ASSETS / "model.bin", "input": inputs, "tmp": tmp_path}

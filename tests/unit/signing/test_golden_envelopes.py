@@ -21,7 +21,7 @@ from clients.verify import (
     verify_envelope,
 )
 from tests.unit.signing.signing_golden import ASSETS, asset, generator, pem
-from workers.errors import InvalidInput, VerificationError, XauditError
+from xaudit.contract.errors import InvalidInput, VerificationError, XauditError
 
 
 def _with(envelope: bytes, *, payload: bytes | None = None, sig: bytes | None = None) -> bytes:

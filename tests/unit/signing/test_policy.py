@@ -9,8 +9,8 @@ import pytest
 
 from clients.policy import Policy, evaluate, load_policy, parse_policy
 from tests.unit.signing.signing_golden import asset
-from workers.errors import InvalidInput
-from workers.spec import DEFAULT_TOLERANCES, FOURTEEN_METHODS
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import DEFAULT_TOLERANCES, FOURTEEN_METHODS
 
 POLICIES = Path(__file__).resolve().parents[3] / "deploy" / "policies"
 

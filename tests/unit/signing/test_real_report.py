@@ -17,7 +17,7 @@ from clients.summary import gate_markdown
 from clients.verify import check_inputs_subject, check_model_subject, load_public_key, verify_envelope
 from service.signing import ReportSigner
 from tests.unit.signing.signing_golden import ASSETS, asset, pem
-from workers.spec import FOURTEEN_METHODS, tensor_digest
+from xaudit.contract.spec import FOURTEEN_METHODS, tensor_digest
 
 ROOT = ASSETS.parents[2]
 MODEL = ROOT / "workers" / "assets" / "digits_cnn.onnx"

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from clients.verify import key_id, load_public_key, verify_envelope
 from service.signing import KEY_FILE_NAME, TRUSTED_DIR_NAME, ReportSigner
 from tests.unit.signing.signing_golden import ASSETS, asset, pem
-from workers.errors import InvalidInput, VerificationError
+from xaudit.contract.errors import InvalidInput, VerificationError
 
 MODEL = "a" * 64
 INPUTS = "b" * 64
@@ -167,7 +167,7 @@ def test_broken_trusted_key_stops_the_start_but_not_a_running_service(
 
 
 def test_unwritable_key_dir_is_a_clear_error(tmp_path: Path) -> None:
-    from workers.errors import FailedPrecondition
+    from xaudit.contract.errors import FailedPrecondition
 
     blocker = tmp_path / "file"
     blocker.write_text("")

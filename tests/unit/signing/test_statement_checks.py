@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from clients.verify import PAYLOAD_TYPE, key_id, load_public_key, pae, verify_envelope
 from tests.unit.signing.signing_golden import ASSETS, asset, pem
-from workers.errors import VerificationError
+from xaudit.contract.errors import VerificationError
 
 
 def _key() -> Ed25519PrivateKey:
