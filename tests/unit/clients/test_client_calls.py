@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from clients.client import Job, ModelRef, XauditClient, default_server
-from workers import errors
+from xaudit.contract import errors
 from xaudit.v1 import audit_pb2
 
 # The scripted service of conftest.py and its address.
