@@ -397,7 +397,11 @@ def test_dockerfiles_copy_what_exists_and_install_real_extras(name: str, extra: 
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     installed = re.search(r'"\.\[([a-z,]+)\]"', text)
     assert installed is not None, f"{name} does not install the project with extras"
-    assert set(installed.group(1).split(",")) == {extra, "postgres"} and {extra, "postgres"} <= set(extras)
-    assert "onnxruntime" in extras[extra][0]  # the CPU or the CUDA build, never both
+    wanted = {extra, "server", "postgres"}  # the engine build, the service, the PostgreSQL driver
+    assert set(installed.group(1).split(",")) == wanted and wanted <= set(extras)
+    assert sum("onnxruntime" in dep for dep in extras[extra]) == 1  # the CPU or the CUDA build, never both
     ignore = (DEPLOY / "docker" / f"{name}.dockerignore").read_text().splitlines()
     assert ignore[1:2] == ["*"] and "!workers/" in ignore, "the build context must be allow-listed"
+    # Every package root the build installs from (proto/ holds the contract and generated code).
+    for package in ("clients", "service", "workers", "proto"):
+        assert f"!{package}/" in ignore and f"COPY {package} ./{package}" in text, f"{name} misses {package}/"
