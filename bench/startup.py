@@ -34,7 +34,9 @@ except SystemExit:
     pass
 finally:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"@@ {usage.ru_utime + usage.ru_stime} {'torch' in sys.modules}", file=sys.stderr)
+    # VmHWM: this program's own peak (ru_maxrss would include the forked parent's pages).
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+    print(f"@@ {usage.ru_utime + usage.ru_stime} {'torch' in sys.modules} {int(hwm) / 1024}", file=sys.stderr)
 """
 
 
@@ -43,9 +45,10 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
 
 
-def timed(args: list[str], repeats: int) -> tuple[float, float, bool]:
-    """Median wall and CPU seconds of ``python args`` in fresh processes; whether torch was imported."""
-    walls, cpus, torch = [], [], False
+def timed(args: list[str], repeats: int) -> tuple[float, float, bool, float]:
+    """Median wall and CPU seconds of ``python args`` in fresh processes, whether torch was imported,
+    and the peak resident memory (MB)."""
+    walls, cpus, torch, peak = [], [], False, 0.0
     for _ in range(repeats):
         t0 = time.perf_counter()
         done = subprocess.run(
@@ -55,13 +58,12 @@ def timed(args: list[str], repeats: int) -> tuple[float, float, bool]:
         line = [x for x in done.stderr.splitlines() if x.startswith("@@ ")][-1]
         cpus.append(float(line.split()[1]))
         torch = torch or line.split()[2] == "True"
-    return statistics.median(walls), statistics.median(cpus), torch
+        peak = max(peak, float(line.split()[3]))
+    return statistics.median(walls), statistics.median(cpus), torch, peak
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    repeats = parser.parse_args().repeats
+def print_table(repeats: int) -> None:
+    """The start-up table (also the start-up section of bench/suite.py)."""
     with tempfile.TemporaryDirectory() as tmp:
         text_model = Path(tmp) / "notes.pt"
         text_model.write_text("not a model\n")
@@ -86,11 +88,19 @@ def main() -> None:
         )
         print(f"Fresh processes, median of {repeats}; CPU = user + system seconds of the process.")
         print()
-        print("| command | wall s | CPU s | imports torch |")
-        print("|---|---:|---:|---|")
+        print("| command | wall s | CPU s | peak MB | imports torch |")
+        print("|---|---:|---:|---:|---|")
         for label, args in cases:
-            wall, cpu, torch = timed(args, repeats)
-            print(f"| {label} | {wall:.2f} | {cpu:.2f} | {'yes' if torch else 'no'} |", flush=True)
+            wall, cpu, torch, peak = timed(args, repeats)
+            print(
+                f"| {label} | {wall:.2f} | {cpu:.2f} | {peak:.0f} | {'yes' if torch else 'no'} |", flush=True
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    print_table(parser.parse_args().repeats)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -339,60 +338,12 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-_MEASURED = """
-import resource, runpy, sys
-sys.argv = sys.argv[1:]
-try:
-    if sys.argv[0] == "-c":
-        exec(compile(sys.argv[1], "<cmd>", "exec"))
-    else:
-        runpy.run_module(sys.argv[0], run_name="__main__")
-except SystemExit:
-    pass
-finally:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    # VmHWM: this program's own peak (ru_maxrss would include the forked parent's pages).
-    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
-    print(f"@@ {usage.ru_utime + usage.ru_stime} {int(hwm) / 1024}", file=sys.stderr)
-"""
-
-
-def _timed(args: list[str], repeats: int) -> tuple[float, float, float]:
-    """Median wall seconds, median CPU seconds and peak RSS (MB) of ``python args`` in fresh processes."""
-    walls, cpus, peak = [], [], 0.0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-c", _MEASURED, *args], capture_output=True, text=True, env=_env(), cwd=ROOT
-        )
-        walls.append(time.perf_counter() - t0)
-        line = [x for x in done.stderr.splitlines() if x.startswith("@@ ")][-1]
-        cpu, rss = (float(v) for v in line.split()[1:])
-        cpus.append(cpu)
-        peak = max(peak, rss)
-    return statistics.median(walls), statistics.median(cpus), peak
-
-
 def section_startup(repeats: int) -> None:
+    from bench.startup import print_table
+
     print("## Start-up")
     print()
-    print(
-        "Fresh processes, median of repeats; CPU = user + system time of the process (robust to machine load)."
-    )
-    print()
-    print("| command | wall s | CPU s | peak MB |")
-    print("|---|---:|---:|---:|")
-    for label, args in (
-        ("`python -c pass` (the interpreter's floor)", ["-c", "pass"]),
-        ("`xaudit methods`", ["clients.cli.main", "methods"]),
-        ("`xaudit --help`", ["clients.cli.main", "--help"]),
-        (
-            "engine import (`workers.audit`, ONNX model loading)",
-            ["-c", "import workers.audit, workers.models.onnx_model"],
-        ),
-    ):
-        wall, cpu, peak = _timed(args, repeats)
-        print(f"| {label} | {wall:.2f} | {cpu:.2f} | {peak:.0f} |", flush=True)
+    print_table(repeats)
     leaked = subprocess.run(
         [
             sys.executable,
