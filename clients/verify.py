@@ -18,7 +18,7 @@ Format (see also ``deploy/ci/README.md``):
 * Statement (https://in-toto.io/Statement/v1): ``subject`` lists the model (name: the model's name or
   ``"model"``; digest: sha256 of the model file's bytes) and the input set (name ``"inputs"``; digest:
   :func:`xaudit.contract.spec.tensor_digest` of the inputs); ``predicateType`` is :data:`PREDICATE_TYPE`;
-  ``predicate`` is the ``xaudit.report/v1`` report, whose bytes the service embeds verbatim.
+  ``predicate`` is the ``xaudit.report/v2`` report (v1 envelopes still verify), whose bytes the service embeds verbatim.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Progress = Callable[[float, str], None]
 @dataclass
 class JobResult:
     kind: str
-    # Canonical JSON bytes of the xaudit.report/v1 document (audit jobs; unsigned).
+    # Canonical JSON bytes of the xaudit.report/v2 document (audit jobs; unsigned).
     report: bytes | None
     # Attribution maps of the inputs, method -> (B, *sample_shape) float32.
     attributions: dict[str, np.ndarray] = field(default_factory=dict)

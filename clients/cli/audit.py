@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("audit", help="audit attribution methods locally and write the report JSON")
     add_job_options(parser, audit=True)
     add_threads_option(parser)
-    parser.add_argument("--out", type=Path, help="where to write the report (xaudit.report/v1 JSON)")
+    parser.add_argument("--out", type=Path, help="where to write the report (xaudit.report/v2 JSON)")
     parser.add_argument(
         "--plan",
         action="store_true",

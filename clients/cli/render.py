@@ -38,7 +38,9 @@ def add_html_option(parser: argparse.ArgumentParser, *, required: bool = False) 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("render", help="render a report or signed envelope as a self-contained HTML page")
-    parser.add_argument("report", type=Path, help="xaudit.report/v1 JSON or a signed envelope (DSSE)")
+    parser.add_argument(
+        "report", type=Path, help="xaudit.report JSON (v2, or v1 from older runs) or a signed envelope (DSSE)"
+    )
     parser.add_argument(
         "--attributions",
         type=Path,

@@ -28,7 +28,7 @@ def render_html(
     player_labels: np.ndarray | None = None,
     vocab: Sequence[str] | None = None,
 ) -> str:
-    """The page for ``report`` (an ``xaudit.report/v1`` dict, JSON or straight from ``run_audit``).
+    """The page for ``report`` (an ``xaudit.report`` v2 or v1 dict, JSON or straight from ``run_audit``).
 
     ``attributions``: method name -> (B, *sample_shape) maps of the audited inputs (other keys, such
     as an attribution job's ``target_values``, are ignored). ``inputs``: the audited inputs, drawn
