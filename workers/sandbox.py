@@ -49,6 +49,7 @@ import numpy as np
 
 from workers.confine import landlock_abi
 from workers.jobs import JobResult, Progress
+from workers.threads import CONCURRENCY_ENV, THREADS_ENV
 from xaudit.contract.errors import (
     Cancelled,
     DeadlineExceeded,
@@ -212,10 +213,11 @@ def _death_reason(returncode: int, limits: SandboxLimits) -> XauditError:
     return InvalidModel(f"the model's process exited with status {returncode} before finishing its job")
 
 
-# The only variables a child gets: thread and locale settings. Nothing else of the worker's
-# environment (tokens, keys, broker and store URLs, PYTHON*) reaches the model's process.
+# The only variables a child gets: thread and locale settings (the worker's concurrency among them:
+# the child sizes its threads by it, workers.threads). Nothing else of the worker's environment
+# (tokens, keys, broker and store URLs, PYTHON*) reaches the model's process.
 _ENV_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "CUDA_VISIBLE", "NVIDIA_VISIBLE", "LC_")
-_ENV_NAMES = ("LANG", "TZ", "XAUDIT_THREADS")
+_ENV_NAMES = ("LANG", "TZ", THREADS_ENV, CONCURRENCY_ENV)
 
 
 def _child_env() -> dict[str, str]:

@@ -56,8 +56,9 @@ def test_only_thread_settings_reach_the_model(monkeypatch: pytest.MonkeyPatch) -
     for name in ("XAUDIT_WORKER_TOKEN", "XAUDIT_TOKEN", "AWS_SECRET_ACCESS_KEY", "PYTHONPATH", "XAUDIT_HOME"):
         monkeypatch.setenv(name, "secret")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("XAUDIT_WORKER_CONCURRENCY", "2")  # the child shares the CPUs by it
     env = _child_env()
-    assert env == {"OMP_NUM_THREADS": "1", "PATH": env["PATH"]} | {
+    assert env == {"OMP_NUM_THREADS": "1", "XAUDIT_WORKER_CONCURRENCY": "2", "PATH": env["PATH"]} | {
         k: v for k, v in env.items() if k.startswith(("MKL_", "LC_", "LANG", "OPENBLAS_", "CUDA_", "TZ"))
     }
     assert "secret" not in env.values()
