@@ -16,6 +16,7 @@ import difflib
 import importlib
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -54,14 +55,22 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hint = ""
-        if "invalid choice:" in message:
-            wrong = message.split("invalid choice:", 1)[1].split("(", 1)[0].strip().strip("'\"")
-            close = difflib.get_close_matches(wrong, COMMANDS, n=1)
+        choice = _INVALID_CHOICE.match(message)
+        if choice is not None:  # any argument with choices: the suggestion comes from its own choices
+            wrong = choice["wrong"]
+            close = difflib.get_close_matches(wrong, re.findall(r"'([^']*)'", choice["choices"]), n=1)
             if close:
                 hint = f"; did you mean '{close[0]}'?"
-            message = f"unknown command '{wrong}'"
+            if choice["argument"] == "COMMAND":
+                message = f"unknown command '{wrong}'"
         print(f"{self.prog}: error: {message}{hint} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(EXIT_ERROR)
+
+
+# argparse's "argument X: invalid choice: 'y' (choose from 'a', 'b')".
+_INVALID_CHOICE = re.compile(
+    r"argument (?P<argument>[^:]+): invalid choice: '(?P<wrong>[^']*)' \(choose from (?P<choices>.*)\)"
+)
 
 
 # (category, message regex, module regex): warnings that say nothing actionable to an xaudit user.

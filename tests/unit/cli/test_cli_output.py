@@ -84,6 +84,7 @@ def test_audit_json_summary(files, tmp_path, capsys):
     [
         (["audit"], "xaudit audit: error: the following arguments are required: --model, --input ("),
         (["audti"], "xaudit: error: unknown command 'audti'; did you mean 'audit'?"),
+        (["keys", "rotat"], "argument action: invalid choice: 'rotat' (choose from 'fetch', 'rotate'); did you mean 'rotate'?"),
         (["audit", "--model", "m.onnx", "--input", "x.npy", "--out", "r.json", "--audit-order", "0"],
          "argument --audit-order: must be at least 1, got 0"),
         (["audit", "--model", "{model}", "--input", "{x}", "--out", "r.json", "--methods", "shapley_vlaue"],
