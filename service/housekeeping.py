@@ -33,7 +33,7 @@ def sweep_orphan_blobs(blobs: BlobStore, kept: Callable[[], set[str]], grace_sec
                 continue
         except FileNotFoundError:
             continue
-        leftover = path.name.startswith(".upload-") or path.name.startswith(".")
+        leftover = path.name.startswith(".")  # partial uploads (.upload-*) and other temporaries
         orphan = is_sha256(path.name) and path.name not in keep
         if leftover or orphan:
             path.unlink(missing_ok=True)

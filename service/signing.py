@@ -130,10 +130,6 @@ class ReportSigner:
         self._stamp = self._file_stamp()
 
     @property
-    def _private_key(self) -> Ed25519PrivateKey:
-        return self._current[0]
-
-    @property
     def _public_key(self) -> Ed25519PublicKey:
         return self._current[1]
 

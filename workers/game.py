@@ -68,14 +68,9 @@ class GameResult:
 
     @property
     def efficiency_error(self) -> np.ndarray:
-        """|v(N) - v(empty) - sum_S I(S)|: 0 up to rounding when exact, the high-order remainder otherwise."""
-        return np.abs(self.remainder)
-
-    @property
-    def remainder(self) -> np.ndarray:
-        if self.weights is None:
-            return self.full - self.empty - self.interactions[:, 1:].sum(axis=1)
-        return self.full - self.empty - self.interactions @ self.weights
+        """|v(N) - v(empty) - sum_S I(S)|: 0 up to rounding when exact, the high-order remainder otherwise
+        (unweighted: the audit's weighted remainder is workers.audit.unaudited)."""
+        return np.abs(self.full - self.empty - self.interactions[:, 1:].sum(axis=1))
 
     def shapley(self) -> np.ndarray:
         """Exact Shapley values (B, n) when exact; the order-limited approximation otherwise."""

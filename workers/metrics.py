@@ -34,7 +34,6 @@ __all__ = [
     "DeviceInfo",
     "WorkerMetrics",
     "activate",
-    "activate_from_environment",
     "active",
     "count_backward",
     "count_forward",
@@ -163,18 +162,6 @@ def activate(metrics: WorkerMetrics | None) -> WorkerMetrics | None:
 
 def active() -> WorkerMetrics | None:
     return _active
-
-
-def activate_from_environment() -> WorkerMetrics | None:
-    """In a process a metrics-serving worker started afresh (the TorchScript sandbox): record into the
-    worker's ``PROMETHEUS_MULTIPROC_DIR`` when it has one; otherwise record nothing."""
-    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if _active is not None or not directory or not Path(directory).is_dir():
-        return _active
-    use_multiprocess_dir(directory)
-    metrics = WorkerMetrics(CollectorRegistry())
-    activate(metrics)
-    return metrics
 
 
 # --- one-line helpers for the compute core ------------------------------------------------------

@@ -30,16 +30,12 @@ __all__ = [
     "interactions_section",
     "method_section",
     "provenance_section",
-    "verdicts_section",
 ]
 
 
 def figure(picture: Picture, element_id: str, caption: str) -> str:
     cap = f"<figcaption>{caption}</figcaption>" if caption else ""
     return f'<figure><img id="{escape(element_id)}" src="{picture.uri}" alt="{escape(picture.alt)}">{cap}</figure>'
-
-
-_figure = figure
 
 
 def signature_banner(status: SignatureStatus) -> str:
@@ -115,10 +111,6 @@ def decision_section(
 def _level(config: Mapping[str, Any]) -> float | None:
     confidence = config.get("confidence")
     return as_float(confidence.get("level")) if isinstance(confidence, Mapping) else None
-
-
-def verdicts_section(methods: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> str:
-    return decision_section({}, methods, config)
 
 
 def interactions_section(game: Mapping[str, Any]) -> str:
@@ -213,7 +205,6 @@ def method_section(
     method: Mapping[str, Any],
     *,
     tolerances: Mapping[str, Any],
-    **_: Any,
 ) -> str:
     name = str(method.get("name", "?"))
     verdict = str(method.get("verdict", ""))

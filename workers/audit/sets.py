@@ -54,11 +54,6 @@ class Stratum:
         """Inverse inclusion probability of each audited set of this order."""
         return self.population / self.sampled if self.sampled else 0.0
 
-    @property
-    def finite_population_factor(self) -> float:
-        """(1 - s/N): the share of the order left unseen; 0 when exhaustive."""
-        return 1.0 - self.sampled / self.population if self.population else 0.0
-
 
 @dataclass(frozen=True)
 class AuditedSets:

@@ -25,7 +25,7 @@ from onnx2torch.utils.common import (  # noqa: E402
     onnx_mapping_from_node,
 )
 
-__all__ = ["ADDED_OPERATORS"]
+__all__: list[str] = []  # importing the module registers the converters
 
 
 class GlobalMaxPool(nn.Module):
@@ -181,7 +181,6 @@ _ADDED: dict[tuple[str, int], Any] = {
     ("ReduceMax", 20): _reduce_with_axes_input,  # 20 adds bool inputs only
     ("ReduceMin", 20): _reduce_with_axes_input,
 }
-ADDED_OPERATORS = tuple(sorted({op for op, _ in _ADDED}))
 
 
 def _register() -> None:

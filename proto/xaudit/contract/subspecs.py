@@ -43,7 +43,6 @@ MAX_TEXT_SPEC = 256  # a players / baseline / target string
 MAX_INDEX = 2**63 - 1  # class indices, token ids, output indices: they fit an int64
 
 PlayerKind = Literal["auto", "grid", "features", "groups", "mask", "windows", "tokens"]
-PLAYER_KINDS: tuple[str, ...] = ("auto", "grid", "features", "groups", "mask", "windows", "tokens")
 _PLAYER_USAGE = "use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy, windows:K, tokens"
 
 

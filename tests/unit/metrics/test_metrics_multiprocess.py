@@ -58,7 +58,7 @@ SANDBOX_SCRIPT = textwrap.dedent(
     from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
 
     wm.use_multiprocess_dir(sys.argv[1])
-    wm.activate_from_environment()  # the worker's metrics; the sandbox reports, the worker records
+    wm.activate(wm.WorkerMetrics(wm.CollectorRegistry()))  # the worker's; the sandbox reports, it records
     model = to_torchscript(relu_mlp(), torch.zeros(2, MLP_FEATURES))
     x = np.random.default_rng(0).standard_normal((2, MLP_FEATURES)).astype(np.float32)
     spec = JobSpec(kind="attribution", methods=("occlusion_1",), players="features", device="cpu")
