@@ -15,10 +15,16 @@ import numpy as np
 from workers.game import GameResult
 from workers.prepare import Prepared
 
-__all__ = ["GAME_CHECK_RTOL", "GameCheck", "game_checks"]
+__all__ = ["GAME_CHECK_RTOL", "GameCheck", "check_failure", "game_checks"]
 
 # Relative to the game's scale: float32 models give ~1e-7; batch-dependent kernels a little more.
 GAME_CHECK_RTOL = 1e-4
+
+
+def check_failure(name: str, max_abs_error: float) -> str:
+    """The reason a failed check gives (``name``: "full" or "empty", as in GameCheck and the report)."""
+    value = "v(N)" if name == "full" else "v(empty)"
+    return f"{value} differs from the plain evaluation by {max_abs_error:.3g}"
 
 
 @dataclass(frozen=True)

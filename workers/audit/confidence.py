@@ -15,6 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from workers.audit.scores import safe_ratio
 from xaudit.contract.criteria import Parts
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "DEFAULT_LEVEL", "Interval", "interval"]
@@ -48,10 +49,6 @@ class Interval:
         }
 
 
-def _ratios(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
-
-
 def interval(
     parts: Parts,
     level: float = DEFAULT_LEVEL,
@@ -62,11 +59,11 @@ def interval(
 ) -> Interval:
     """The score (largest part of sum(num) / sum(den)) and its interval at ``level``."""
     samples = len(parts[0][0])
-    score = float(max(_ratios(np.asarray(n.sum()), np.asarray(d.sum())) for n, d in parts))
+    score = float(max(safe_ratio(np.asarray(n.sum()), np.asarray(d.sum())) for n, d in parts))
     if samples > 1:
         rng = np.random.default_rng(seed)
         counts = rng.multinomial(samples, np.full(samples, 1.0 / samples), size=resamples).astype(float)
-        boot = np.max(np.stack([_ratios(counts @ n, counts @ d) for n, d in parts]), axis=0)
+        boot = np.max(np.stack([safe_ratio(counts @ n, counts @ d) for n, d in parts]), axis=0)
         tail = (1.0 - level) / 2.0
         low, high = (float(q) for q in np.quantile(boot, [tail, 1.0 - tail]))
         low, high = min(low, score), max(high, score)

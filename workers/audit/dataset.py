@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from workers.audit.checks import check_failure
 from workers.audit.document import to_json
 from workers.audit.judgement import judge_method
 from workers.audit.plan import audit_plan
@@ -119,9 +120,7 @@ def _failed_checks(reports: list[dict[str, Any]]) -> list[str]:
     for k, r in enumerate(reports):
         for c in r["game"].get("checks", []):
             if not c["passed"]:
-                out.append(
-                    f"batch {k}: v({c['name']}) differs from the plain evaluation by {c['max_abs_error']:.3g}"
-                )
+                out.append(f"batch {k}: {check_failure(c['name'], c['max_abs_error'])}")
     return out
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, choose_sets
+from workers.shapley_estimate import MAX_EXACT_PRESENT
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
 
 __all__ = [
@@ -32,9 +33,11 @@ __all__ = [
     "sets_for_budget",
 ]
 
-# Mirrors of the runner's constants that enter the cost (workers.audit.runner; a test keeps them equal).
-RESOLUTION_PROBES = 64
+# Audit constants that enter the cost; the runner uses these same ones (workers.audit.runner).
+# Runs under different seeds for stochastic methods (the first is the audited one).
 STOCHASTIC_REPEATS = 2
+# Sub-inputs per sample re-attributed at half resolution to estimate discretisation noise.
+RESOLUTION_PROBES = 64
 _GAME_DERIVED = frozenset({"shapley_value", "occlusion_1", "occlusion_patch", "prediction_difference"})
 # What the cost depends on, without importing the methods (the service plans without the engine; a
 # test keeps these equal to the methods' own defaults and capabilities).
@@ -178,7 +181,11 @@ def method_cost(name: str, params: Mapping[str, Any], n: int, references: int, p
     elif name == "occlusion_1" or name in ("occlusion_patch", "prediction_difference"):
         fwd, bwd = n + 1.0, 0.0
     elif name == "shapley_value":
-        fwd = float(2**present) if present <= 16 else float(_int(merged, "permutations") * (present + 1))
+        fwd = (
+            float(2**present)
+            if present <= MAX_EXACT_PRESENT
+            else float(_int(merged, "permutations") * (present + 1))
+        )
         bwd = 0.0
     from_game = name in _GAME_DERIVED
     per_sub = (0.0, 0.0) if from_game else (fwd * refs, bwd * refs)

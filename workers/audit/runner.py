@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from workers.audit.checks import GameCheck, game_checks
+from workers.audit.checks import GameCheck, check_failure, game_checks
 from workers.audit.confidence import BOOTSTRAP_RESAMPLES
 from workers.audit.document import GameSection, MethodEntry, Report
 from workers.audit.evidence import worst_sets
 from workers.audit.judgement import completeness_check, judge_method
 from workers.audit.noise import DEFAULT_Z, estimate_floor
-from workers.audit.plan import Plan, audit_plan
+from workers.audit.plan import RESOLUTION_PROBES, STOCHASTIC_REPEATS, Plan, audit_plan
 from workers.audit.pooling import compact
 from workers.audit.report import canonical_bytes, environment, timestamp
 from workers.audit.schema import validate_report
@@ -44,7 +44,6 @@ from xaudit.contract.spec import CRITERIA, FOURTEEN_METHODS, tensor_digest
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",
     "MAX_HIDDEN_SHARE",
-    "STOCHASTIC_REPEATS",
     "AuditResult",
     "run_audit",
 ]
@@ -54,10 +53,6 @@ logger = logging.getLogger(__name__)
 # Most of the effect mass may sit under a method's noise floor; then nothing about its allocation is
 # shown and it cannot be judged reliable (raise its steps or samples to lower the floor).
 MAX_HIDDEN_SHARE = 0.5
-# Runs under different seeds for stochastic methods (the first is the audited one).
-STOCHASTIC_REPEATS = 2
-# Sub-inputs per sample re-attributed at half resolution to estimate discretisation noise.
-RESOLUTION_PROBES = 64
 # Sub-inputs (of the first sample) on which a game-derived method is also run on the model, to
 # check the derivation against re-evaluation; the largest difference goes into the report.
 SPOT_CHECKS = 1
@@ -404,11 +399,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
     played = SubInputGame(players.n, game.subsets, game.values, game.interactions)
     maps = explain(prep, spec.methods, lambda f, msg: report_progress(0.05 + 0.1 * f, msg), played)
     checks = game_checks(prep, game)
-    failed_checks = [
-        f"v({'N' if c.name == 'full' else 'empty'}) differs from the plain evaluation by {c.max_abs_error:.3g}"
-        for c in checks
-        if not c.passed
-    ]
+    failed_checks = [check_failure(c.name, c.max_abs_error) for c in checks if not c.passed]
     entries: list[MethodEntry] = []
     kept: dict[str, AllocationScores] = {}
     for k, method in enumerate(methods):

@@ -10,10 +10,11 @@ from workers.interactions import FamilyIndex, family_index, moebius, popcounts
 from workers.players import subset_bits
 from xaudit.contract.criteria import criterion as registered
 
-__all__ = ["AllocationScores", "SetDesign", "moebius_shares", "score_allocation"]
+__all__ = ["AllocationScores", "SetDesign", "moebius_shares", "safe_ratio", "score_allocation"]
 
 
-def _shares(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+def safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den where den > 0, else 0 (a share of no mass is no share)."""
     return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
 
 
@@ -72,7 +73,7 @@ class AllocationScores:
     sampled_strata: tuple[tuple[int, int, int], ...] = ()
 
     def per_sample(self, criterion: str) -> np.ndarray:
-        ratios = [_shares(num, den) for num, den in registered(criterion).parts(self)]
+        ratios = [safe_ratio(num, den) for num, den in registered(criterion).parts(self)]
         return np.max(np.stack(ratios), axis=0)
 
     def pooled(self, criterion: str) -> float:

@@ -7,16 +7,10 @@ import pytest
 from clients.cli.options import parse_budget
 from clients.cli.plan import plan_text
 from workers.audit import plan as plan_module
-from workers.audit import runner
 from workers.audit.plan import Budget, Throughput, plan_audit
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
 
 METHODS = ("integrated_gradients", "deeplift_rescale", "gradient_x_input", "occlusion_1", "shapley_value")
-
-
-def test_mirrored_constants_match_the_runner() -> None:
-    assert plan_module.RESOLUTION_PROBES == runner.RESOLUTION_PROBES
-    assert plan_module.STOCHASTIC_REPEATS == runner.STOCHASTIC_REPEATS
 
 
 def test_costs_follow_the_sets_and_the_parameters() -> None:
