@@ -28,13 +28,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from xaudit.contract.process import die_with_parent
+
 __all__ = ["Confinement", "confine", "landlock_abi", "unprivileged_ids"]
 
 # Syscall numbers of Landlock: the same on x86_64 and on the generic table (aarch64, riscv64).
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
+_PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 4, 38
 _CLONE_NEWNET = 0x40000000
 
 # File-system rights by the ABI that introduced them (include/uapi/linux/landlock.h).
@@ -256,7 +258,7 @@ def confine(*, use_landlock: bool = True, use_other_user: bool = True) -> Confin
     elif os.geteuid() == 0:
         _drop_capabilities(libc)
     # A change of credentials clears the parent-death signal: set it (again) now.
-    libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    die_with_parent()
     _check(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     abi = landlock_abi() if use_landlock else 0

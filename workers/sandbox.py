@@ -59,6 +59,7 @@ from xaudit.contract.errors import (
     XauditError,
     error_for_code,
 )
+from xaudit.contract.process import die_with_parent
 from xaudit.contract.spec import JobSpec
 
 __all__ = ["SandboxLimits", "allow_unconfined", "isolated_formats", "prewarm", "run_sandboxed"]
@@ -500,13 +501,6 @@ def _apply_limits(limits: Mapping[str, Any], vm_size: int) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 5))
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _encode_result(result: JobResult) -> bytes:
     arrays: dict[str, np.ndarray] = {
         "__meta__": np.frombuffer(
@@ -547,7 +541,7 @@ def _child_main() -> None:
     # fd 1 becomes the private result channel; anything the model or a library prints goes to stderr.
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    _die_with_parent()
+    die_with_parent()
     # What every job needs, imported before the confinement and the limits (imports need files and
     # address space). A spare child, waiting for its job, goes on to import the rest of the compute
     # core; one with a job waiting leaves that to the job (Landlock keeps the code readable).
