@@ -11,7 +11,6 @@ heartbeats, completions and failures change the job only for that worker with th
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
 import math
 import secrets
@@ -104,7 +103,10 @@ class JobStore:
         self.engine.dispose()
 
     # -- models ---------------------------------------------------------------------------------
-    def record_model(self, tenant: str, sha256: str, fmt: str, size: int, name: str) -> ModelRecord:
+    def record_model(
+        self, tenant: str, sha256: str, fmt: str, size: int, name: str
+    ) -> tuple[ModelRecord, bool]:
+        """The tenant's record of this model, and whether this call created it."""
         try:
             with self.engine.begin() as conn:
                 conn.execute(
@@ -112,14 +114,10 @@ class JobStore:
                         tenant=tenant, sha256=sha256, format=fmt, size=size, name=name, created_at=time.time()
                     )
                 )
+            created = True
         except sa.exc.IntegrityError:
-            pass  # uploaded before (or concurrently): same bytes, same record
-        return self.get_model(tenant, sha256)
-
-    def has_model(self, tenant: str, sha256: str) -> bool:
-        with self.engine.connect() as conn:
-            query = sa.select(models.c.sha256).where(models.c.tenant == tenant, models.c.sha256 == sha256)
-            return conn.execute(query).first() is not None
+            created = False  # uploaded before (or concurrently): same bytes, same record
+        return self.get_model(tenant, sha256), created
 
     def forget_model(self, tenant: str, sha256: str) -> None:
         """Remove a model record whose blob could not be stored (the upload failed after recording)."""
@@ -343,14 +341,8 @@ class JobStore:
     def holds(self, job_id: str, lease: Lease) -> bool:
         """Whether ``lease`` is the live claim on this running job (owner and secret both match)."""
         with self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(jobs.c.lease_owner, jobs.c.lease_secret).where(
-                    jobs.c.id == job_id, jobs.c.state == RUNNING
-                )
-            ).first()
-        if row is None or row.lease_owner != lease.owner or row.lease_secret is None:
-            return False
-        return hmac.compare_digest(row.lease_secret, _secret_hash(lease.secret))
+            held = sa.select(jobs.c.id).where(jobs.c.id == job_id, jobs.c.state == RUNNING, _held(lease))
+            return conn.execute(held).first() is not None
 
     def job_tensors(self, job_id: str) -> dict[str, np.ndarray]:
         with self.engine.connect() as conn:

@@ -61,8 +61,8 @@ def receive_model(
         if quotas is not None:
             quotas.check_model(tenant, name, writer.size)
         sha256 = writer.sha256
-        new = not store.has_model(tenant, sha256)
-        record = store.record_model(tenant, sha256, name, writer.size, meta.name[:256])
+        # Only the upload that created the record may take it back (a concurrent twin keeps its own).
+        record, new = store.record_model(tenant, sha256, name, writer.size, meta.name[:256])
         try:
             writer.commit()
         except BaseException:

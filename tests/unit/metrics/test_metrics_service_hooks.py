@@ -109,7 +109,7 @@ def test_queue_depth_and_running_read_from_a_real_job_store(
 
     store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
     try:
-        model = store.record_model("t", "a" * 64, "onnx", 10, "m")
+        model, _ = store.record_model("t", "a" * 64, "onnx", 10, "m")
 
         def new(key: str, kind: str) -> str:
             job, created = store.create_job(

@@ -13,7 +13,7 @@ from service.store import JobStore, NewJob
 
 
 def _job(store: JobStore, key: str) -> str:
-    model = store.record_model("default", "a" * 64, "onnx", 1, "m")
+    model, _ = store.record_model("default", "a" * 64, "onnx", 1, "m")
     new = NewJob(
         "default", "audit", model, "b" * 64, "{}", "xaudit.gpu", key, {"inputs": np.ones(2, np.float32)}
     )

@@ -20,7 +20,7 @@ def store(tmp_path: Path) -> JobStore:
 
 
 def _new(store: JobStore, key: str = "k1", tenant: str = "default", kind: str = "audit") -> NewJob:
-    model = store.record_model(tenant, "a" * 64, "onnx", 10, "m")
+    model, _ = store.record_model(tenant, "a" * 64, "onnx", 10, "m")
     return NewJob(
         tenant, kind, model, "b" * 64, "{}", "xaudit.cpu", key, {"inputs": np.ones((2, 3), np.float32)}
     )
@@ -120,7 +120,7 @@ def test_list_jobs_is_newest_first_with_keyset_pages(store: JobStore) -> None:
 
 
 def test_tensors_round_trip(store: JobStore) -> None:
-    model = store.record_model("default", "c" * 64, "onnx", 10, "m")
+    model, _ = store.record_model("default", "c" * 64, "onnx", 10, "m")
     arrays = {
         "inputs": np.arange(6, dtype=np.float64).reshape(2, 3),
         "player_groups": np.array([0, 1, 1], np.int64),
