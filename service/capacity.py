@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 
 from service.auth import current_identity
-from service.handlers import rewrap
+from service.handlers import WORKER_PREFIX, rewrap
 from xaudit.contract.errors import ResourceExhausted
 
 __all__ = ["LONG_STREAMS", "Capacity", "CapacityInterceptor", "CapacityLimits"]
@@ -38,7 +38,6 @@ LONG_STREAMS = frozenset(
         "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
     }
 )
-_WORKER_PREFIX = "/xaudit.v1.WorkerService/"
 MAX_WAIT = 30.0  # seconds a client call waits for a slot when the caller set no shorter deadline
 # Never refused: workers' calls (their reserved threads) and the health check (cheap, and what
 # orchestrators use to decide the server is alive).
@@ -142,7 +141,7 @@ class CapacityInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         handler = continuation(details)
         method = details.method
-        if handler is None or method.startswith(_WORKER_PREFIX) or method in _UNCAPPED:
+        if handler is None or method.startswith(WORKER_PREFIX) or method in _UNCAPPED:
             return handler
         capacity = self._capacity
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from service.handlers import rewrap
+from service.handlers import WORKER_PREFIX, rewrap
 from service.text import check_message_text, check_text
 from xaudit.contract.errors import InvalidInput
 
@@ -48,7 +48,6 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
     return parse
 
 
-_WORKER_PREFIX = "/xaudit.v1.WorkerService/"
 _WORKER_IDS = ("job_id", "worker_id", "sha256", "lease_secret")
 MAX_ID = 256  # jobs.lease_owner (service.schema); job ids and digests are shorter still
 
@@ -57,7 +56,7 @@ def _check(request: Any, method: str) -> Any:
     if isinstance(request, _Undecodable):
         logger.info("%s: undecodable request (%s)", method, request.reason)
         raise InvalidInput(f"the request to {method.rsplit('/', 1)[-1]} is not a valid protobuf message")
-    if method.startswith(_WORKER_PREFIX):
+    if method.startswith(WORKER_PREFIX):
         for name in _WORKER_IDS:
             value = getattr(request, name, None)
             if isinstance(value, str):

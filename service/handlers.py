@@ -7,7 +7,12 @@ from typing import Any
 
 import grpc
 
-__all__ = ["KINDS", "rewrap"]
+from xaudit.v1 import worker_pb2
+
+__all__ = ["KINDS", "WORKER_PREFIX", "rewrap"]
+
+# Every WorkerService method's full name starts with this (read from the generated descriptor).
+WORKER_PREFIX = f"/{worker_pb2.DESCRIPTOR.services_by_name['WorkerService'].full_name}/"
 
 # RPC shapes, in the order grpc's handler attributes are checked.
 KINDS: dict[str, Callable[..., grpc.RpcMethodHandler]] = {

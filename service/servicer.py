@@ -17,7 +17,13 @@ from service.metrics import counted_chunks
 from service.plans import Planner
 from service.store import Lease
 from service.uploads import receive_model
-from service.validation import check_input_names, format_to_proto, page_size, submission_from_request
+from service.validation import (
+    Submission,
+    check_input_names,
+    format_to_proto,
+    page_size,
+    submission_from_request,
+)
 from xaudit.contract.tensors import decode_tensor, encode_tensor
 from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
@@ -60,13 +66,16 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
             sha256=model.sha256, format=format_to_proto(model.format), size=model.size, name=model.name
         )
 
-    def _submit(self, request: audit_pb2.SubmitRequest, context: Any, kind: str) -> audit_pb2.Job:
-        submission = submission_from_request(
+    def _submission(self, request: audit_pb2.SubmitRequest, kind: str) -> Submission:
+        return submission_from_request(
             request,
             kind,
             max_elements=self._config.max_tensor_elements,
             max_dims=self._config.max_tensor_dims,
         )
+
+    def _submit(self, request: audit_pb2.SubmitRequest, context: Any, kind: str) -> audit_pb2.Job:
+        submission = self._submission(request, kind)
         if submission.spec.explain:  # named inputs: check them against the model's own names
             self._store.get_model(tenant_of(context), request.model_sha256)  # NOT_FOUND first
             check_input_names(submission, self._blobs.read(request.model_sha256))
@@ -79,12 +88,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
         return self._submit(request, context, "attribution")
 
     def PlanAudit(self, request: audit_pb2.SubmitRequest, context: Any) -> audit_pb2.AuditPlan:
-        submission = submission_from_request(
-            request,
-            "audit",
-            max_elements=self._config.max_tensor_elements,
-            max_dims=self._config.max_tensor_dims,
-        )
+        submission = self._submission(request, "audit")
         return self._planner(submission.spec, submission.tensors)
 
     def GetJob(self, request: audit_pb2.GetJobRequest, context: Any) -> audit_pb2.Job:
