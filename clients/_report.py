@@ -11,7 +11,7 @@ from typing import Any
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.spec import CRITERIA
 
-__all__ = ["report_document", "report_summary", "settings_line", "verdict_table"]
+__all__ = ["STATUS_MARKS", "report_document", "report_summary", "settings_line", "verdict_table"]
 
 
 def report_document(data: bytes) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def report_document(data: bytes) -> dict[str, Any]:
     return outer
 
 
-_MARK = {"holds": "", "fails": " ✗", "undecided": " ?"}
+STATUS_MARKS = {"holds": "", "fails": " ✗", "undecided": " ?"}  # v2 criterion status -> table mark
 
 
 def _score(criteria: Mapping[str, Any], name: str) -> str:
@@ -38,8 +38,8 @@ def _score(criteria: Mapping[str, Any], name: str) -> str:
     if not isinstance(entry, dict) or not isinstance(entry.get("score"), int | float):
         return "-"
     status = entry.get("status")
-    if status in _MARK and isinstance(entry.get("upper"), int | float):  # v2: the interval decides
-        return f"{entry['score']:.3f} [{entry['lower']:.3f}, {entry['upper']:.3f}]{_MARK[status]}"
+    if status in STATUS_MARKS and isinstance(entry.get("upper"), int | float):  # v2: the interval decides
+        return f"{entry['score']:.3f} [{entry['lower']:.3f}, {entry['upper']:.3f}]{STATUS_MARKS[status]}"
     return f"{entry['score']:.3f}" + ("" if entry.get("passed") else " ✗")
 
 

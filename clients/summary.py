@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from clients._report import STATUS_MARKS
 from clients.policy import GateOutcome
 from xaudit.contract.spec import CRITERIA
 
@@ -36,8 +37,8 @@ def _cell(criteria: Mapping[str, Any], name: str) -> str:
     if not isinstance(entry, dict) or not isinstance(entry.get("score"), int | float):
         return "-"
     status = entry.get("status")
-    if status in ("holds", "fails", "undecided"):  # v2: the interval decides
-        mark = {"holds": "", "fails": " ✗", "undecided": " ?"}[status]
+    if status in STATUS_MARKS:  # v2: the interval decides
+        mark = STATUS_MARKS[status]
         bounds = f" [{entry.get('lower', 0.0):.3g}, {entry.get('upper', 0.0):.3g}]"
         return f"{entry['score']:.3g}{bounds} / {entry.get('tolerance', '?')}{mark}"
     mark = "" if entry.get("passed") else " ✗"

@@ -64,6 +64,7 @@ __all__ = [
     "key_id",
     "load_public_key",
     "load_public_key_file",
+    "looks_unsigned",
     "pae",
     "public_key_pem",
     "verify_envelope",
@@ -73,6 +74,20 @@ PublicKeyLike = Ed25519PublicKey | str | bytes
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _URLSAFE = str.maketrans("-_", "+/")
+
+
+def looks_unsigned(data: bytes) -> bool:
+    """A plain report (``xaudit audit`` writes them locally), not a signed envelope: it has nothing
+    to verify, which callers should say rather than that an envelope field is missing."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return False
+    return (
+        isinstance(doc, dict)
+        and "payload" not in doc
+        and str(doc.get("schema", "")).startswith("xaudit.report/")
+    )
 
 
 def load_public_key_file(path: Path) -> Ed25519PublicKey:

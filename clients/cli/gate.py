@@ -18,14 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xaudit.contract.errors import EXIT_VIOLATION
+
 if TYPE_CHECKING:
     import numpy as np
 
     from xaudit.contract.spec import JobSpec
 
 __all__ = ["EXIT_VIOLATION", "register", "run"]
-
-EXIT_VIOLATION = 1  # xaudit.contract.errors.EXIT_VIOLATION
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         check_inputs_subject,
         check_model_subject,
         load_public_key_file,
+        looks_unsigned,
         verify_envelope,
     )
     from xaudit.contract.errors import InvalidInput, VerificationError
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     envelope, server_keys = _audit_on_server(args, model, spec, tensors, fetch_keys=not pinned)
     if args.envelope_out is not None:
         args.envelope_out.write_bytes(envelope)
-    if _looks_unsigned(envelope):
+    if looks_unsigned(envelope):
         raise VerificationError(
             "the server returned an unsigned report; the gate accepts signed reports only"
         )
@@ -117,16 +118,6 @@ def run(args: argparse.Namespace) -> int:
     names = ", ".join(m.method for m in outcome.failed)
     print(f"xaudit: gate failed: {names}", file=sys.stderr)
     return EXIT_VIOLATION
-
-
-def _looks_unsigned(data: bytes) -> bool:
-    import json
-
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return False
-    return isinstance(doc, dict) and "schema" in doc and "payload" not in doc
 
 
 def _check_config(report: Mapping[str, Any], tolerances: Mapping[str, float]) -> None:

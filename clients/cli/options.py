@@ -41,21 +41,11 @@ def positive_int(text: str) -> int:
     return value
 
 
-def _thread_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
-    return value
-
-
 def add_threads_option(parser: argparse.ArgumentParser) -> None:
     """``--threads N``: compute threads per process (default: the CPUs given, shared among workers)."""
     parser.add_argument(
         "--threads",
-        type=_thread_count,
+        type=positive_int,
         metavar="N",
         help="torch and onnxruntime threads per compute process (default: the CPUs this process may use, "
         "divided among worker processes; env XAUDIT_THREADS; never more than the CPUs)",

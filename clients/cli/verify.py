@@ -61,21 +61,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _refuse_unsigned(data: bytes) -> None:
-    """A plain report (``xaudit audit`` writes them locally) has no signature to check: say that,
-    rather than that an envelope field is missing."""
-    import json
-
+    from clients.verify import looks_unsigned
     from xaudit.contract.errors import VerificationError
 
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return
-    if (
-        isinstance(doc, dict)
-        and "payload" not in doc
-        and str(doc.get("schema", "")).startswith("xaudit.report/")
-    ):
+    if looks_unsigned(data):
         raise VerificationError(
             "this is an unsigned report (plain JSON, as `xaudit audit` writes locally); only reports from a "
             "server are signed: run the audit with `xaudit submit` to get one, or read this one with `xaudit render`"
