@@ -57,12 +57,6 @@ def run(args: argparse.Namespace) -> int:
     model = read_model(args.model)
     for path in (args.out, args.attributions_out, args.html):
         check_writable(path)
-    vocab = None
-    if getattr(args, "vocab", None) is not None:
-        from clients.cli.options import read_vocab
-
-        vocab = read_vocab(args.vocab)
-
     import numpy as np
 
     from workers.audit import run_audit
@@ -81,8 +75,11 @@ def run(args: argparse.Namespace) -> int:
     if args.attributions_out is not None:
         np.savez(args.attributions_out, **result.attributions)  # type: ignore[arg-type]
     if args.html is not None:
+        from clients.cli.options import read_vocab
         from clients.render import write_html
 
+        # Read again only here: job_from_args checked it before torch was loaded.
+        vocab = read_vocab(args.vocab) if getattr(args, "vocab", None) is not None else None
         maps, labels = result.attributions, prep.players.labels
         write_html(
             args.html, result.report, attributions=maps, inputs=prep.inputs, player_labels=labels, vocab=vocab

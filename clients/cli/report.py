@@ -53,11 +53,12 @@ def run(args: argparse.Namespace) -> int:
                 f"job {job.id} is {job.state}; it has no result yet (use --wait to wait for it)"
             )
         write_result(client, job, args.out)
+        written = args.out.read_bytes()
         if args.html is not None:
             from clients.cli.render import html_for_job
 
-            html_for_job(client, job.id, args.out.read_bytes(), {}, args.html)
-    report = report_document(args.out.read_bytes()) if job.kind == "audit" else None
+            html_for_job(client, job.id, written, {}, args.html)
+    report = report_document(written) if job.kind == "audit" else None
     kind = "report" if job.kind == "audit" else "attributions"
     print_outcome(args, report, {kind: args.out, "html": args.html}, extra={"job": job.id})
     return 0

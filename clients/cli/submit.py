@@ -108,11 +108,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"job {job.id} ({job.state}) on {client.address}", file=sys.stderr)
         job = follow(client, job, args.kind)
         write_result(client, job, args.out)
+        written = args.out.read_bytes()
         if args.html is not None:
             from clients.cli.render import html_for_job
 
-            html_for_job(client, job.id, args.out.read_bytes(), tensors, args.html)
-    report = report_document(args.out.read_bytes()) if args.kind == "audit" else None
+            html_for_job(client, job.id, written, tensors, args.html)
+    report = report_document(written) if args.kind == "audit" else None
     background = tensors.get("background")
     settings = (
         settings_line(
