@@ -72,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput("gate: methods come from the policy's 'audit' key; drop --methods")
     if args.tolerance:
         raise InvalidInput("gate: tolerances come from the policy's 'tolerances' key; drop --tolerance")
+    if args.confidence is not None and policy.confidence is not None:
+        raise InvalidInput(
+            "gate: the confidence level comes from the policy's 'confidence' key; drop --confidence"
+        )
     spec, tensors = job_from_args(args, "audit")
     stray = sorted(set(spec.method_params) - set(policy.audit))
     if stray:

@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_server_option(parser)
     parser.add_argument("--out", type=Path, help="fetch: directory for the <keyid>.pem files")
     parser.add_argument(
-        "--home", type=Path, help="rotate: the server's data directory (default $XAUDIT_HOME)"
+        "--home",
+        type=Path,
+        help="rotate: the server's data directory (default $XAUDIT_HOME, else the user data directory)",
     )
     parser.add_argument("--key-dir", type=Path, help="rotate: the signing key directory (default HOME/keys)")
     parser.set_defaults(func=run)

@@ -150,7 +150,6 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         parser.add_argument(
             "--confidence",
             type=float,
-            default=0.95,
             metavar="LEVEL",
             help="level of the criteria's confidence intervals, between 0.5 and 1 (default 0.95)",
         )
@@ -404,7 +403,8 @@ def job_from_args(args: argparse.Namespace, kind: str) -> tuple[JobSpec, dict[st
         except ValueError:
             raise InvalidInput(f"--tolerance '{item}': value must be a number") from None
     evaluations, seconds = parse_budget(getattr(args, "budget", ""))
-    confidence = float(getattr(args, "confidence", 0.95))
+    given = getattr(args, "confidence", None)
+    confidence = JobSpec.confidence if given is None else float(given)  # the spec's default
     # JobSpec checks every option (bounds included) as the service and the worker do.
     spec = JobSpec(
         kind=kind,  # type: ignore[arg-type]

@@ -219,6 +219,7 @@ def test_report_judged_with_other_tolerances_exits_3(monkeypatch, capsys, files)
         ("require: [occlusion_1]\n", (), "unknown key 'require'"),
         (IG_AND_OCC, ("--methods", "saliency"), "drop --methods"),
         (IG_AND_OCC, ("--tolerance", "coverage=0.1"), "drop --tolerance"),
+        (IG_AND_OCC + "confidence: 0.9\n", ("--confidence", "0.99"), "drop --confidence"),
         (IG_AND_OCC, ("--param", "lrp_epsilon.epsilon=0.1"), "names methods"),
     ],
 )
