@@ -140,21 +140,9 @@ def per_player(
 
 
 def _interval(criterion: Mapping[str, Any]) -> tuple[float, float] | None:
-    """A criterion's confidence interval when the report has one (schema v2), whatever it is called."""
-    for key in ("interval", "ci", "confidence_interval"):
-        value = criterion.get(key)
-        if isinstance(value, Mapping):
-            value = [value.get("low", value.get("lower")), value.get("high", value.get("upper"))]
-        pair = (
-            [as_float(v) for v in value] if isinstance(value, Sequence) and not isinstance(value, str) else []
-        )
-        if len(pair) == 2 and pair[0] is not None and pair[1] is not None:
-            return pair[0], pair[1]
-    for low, high in (("lower", "upper"), ("low", "high")):
-        lo, hi = as_float(criterion.get(low)), as_float(criterion.get(high))
-        if lo is not None and hi is not None:
-            return lo, hi
-    return None
+    """A criterion's confidence interval: ``lower`` and ``upper`` in schema v2; None in v1 reports."""
+    lo, hi = as_float(criterion.get("lower")), as_float(criterion.get("upper"))
+    return (lo, hi) if lo is not None and hi is not None else None
 
 
 def confidence_text(method: Mapping[str, Any]) -> str:

@@ -79,13 +79,11 @@ def header(report: Mapping[str, Any], status: SignatureStatus, methods: Sequence
 
 
 def _unaudited(report: Mapping[str, Any]) -> str:
-    """Schema v2 states the effect mass the audit did not judge as its own field; v1 does not."""
-    entry = report.get("unaudited")
-    if not isinstance(entry, Mapping):
-        entry = (report.get("game") or {}).get("unaudited")
+    """Schema v2 states the effect mass the audit did not judge (game.unaudited); v1 does not."""
+    entry = (report.get("game") or {}).get("unaudited")
     if not isinstance(entry, Mapping):
         return ""
-    share = as_float(entry.get("share", entry.get("mass_share")))
+    share = as_float(entry.get("share"))
     if share is None:
         return ""
     return f" · {share:.1%} of the effect mass above that order is not audited"
