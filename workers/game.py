@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from workers.interactions import (
-    family_index,
+    FamilyIndex,
     moebius_dense_limited,
     popcounts,
     shapley_from_interactions,
@@ -86,12 +86,13 @@ def play(
     classes: np.ndarray,
     order: int | None = None,
     progress: ProgressFn | None = None,
-    family: np.ndarray | None = None,
+    family: FamilyIndex | None = None,
 ) -> GameResult:
     """Evaluate v on every T (or every |T| <= order) for each sample; Moebius-transform to I(S).
 
-    ``family``: a sorted, downward-closed set of bitmasks to play instead (the sub-inputs of sampled
-    sets); then I(S) comes from a sparse transform over the family and nothing is 2^n.
+    ``family``: an indexed, downward-closed set of bitmasks to play instead (the sub-inputs of
+    sampled sets, indexed once per audit: workers.audit.sets); then I(S) comes from a sparse
+    transform over the family and nothing is 2^n.
     """
     n = players.n
     order = n if order is None else min(order, n)
@@ -106,8 +107,8 @@ def play(
             )
         subsets = subsets_up_to(n, order)
     else:
-        subsets = family
-        order = int(popcounts(family).max()) if len(family) else 0
+        subsets = family.subsets
+        order = int(popcounts(subsets).max()) if len(subsets) else 0
     grand = full_mask(n)
     needs_full = order < n
     evaluated = np.concatenate([subsets, grand]) if needs_full else subsets
@@ -130,5 +131,5 @@ def play(
     if family is None:
         interactions = moebius_dense_limited(subsets, game_values, n)
     else:
-        interactions = family_index(family, n).moebius(game_values)
+        interactions = family.moebius(game_values)
     return GameResult(n, order, subsets, game_values, full, interactions, np.asarray(classes))

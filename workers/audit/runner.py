@@ -370,7 +370,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
     # (workers.audit.sets, workers.audit.plan).
     plan = plan or audit_plan(prep)
     sets = plan.sets
-    family = None if sets is None else sets.subsets
+    family = None if sets is None else sets.family  # indexed once, played against every reference
 
     def play_against(baselines: np.ndarray) -> GameResult:
         played = play(
