@@ -22,7 +22,7 @@ from xaudit.contract.errors import ResourceExhausted
 if TYPE_CHECKING:  # the model stack (torch, onnx) loads only when a model does
     from workers.models.base import ModelAdapter
 
-__all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_inputs", "play"]
+__all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_from_bits", "masked_inputs", "play"]
 
 # Exact (all-order) work: 2^n forward passes per sample.
 MAX_EXACT_PLAYERS = 16
@@ -35,10 +35,10 @@ ProgressFn = Callable[[int, int], None]
 
 def masked_inputs(x: np.ndarray, baseline: np.ndarray, players: Players, subsets: np.ndarray) -> np.ndarray:
     """x_T for each T: elements of players in T from x, the rest from the baseline (exact copies, no arithmetic)."""
-    return _select(subset_bits(subsets, players.n), x, baseline, players)
+    return masked_from_bits(subset_bits(subsets, players.n), x, baseline, players)
 
 
-def _select(bits: np.ndarray, x: np.ndarray, baseline: np.ndarray, players: Players) -> np.ndarray:
+def masked_from_bits(bits: np.ndarray, x: np.ndarray, baseline: np.ndarray, players: Players) -> np.ndarray:
     """Sub-inputs from player membership ``bits`` (m, n)."""
     return np.where(bits[:, players.labels], x[None], baseline[None]).astype(np.float32, copy=False)
 
@@ -121,7 +121,7 @@ def play(
         sample_model = model.for_sample(s)  # held-fixed inputs of this sample (workers.inputs)
         for start in range(0, len(evaluated), rows):
             chunk = bits[start : start + rows]
-            out = sample_model.predict(_select(chunk, x, b, players))
+            out = sample_model.predict(masked_from_bits(chunk, x, b, players))
             values[s, start : start + len(chunk)] = target.values(out, cls[: len(chunk)])
             done += len(chunk)
             if progress:

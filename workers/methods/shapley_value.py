@@ -9,20 +9,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from workers.game import masked_from_bits
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
 from workers.players import Players
 from workers.shapley_estimate import estimate_shapley
 from workers.subgames import SubInputGame, restricted_shapley
 from workers.targets import Target
-from xaudit.contract.errors import InvalidInput
 from xaudit.contract.params import parameter_defaults
 
 if TYPE_CHECKING:  # importing it loads torch, which `xaudit methods` must not
     from workers.models.base import ModelAdapter
 
 __all__ = ["ShapleyValue"]
-
-MAX_PERMUTATIONS = 100_000
 
 
 class ShapleyValue(Method):
@@ -40,7 +38,7 @@ class ShapleyValue(Method):
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         params = self.params(ctx)
-        permutations = _permutations(params["permutations"])
+        permutations = int(params["permutations"])  # bounds: checked by params (xaudit.contract.params)
         players = ctx.players
         out = np.zeros((len(inputs), players.n))
         for s, (x, b) in enumerate(zip(inputs, baselines, strict=True)):
@@ -73,18 +71,6 @@ def _values(
     values = np.empty(len(bits))
     for start in range(0, len(bits), rows):
         chunk = bits[start : start + rows]
-        masked = np.where(chunk[:, players.labels], x[None], b[None]).astype(np.float32)
+        masked = masked_from_bits(chunk, x, b, players)
         values[start : start + len(chunk)] = target.values(model.predict(masked), classes[: len(chunk)])
     return values
-
-
-def _permutations(given: object) -> int:
-    try:
-        value = int(str(given))
-    except ValueError:
-        value = 0
-    if isinstance(given, bool) or not 2 <= value <= MAX_PERMUTATIONS:
-        raise InvalidInput(
-            f"shapley_value.permutations must be an integer in 2..{MAX_PERMUTATIONS}, got {given!r}"
-        )
-    return value
