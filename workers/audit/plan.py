@@ -21,6 +21,7 @@ import numpy as np
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, choose_sets
 from workers.shapley_estimate import MAX_EXACT_PRESENT
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.params import parameter_defaults
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",
@@ -39,14 +40,8 @@ STOCHASTIC_REPEATS = 2
 # Sub-inputs per sample re-attributed at half resolution to estimate discretisation noise.
 RESOLUTION_PROBES = 64
 _GAME_DERIVED = frozenset({"shapley_value", "occlusion_1", "occlusion_patch", "prediction_difference"})
-# What the cost depends on, without importing the methods (the service plans without the engine; a
-# test keeps these equal to the methods' own defaults and capabilities).
-COST_DEFAULTS: dict[str, dict[str, int]] = {
-    "integrated_gradients": {"steps": 64},
-    "expected_gradients": {"steps": 32},
-    "smoothgrad": {"samples": 32},
-    "shapley_value": {"permutations": 256},
-}
+# What the cost depends on, without importing the methods (the planner runs without the engine; a
+# test keeps this equal to the methods' capabilities). Parameter defaults: xaudit.contract.params.
 DISTRIBUTION_METHODS = frozenset({"expected_gradients", "deepshap", "prediction_difference"})
 # workers.methods.references.MAX_EXACT_REFERENCES: background samples a distribution method uses.
 MAX_REFERENCES = 64
@@ -169,7 +164,7 @@ def _int(params: Mapping[str, Any], key: str) -> int:
 
 def method_cost(name: str, params: Mapping[str, Any], n: int, references: int, present: int) -> MethodCost:
     """Rows per sub-input and for the map, from the method's own parameters."""
-    merged = {**COST_DEFAULTS.get(name, {}), **params}
+    merged = {**parameter_defaults(name), **params}
     refs = references if name in DISTRIBUTION_METHODS else 1
     fwd, bwd = 0.0, 1.0  # one forward+backward: gradients, the LRP rules, DeepLIFT, Grad-CAM
     probes = 0.0  # the resolution probe: RESOLUTION_PROBES sub-inputs at half resolution, per sample
