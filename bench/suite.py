@@ -99,6 +99,8 @@ def _shapley_row(n: int, repeats: int, with_captum: bool) -> str:
             ours, lambda: explainer(x), max(1, repeats // 2) if n >= 14 else repeats
         )
     diff = float(np.abs(ours() - theirs).max())
+    exact = _shapley_float64(module, x[0], target=0)
+    exact_diff = float(np.abs(ours() - exact).max())
     captum, captum_diff = "-", "-"
     if with_captum:
         from captum.attr import ShapleyValues
@@ -112,12 +114,39 @@ def _shapley_row(n: int, repeats: int, with_captum: bool) -> str:
             perturbations_per_eval=256,
         )
         t_captum = time.perf_counter() - t0
-        captum_diff = f"{float(np.abs(ours() - sv.detach().numpy()[0]).max()):.1e}"
+        captum_values = sv.detach().double().numpy()[0]
+        captum_diff = (
+            f"{float(np.abs(ours() - captum_values).max()):.1e} "
+            f"(Captum vs exact: {float(np.abs(captum_values - exact).max()):.1e})"
+        )
         captum = f"{t_captum:.2f} s ({t_captum / t_ours:,.0f}x)"
     return (
         f"| {n} | {t_ours * 1e3:.1f} ms | {t_shap * 1e3:.1f} ms | {t_shap / t_ours:.1f}x | {captum} | "
-        f"{diff:.1e} | {captum_diff} |"
+        f"{diff:.1e} | {captum_diff} | {exact_diff:.1e} |"
     )
+
+
+def _shapley_float64(module: Any, x: Any, target: int) -> Any:
+    """Shapley values by the textbook formula over all 2^n coalitions, the torch model in float64
+    (zero reference): an independent check that needs neither the game nor a peer."""
+    import copy
+    import math
+
+    import numpy as np
+    import torch
+
+    n = len(x)
+    coalitions = (np.arange(2**n)[:, None] >> np.arange(n)[None]) & 1  # row k: the bits of k
+    with torch.no_grad():
+        model64 = copy.deepcopy(module).double()
+        values = model64(torch.from_numpy(coalitions * x.astype(np.float64)))[:, target].numpy()
+    size = coalitions.sum(1)
+    weight = np.array([math.factorial(k) * math.factorial(n - k - 1) / math.factorial(n) for k in range(n)])
+    phi = np.zeros(n)
+    for i in range(n):
+        without = np.flatnonzero(coalitions[:, i] == 0)  # S not containing i; S + i is k + 2^i
+        phi[i] = (weight[size[without]] * (values[without + 2**i] - values[without])).sum()
+    return phi
 
 
 def section_shapley(repeats: int) -> None:
@@ -131,12 +160,14 @@ def section_shapley(repeats: int) -> None:
         "Captum: `ShapleyValues` (all n! permutations, the torch model in float64, 256 perturbations per call), at n = 8 only."
     )
     print()
-    print("Captum accumulates its permutations in float32 whatever the model's precision.")
+    print("Captum accumulates its permutations in float32 whatever the model's precision (its")
+    print("`ShapleyValues` allocates its sums as `torch.float`); the last column checks xaudit against the")
+    print("textbook formula over all 2^n coalitions with the torch model in float64.")
     print()
     print(
-        "| players n | xaudit | shap Exact | shap / xaudit | Captum (Captum / xaudit) | diff vs shap | diff vs Captum |"
+        "| players n | xaudit | shap Exact | shap / xaudit | Captum (Captum / xaudit) | diff vs shap | diff vs Captum | diff vs exact float64 |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in (8, 12, 14, 16):
         print(_shapley_row(n, repeats, with_captum=n == 8), flush=True)
     print()

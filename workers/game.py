@@ -10,6 +10,7 @@ import numpy as np
 
 from workers.interactions import (
     FamilyIndex,
+    all_subset_bits,
     moebius_dense_limited,
     popcounts,
     shapley_from_interactions,
@@ -115,7 +116,9 @@ def play(
     values = np.empty((len(inputs), len(evaluated)))
     done, total = 0, len(inputs) * len(evaluated)
     rows = model.rows_per_call(int(np.prod(inputs.shape[1:])))
-    bits = subset_bits(evaluated, n)  # once: (m, n) bool
+    # once: (m, n) bool; every subset in bitmask order is the same table for every call at this n
+    exact_table = family is None and not needs_full and n <= MAX_EXACT_PLAYERS
+    bits = all_subset_bits(n) if exact_table else subset_bits(evaluated, n)
     for s, (x, b) in enumerate(zip(inputs, baselines, strict=True)):
         cls = np.full(rows, classes[s])
         sample_model = model.for_sample(s)  # held-fixed inputs of this sample (workers.inputs)

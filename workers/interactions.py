@@ -6,6 +6,7 @@ Subsets are bitmasks: bit i set <=> player i in the set. Dense arrays are indexe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from workers.players import as_masks, masks_from_bits, subset_bits
 
 __all__ = [
     "FamilyIndex",
+    "all_subset_bits",
     "downward_closure",
     "family_index",
     "interaction_orders",
@@ -120,6 +122,8 @@ def moebius_dense_limited(subsets: np.ndarray, values: np.ndarray, n: int) -> np
     Returns I on the same subsets. I(S) only involves subsets of S, so zero-filling the unknown
     entries of a dense array leaves every I(S) on a known S exact.
     """
+    if len(subsets) == 2**n:  # every subset, already in bitmask order
+        return moebius(values, n)
     dense = np.zeros((*values.shape[:-1], 2**n))
     dense[..., subsets.astype(np.int64)] = values
     return moebius(dense, n)[..., subsets.astype(np.int64)]
@@ -127,9 +131,33 @@ def moebius_dense_limited(subsets: np.ndarray, values: np.ndarray, n: int) -> np
 
 def shapley_from_interactions(subsets: np.ndarray, interactions: np.ndarray, n: int) -> np.ndarray:
     """phi_i = sum over S containing i of I(S)/|S| (over the given, non-empty subsets)."""
+    if len(subsets) == 2**n and n <= _CACHED_PLAYERS:  # sorted and unique, so every subset: cached
+        return interactions @ _shares(n)
     sizes = popcounts(subsets)
     share = np.where(sizes > 0, interactions / np.maximum(sizes, 1), 0.0)
     return share @ subset_bits(subsets, n).astype(np.float64)
+
+
+# Exact games up to this many players reuse per-n tables (at 16: 8 MB of shares, 1 MB of bits);
+# at small n the per-call set-up otherwise costs as much as the model (bench/suite.py, shapley).
+_CACHED_PLAYERS = 16
+
+
+@lru_cache(maxsize=4)
+def all_subset_bits(n: int) -> np.ndarray:
+    """(2^n, n) membership of every subset in bitmask order, read-only (shared between calls)."""
+    bits = subset_bits(np.arange(2**n, dtype=np.uint64), n)
+    bits.flags.writeable = False
+    return bits
+
+
+@lru_cache(maxsize=4)
+def _shares(n: int) -> np.ndarray:
+    """(2^n, n): 1/|S| where player i is in S, else 0 (the empty set gets nothing)."""
+    bits = all_subset_bits(n).astype(np.float64)
+    shares = bits / np.maximum(bits.sum(axis=1, keepdims=True), 1.0)
+    shares.flags.writeable = False
+    return shares
 
 
 def interaction_orders(subsets: np.ndarray, interactions: np.ndarray, max_order: int) -> np.ndarray:
