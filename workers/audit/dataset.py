@@ -28,6 +28,7 @@ from workers.audit.unaudited import Unaudited
 from workers.audit.verdict import VERDICTS, MethodLevers
 from workers.explain import job_params
 from workers.methods import get_method
+from workers.metrics import record_verdict
 from workers.prepare import Prepared
 from xaudit.contract.spec import CRITERIA, tensor_digest
 
@@ -58,7 +59,7 @@ def audit(prep: Prepared, progress: Progress | None = None, batch: int = DATASET
     """
     samples = len(prep.inputs)
     if samples <= batch or prep.model.per_sample:
-        return run_audit(prep, progress)
+        return _counted(run_audit(prep, progress))
     report_progress = progress or (lambda fraction, message: None)
     # Parameters fixed per job (Deep Taylor's input bounds) from every sample, not per batch.
     bound = {name: job_params(prep, name) for name in prep.spec.methods}
@@ -87,7 +88,14 @@ def audit(prep: Prepared, progress: Progress | None = None, batch: int = DATASET
     report = _merged_report(prep, reports, {m: merge(parts) for m, parts in scores.items()}, batch)
     report = jsonable(report)
     attributions = {m: np.concatenate(parts) for m, parts in maps.items() if len(parts) == len(starts)}
-    return AuditResult(report, canonical_bytes(report), attributions, not_applicable)
+    return _counted(AuditResult(report, canonical_bytes(report), attributions, not_applicable))
+
+
+def _counted(result: AuditResult) -> AuditResult:
+    """The job's verdicts, counted once per job (not once per batch) for the dashboards."""
+    for entry in result.report["methods"]:
+        record_verdict(str(entry["name"]), str(entry["verdict"]))
+    return result
 
 
 def _offset(report: dict[str, Any], start: int) -> dict[str, Any]:

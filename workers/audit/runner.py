@@ -34,7 +34,6 @@ from workers.interactions import interaction_orders, popcounts
 from workers.methods import Method, derived_seed, get_method
 from workers.methods._isolation import judged_alone
 from workers.methods.references import choose_references
-from workers.metrics import record_verdict
 from workers.players import subset_bits
 from workers.prepare import Prepared
 from workers.subgames import SubInputGame
@@ -445,7 +444,6 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
         )
         entries.append(entry)
         logger.info("%s: %s (%.1fs)", method.name, entry.verdict, entry.seconds)
-        record_verdict(method.name, entry.verdict)
     document = Report(
         created=timestamp(),
         model={

@@ -44,3 +44,26 @@ def test_batches_pool_to_the_one_go_scores(players: str) -> None:
     from workers.audit.schema import validate_report
 
     validate_report(streamed)
+
+
+def test_a_streamed_audit_counts_each_verdict_once() -> None:
+    """The dashboards' verdict counter moves once per job, not once per batch of samples."""
+    from prometheus_client import CollectorRegistry
+
+    from workers import metrics as wm
+
+    inputs = np.load(ASSETS / "digits_inputs.npy")
+    spec = JobSpec(players="grid:2x4", device="cpu", methods=("gradient_x_input",))
+    prep = prepare(spec, (ASSETS / "digits_cnn.onnx").read_bytes(), "onnx", {"inputs": inputs})
+    metrics = wm.WorkerMetrics(CollectorRegistry())
+    previous = wm.activate(metrics)
+    try:
+        report = audit(prep, batch=2).report  # 4 samples: two batches
+    finally:
+        wm.activate(previous)
+    assert report["dataset"]["batches"] == 2
+    verdict = report["methods"][0]["verdict"]
+    counted = metrics.registry.get_sample_value(
+        "xaudit_audit_verdicts_total", {"method": "gradient_x_input", "outcome": verdict}
+    )
+    assert counted == 1
