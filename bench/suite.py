@@ -1,6 +1,6 @@
 """The benchmark suite: xaudit against its peers and against the floor, ratios measured in one run.
 
-    python -m bench.suite [--repeats 5] [--sections shapley,game,methods,audit,startup,gpu]
+    python -m bench.suite [--repeats 5] [--sections shapley,game,methods,audit,scale,startup,gpu]
                           [--audit-players 8,16]
 
 Prints Markdown; the README's performance section is this output. Every ratio compares two
@@ -15,6 +15,8 @@ same threads. Sections:
 - methods: each gradient and rule method on the audit's sub-inputs vs a raw forward+backward of
   the same torch graph over the same rows (times the method's nominal passes: IG/EG steps);
 - audit: the 14-method digits audit, wall time and peak memory, in a fresh process per size;
+- scale: the audit at 64 and 256 players (five methods on a 1x16x16 CNN, sampled sets), from
+  bench/scale.py's players section, each in a fresh process;
 - startup: ``xaudit methods`` and the engine import, in fresh processes;
 - gpu: the game and method floors on CUDA (onnxruntime's CUDA provider, torch CUDA), only where a
   GPU is present; otherwise one line says why it was skipped.
@@ -36,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 ASSETS = ROOT / "workers" / "assets"
 
-SECTIONS = ("shapley", "game", "methods", "audit", "startup", "gpu")
+SECTIONS = ("shapley", "game", "methods", "audit", "scale", "startup", "gpu")
 # Gradient and rule methods, with their nominal forward+backward passes per row (one constituent).
 GRADIENT_METHODS: dict[str, Any] = {
     "gradient_x_input": 1,
@@ -370,6 +372,35 @@ def section_audit(players: list[int]) -> None:
     print()
 
 
+# --- scale -----------------------------------------------------------------------------------------
+
+
+def section_scale() -> None:
+    """Time and peak memory at 64 and 256 players: bench/scale.py's players section, run from here."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.scale",
+            "--sections",
+            "players",
+            "--players",
+            "64,256",
+            "--samples",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"## Scale\n\nFailed: {tail[:200]}\n")
+        return
+    print(done.stdout)
+
+
 # --- startup ---------------------------------------------------------------------------------------
 
 
@@ -463,6 +494,8 @@ def main() -> None:
             section_methods(args.repeats)
         elif section == "audit":
             section_audit([int(p) for p in args.audit_players.split(",") if p.strip()])
+        elif section == "scale":
+            section_scale()
         elif section == "startup":
             section_startup(args.repeats)
         elif section == "gpu":
