@@ -146,16 +146,11 @@ def _interval(criterion: Mapping[str, Any]) -> tuple[float, float] | None:
 
 
 def confidence_text(method: Mapping[str, Any]) -> str:
-    """How sure the verdict is, in a few words: the report's own statement when it has one (v2), else
-    the deciding criterion's score against its tolerance and on how many inputs it holds or fails."""
+    """How sure the verdict is, in a few words: the deciding criterion's score against its tolerance
+    and on how many inputs it holds or fails (a report carries no method-level confidence field)."""
     verdict = str(method.get("verdict", ""))
     if verdict == "not_applicable":
         return "–"
-    own = method.get("confidence")
-    if isinstance(own, str) and own:
-        return own
-    if isinstance(own, (int, float)) and not isinstance(own, bool) and as_float(own) is not None:
-        return f"{float(own):.0%}"
     criteria = {k: v for k, v in (method.get("criteria") or {}).items() if isinstance(v, Mapping)}
     if not criteria:
         return "not measured"

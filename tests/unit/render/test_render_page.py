@@ -276,7 +276,7 @@ def test_a_v2_report_with_inconclusive_verdicts_and_intervals_renders():
                     },
                 },
             },
-            {"name": "occlusion_1", "verdict": "reliable", "confidence": 0.97, "reason": "ok"},
+            {"name": "occlusion_1", "verdict": "reliable", "reason": "ok"},
         ],
     }
     page = parse(render_html(report))
@@ -284,5 +284,5 @@ def test_a_v2_report_with_inconclusive_verdicts_and_intervals_renders():
     assert row[1] == "? inconclusive"
     assert row[2] == "coverage 0.040 [0.010, 0.090] vs 0.050; straddles it"
     assert row[3] == "too few samples to decide"
-    assert page.table("decision-table").rows[1][2] == "97%"
+    assert page.table("decision-table").rows[1][2] == "not measured"  # no criteria, nothing invented
     assert "12.5% of the effect mass above that order is not audited" in page.text
