@@ -13,7 +13,7 @@ way (the stabiliser of :func:`stabilize`, the same denominators), so results agr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -46,9 +46,52 @@ def _parameters(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, bias
 
 
-def _rerouted(z: torch.Tensor, branch: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """The value ``z``, with its gradient sent into ``branch`` times ``scale`` (added zero keeps the value exact)."""
-    return z + (branch - branch.detach()) * scale
+def _channels(module: nn.Module) -> int:
+    """The channel axis of ``module``'s inputs and outputs."""
+    return -1 if isinstance(module, nn.Linear) else 1
+
+
+def _block(
+    module: nn.Module,
+    parts: list[torch.Tensor],
+    rows: list[list[torch.Tensor]],
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """Output block i is ``sum_j rows[i][j]`` applied to ``parts[j]``, blocks stacked along the
+    channels: one layer call (and one in the backward pass) instead of one per term."""
+    axis = _channels(module)
+    if getattr(module, "groups", 1) != 1:  # grouped convolutions do not stack: one call per term
+        blocks = [sum(_affine(module, p, w, None) for p, w in zip(parts, row, strict=True)) for row in rows]
+        out = torch.cat(blocks, axis)  # type: ignore[arg-type]
+        return out if bias is None else out + bias.reshape(-1, *[1] * (out.ndim - 2))
+    a = parts[0] if len(parts) == 1 else torch.cat(parts, axis)
+    weight = torch.cat([row[0] if len(row) == 1 else torch.cat(row, 1) for row in rows], 0)
+    return _affine(module, a, weight, bias)
+
+
+class _Rerouted(torch.autograd.Function):
+    """The value ``z`` in the forward pass; in the backward pass the gradient, repeated once per
+    block of ``branch`` and times ``scale``, goes into ``branch``."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, z: torch.Tensor, branch: torch.Tensor, scale: torch.Tensor, axis: int
+    ) -> torch.Tensor:
+        ctx.save_for_backward(scale)
+        ctx.axis, ctx.blocks = axis, branch.shape[axis] // z.shape[axis]
+        return z
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None, None]:
+        (scale,) = ctx.saved_tensors
+        if ctx.blocks > 1:
+            grad = torch.cat([grad] * ctx.blocks, ctx.axis)
+        return None, grad * scale, None, None
+
+
+def _rerouted(module: nn.Module, z: torch.Tensor, branch: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    out: torch.Tensor = _Rerouted.apply(z, branch, scale, _channels(module))
+    return out
 
 
 class LayerRule:
@@ -109,22 +152,23 @@ class AlphaBeta(LayerRule):
             z = module(a)
             w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
             kept = None if self.zero_bias else bias
-            b_pos = None if kept is None else kept.clamp(min=0)
-            b_neg = None if kept is None else kept.clamp(max=0)
+            if kept is not None:  # b+ with the positive contributions, b- with the negative ones
+                kept = torch.cat([kept.clamp(min=0), kept.clamp(max=0)]) if self.beta else kept.clamp(min=0)
         numerator = 1.0 if top else z
-        a_pos = a if nonneg else a.clamp(min=0)
-        a_neg = None if nonneg else a.clamp(max=0)
-
-        def part(w_on_pos: torch.Tensor, w_on_neg: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-            out = _affine(module, a_pos, w_on_pos, b)
-            return out if a_neg is None else out + _affine(module, a_neg, w_on_neg, None)
-
-        positive = part(w_pos, w_neg, b_pos)
-        out = _rerouted(z, positive, self.alpha * numerator / stabilize(positive.detach(), 1e-6))
+        axis = _channels(module)
+        # Positive contributions W+ a+ + W- a- (+ b+), negative ones W- a+ + W+ a- (+ b-); a- = 0 after a ReLU.
+        parts = [a] if nonneg else [a.clamp(min=0), a.clamp(max=0)]
+        rows = [[w_pos] if nonneg else [w_pos, w_neg]]
         if self.beta:
-            negative = part(w_neg, w_pos, b_neg)
-            out = _rerouted(out, negative, -self.beta * numerator / stabilize(negative.detach(), 1e-6))
-        return out
+            rows.append([w_neg] if nonneg else [w_neg, w_pos])
+        branch = _block(module, parts, rows, kept)
+        with torch.no_grad():
+            sums = branch.chunk(len(rows), axis)
+            scales = [self.alpha * numerator / stabilize(sums[0], 1e-6)]
+            if self.beta:
+                scales.append(-self.beta * numerator / stabilize(sums[1], 1e-6))
+            scale = scales[0] if len(scales) == 1 else torch.cat(scales, axis)
+        return _rerouted(module, z, branch, scale)
 
     def zennit(self) -> Hook:
         if self.zero_bias and (self.alpha, self.beta) == (1.0, 0.0):
@@ -151,21 +195,21 @@ class ZBox(LayerRule):
         self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
     ) -> torch.Tensor:
         weight, bias = _parameters(module)
-        z = module(a)
         with torch.no_grad():
+            z = module(a)
             w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
             b_pos = None if bias is None else bias.clamp(min=0)
             b_neg = None if bias is None else bias.clamp(max=0)
             one = torch.ones((1, *a.shape[1:]), dtype=a.dtype, device=a.device)
             lower = _affine(module, one * self.low, w_pos, b_pos)
             upper = _affine(module, one * self.high, w_neg, b_neg)
-            value = z.detach()
+            value = z
             scale = (1.0 if top else value) / stabilize(value - (lower + upper), 1e-6)
         # The bounds' terms: a leaf at the input whose gradient is -(low W+ + high W-)^T c.
         leaf = torch.zeros_like(a, requires_grad=True)
-        bounds = _affine(module, leaf, self.low * w_pos + self.high * w_neg, None)
         leaves.append(leaf)
-        return _rerouted(value, z - bounds, scale)
+        branch = _block(module, [a, leaf], [[weight, -(self.low * w_pos + self.high * w_neg)]], None)
+        return _rerouted(module, value, branch, scale)
 
     def zennit(self) -> Hook:
         from zennit.rules import ZBox as ZennitZBox
