@@ -13,11 +13,13 @@ way (the stabiliser of :func:`stabilize`, the same denominators), so results agr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from workers.methods._reroute import rerouted
 
 if TYPE_CHECKING:
     from zennit.core import Hook
@@ -69,29 +71,8 @@ def _block(
     return _affine(module, a, weight, bias)
 
 
-class _Rerouted(torch.autograd.Function):
-    """The value ``z`` in the forward pass; in the backward pass the gradient, repeated once per
-    block of ``branch`` and times ``scale``, goes into ``branch``."""
-
-    @staticmethod
-    def forward(
-        ctx: Any, z: torch.Tensor, branch: torch.Tensor, scale: torch.Tensor, axis: int
-    ) -> torch.Tensor:
-        ctx.save_for_backward(scale)
-        ctx.axis, ctx.blocks = axis, branch.shape[axis] // z.shape[axis]
-        return z
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None, None]:
-        (scale,) = ctx.saved_tensors
-        if ctx.blocks > 1:
-            grad = torch.cat([grad] * ctx.blocks, ctx.axis)
-        return None, grad * scale, None, None
-
-
 def _rerouted(module: nn.Module, z: torch.Tensor, branch: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    out: torch.Tensor = _Rerouted.apply(z, branch, scale, _channels(module))
-    return out
+    return rerouted(z, branch, scale, _channels(module))
 
 
 class LayerRule:
