@@ -84,7 +84,9 @@ def test_z_beta_below_a_relu_is_left_to_zennit() -> None:
     assert np.isfinite(got).all() and np.abs(got).max() > 0
 
 
-def _captum_deeplift(ctx: AttributionContext, x: np.ndarray, refs: np.ndarray, classes: np.ndarray) -> np.ndarray:
+def _captum_deeplift(
+    ctx: AttributionContext, x: np.ndarray, refs: np.ndarray, classes: np.ndarray
+) -> np.ndarray:
     model = ctx.target.wrap(ctx.model.torch_hookable("deeplift_rescale"))
     with pytest.warns(UserWarning):
         got = DeepLift(model, multiply_by_inputs=True).attribute(
@@ -145,3 +147,16 @@ def test_a_graph_the_plan_refuses_keeps_captum() -> None:
     refs, classes = np.full_like(x.numpy(), 0.5), np.array([0, 1, 0])
     ours = get_method("deeplift_rescale").attribute(ctx, x.numpy(), refs, classes)
     np.testing.assert_allclose(ours, _captum_deeplift(ctx, x.numpy(), refs, classes), atol=1e-6)
+
+
+def test_chunked_rows_give_the_same_deeplift(monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.methods._modified_backward as module
+
+    ctx, x = _case("cnn", Target())
+    refs = np.repeat(x[:2] * 0.3, 3, axis=0)  # runs of one reference cut by the chunk boundaries
+    classes = _classes(ctx, x)
+    whole = get_method("deeplift_rescale").attribute(ctx, x, refs, classes)
+    monkeypatch.setattr(module, "CHUNK", 4)
+    np.testing.assert_allclose(
+        get_method("deeplift_rescale").attribute(ctx, x, refs, classes), whole, atol=1e-7
+    )
