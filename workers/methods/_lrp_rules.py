@@ -28,8 +28,9 @@ __all__ = ["AlphaBeta", "Epsilon", "LayerRule", "ZBox", "stabilize"]
 
 
 def stabilize(z: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """Zennit's stabiliser: ``z + epsilon * sign(z)``, with sign +1 at zero."""
-    return z + ((z == 0).to(z) + z.sign()) * epsilon
+    """Zennit's stabiliser: ``z + epsilon * sign(z)``, with sign +1 at zero (the same numbers in
+    fewer passes over ``z``)."""
+    return torch.where(z >= 0, z + epsilon, z - epsilon)
 
 
 def _affine(
@@ -135,20 +136,24 @@ class AlphaBeta(LayerRule):
             kept = None if self.zero_bias else bias
             if kept is not None:  # b+ with the positive contributions, b- with the negative ones
                 kept = torch.cat([kept.clamp(min=0), kept.clamp(max=0)]) if self.beta else kept.clamp(min=0)
-        numerator = 1.0 if top else z
         axis = _channels(module)
+        # Inputs that happen to have no negative entry (images, masked with zeros) drop the a- terms:
+        # they are exact zeros, so the result is the same for half the work.
+        nonneg = nonneg or not bool((a < 0).any())
         # Positive contributions W+ a+ + W- a- (+ b+), negative ones W- a+ + W+ a- (+ b-); a- = 0 after a ReLU.
         parts = [a] if nonneg else [a.clamp(min=0), a.clamp(max=0)]
         rows = [[w_pos] if nonneg else [w_pos, w_neg]]
         if self.beta:
             rows.append([w_neg] if nonneg else [w_neg, w_pos])
         branch = _block(module, parts, rows, kept)
-        with torch.no_grad():
-            sums = branch.chunk(len(rows), axis)
-            scales = [self.alpha * numerator / stabilize(sums[0], 1e-6)]
-            if self.beta:
-                scales.append(-self.beta * numerator / stabilize(sums[1], 1e-6))
-            scale = scales[0] if len(scales) == 1 else torch.cat(scales, axis)
+        with torch.no_grad():  # alpha / s(positive sums), -beta / s(negative sums), times z
+            blocks = len(rows)
+            at = axis % branch.ndim
+            sums = branch.detach().reshape(*branch.shape[:at], blocks, -1, *branch.shape[at + 1 :])
+            coefficients = torch.tensor([self.alpha, -self.beta][:blocks], dtype=z.dtype, device=z.device)
+            coefficients = coefficients.reshape(blocks, *[1] * (branch.ndim - at))
+            numerator = coefficients if top else coefficients * z.unsqueeze(at)
+            scale = (numerator / stabilize(sums, 1e-6)).flatten(at, at + 1)
         return _rerouted(module, z, branch, scale)
 
     def zennit(self) -> Hook:

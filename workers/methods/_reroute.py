@@ -25,9 +25,11 @@ class _Rerouted(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None, None]:
         (scale,) = ctx.saved_tensors
-        if ctx.blocks > 1:
-            grad = torch.cat([grad] * ctx.blocks, ctx.axis)
-        return None, grad * scale, None, None
+        if ctx.blocks == 1:
+            return None, grad * scale, None, None
+        at = ctx.axis % grad.ndim  # the gradient broadcast over the blocks, not copied
+        blocks = scale.reshape(*scale.shape[:at], ctx.blocks, -1, *scale.shape[at + 1 :])
+        return None, (grad.unsqueeze(at) * blocks).flatten(at, at + 1), None, None
 
 
 def rerouted(z: torch.Tensor, branch: torch.Tensor, scale: torch.Tensor, axis: int = 1) -> torch.Tensor:
