@@ -28,9 +28,17 @@ __all__ = ["AlphaBeta", "Epsilon", "LayerRule", "ZBox", "stabilize"]
 
 
 def stabilize(z: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """Zennit's stabiliser: ``z + epsilon * sign(z)``, with sign +1 at zero (the same numbers in
-    fewer passes over ``z``)."""
-    return torch.where(z >= 0, z + epsilon, z - epsilon)
+    """Zennit's stabiliser: ``z + epsilon * sign(z)``, with sign +1 at zero. The same numbers in
+    place on one copy (``+ 0.0`` makes -0.0 a +0.0): new tensors, not arithmetic, cost here."""
+    out = z + 0.0
+    return out.abs().add_(epsilon).copysign_(out)
+
+
+def _over(numerator: torch.Tensor | float, denominator: torch.Tensor) -> torch.Tensor:
+    """``numerator / denominator``, written over the denominator (a temporary)."""
+    if isinstance(numerator, float):
+        return denominator.reciprocal_().mul_(numerator) if numerator != 1.0 else denominator.reciprocal_()
+    return torch.div(numerator, denominator, out=denominator)
 
 
 def _affine(
@@ -105,7 +113,7 @@ class Epsilon(LayerRule):
     ) -> torch.Tensor:
         z = module(a)
         value = z.detach()
-        scale = (1.0 if top else value) / stabilize(value, self.epsilon)
+        scale = _over(1.0 if top else value, stabilize(value, self.epsilon))
         z.register_hook(scale.mul)  # the gradient W^T (k g): only the scale changes
         return z
 
@@ -153,7 +161,7 @@ class AlphaBeta(LayerRule):
             coefficients = torch.tensor([self.alpha, -self.beta][:blocks], dtype=z.dtype, device=z.device)
             coefficients = coefficients.reshape(blocks, *[1] * (branch.ndim - at))
             numerator = coefficients if top else coefficients * z.unsqueeze(at)
-            scale = (numerator / stabilize(sums, 1e-6)).flatten(at, at + 1)
+            scale = _over(numerator, stabilize(sums, 1e-6)).flatten(at, at + 1)
         return _rerouted(module, z, branch, scale)
 
     def zennit(self) -> Hook:
@@ -190,7 +198,7 @@ class ZBox(LayerRule):
             lower = _affine(module, one * self.low, w_pos, b_pos)
             upper = _affine(module, one * self.high, w_neg, b_neg)
             value = z
-            scale = (1.0 if top else value) / stabilize(value - (lower + upper), 1e-6)
+            scale = _over(1.0 if top else value, stabilize(value - (lower + upper), 1e-6))
         # The bounds' terms: a leaf at the input whose gradient is -(low W+ + high W-)^T c.
         leaf = torch.zeros_like(a, requires_grad=True)
         leaves.append(leaf)

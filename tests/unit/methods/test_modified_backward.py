@@ -160,3 +160,13 @@ def test_chunked_rows_give_the_same_deeplift(monkeypatch: pytest.MonkeyPatch) ->
     np.testing.assert_allclose(
         get_method("deeplift_rescale").attribute(ctx, x, refs, classes), whole, atol=1e-7
     )
+
+
+def test_stabilizer_is_zennits_bit_for_bit() -> None:
+    from zennit.core import stabilize as zennit_stabilize
+
+    from workers.methods._lrp_rules import stabilize
+
+    z = torch.cat([torch.tensor([0.0, -0.0, 1e-7, -1e-7, 3.0, -3.0]), torch.randn(100)])
+    for eps in (1e-6, 0.25):
+        assert torch.equal(stabilize(z, eps), zennit_stabilize(z, eps))
