@@ -68,12 +68,12 @@ class RescaleGraph:
             return value if rows is None or len(value) == 1 else value[rows]  # one reference broadcasts
 
         def rescaled(z: torch.Tensor, step: Any) -> torch.Tensor:
-            with torch.no_grad():
+            with torch.no_grad():  # in place on two temporaries: new tensors cost more than arithmetic
                 y = torch.relu(z)
                 delta_in = z - at_reference(step.source)
-                multiplier = torch.where(
-                    delta_in.abs() < EPS, (z > 0).to(z), (y - at_reference(step.node)) / delta_in
-                )
+                multiplier = torch.sub(y, at_reference(step.node)).div_(delta_in)
+                unchanged = delta_in.abs_() < EPS
+                multiplier = torch.where(unchanged, (z > 0).to(z), multiplier, out=multiplier)
             return rerouted(y, z, multiplier)
 
         replace = {s.node: (lambda z, s=s: rescaled(z, s)) for s in self.relus}
