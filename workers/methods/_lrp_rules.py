@@ -158,10 +158,11 @@ class AlphaBeta(LayerRule):
             blocks = len(rows)
             at = axis % branch.ndim
             sums = branch.detach().reshape(*branch.shape[:at], blocks, -1, *branch.shape[at + 1 :])
-            coefficients = torch.tensor([self.alpha, -self.beta][:blocks], dtype=z.dtype, device=z.device)
-            coefficients = coefficients.reshape(blocks, *[1] * (branch.ndim - at))
-            numerator = coefficients if top else coefficients * z.unsqueeze(at)
-            scale = _over(numerator, stabilize(sums, 1e-6)).flatten(at, at + 1)
+            scale = _over(1.0 if top else z.unsqueeze(at), stabilize(sums, 1e-6))
+            if (self.alpha, blocks) != (1.0, 1):
+                coefficients = torch.tensor([self.alpha, -self.beta][:blocks], dtype=z.dtype, device=z.device)
+                scale.mul_(coefficients.reshape(blocks, *[1] * (branch.ndim - at)))
+            scale = scale.flatten(at, at + 1)
         return _rerouted(module, z, branch, scale)
 
     def zennit(self) -> Hook:
