@@ -158,10 +158,15 @@ class AlphaBeta(LayerRule):
             blocks = len(rows)
             at = axis % branch.ndim
             sums = branch.detach().reshape(*branch.shape[:at], blocks, -1, *branch.shape[at + 1 :])
-            scale = _over(1.0 if top else z.unsqueeze(at), stabilize(sums, 1e-6))
+            # The positive sums are >= 0 and the negative ones <= 0 by construction, so Zennit's
+            # stabiliser is +1e-6 and -1e-6 (at a negative sum of exactly 0 it adds +1e-6, but there
+            # every term is 0: a = 0 wherever W- is not, and that relevance is 0 either way).
+            block = (blocks, *[1] * (branch.ndim - at))
+            epsilons = torch.tensor([1e-6, -1e-6][:blocks], dtype=z.dtype, device=z.device).reshape(block)
+            scale = _over(1.0 if top else z.unsqueeze(at), sums + epsilons)
             if (self.alpha, blocks) != (1.0, 1):
                 coefficients = torch.tensor([self.alpha, -self.beta][:blocks], dtype=z.dtype, device=z.device)
-                scale.mul_(coefficients.reshape(blocks, *[1] * (branch.ndim - at)))
+                scale.mul_(coefficients.reshape(block))
             scale = scale.flatten(at, at + 1)
         return _rerouted(module, z, branch, scale)
 
