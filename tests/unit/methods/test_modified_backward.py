@@ -29,6 +29,20 @@ LRP = {
 TARGETS = [Target("logit"), Target("prob"), Target("logodds", fixed_class=1)]
 
 
+def _grouped_cnn(seed: int) -> torch.nn.Module:
+    """A grouped convolution (its terms cannot be stacked into one call) and average pooling (LRP-0)."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(4, 4, 3, padding=1, groups=2),
+        torch.nn.ReLU(),
+        torch.nn.AvgPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 3),
+    ).eval()
+
+
 def _case(kind: str, target: Target, params: dict | None = None) -> tuple[AttributionContext, np.ndarray]:
     """A context and 6 input rows; the first three rows' references repeat (the audit's sub-inputs)."""
     if kind == "digits":
@@ -38,7 +52,8 @@ def _case(kind: str, target: Target, params: dict | None = None) -> tuple[Attrib
         players = parse_players("grid:2x4", x.shape[1:])
         return AttributionContext(model, players, target, dict(params or {})), x
     gen = torch.Generator().manual_seed(31)
-    module = relu_mlp(7) if kind == "mlp" else relu_cnn(7) if kind == "cnn" else maxpool_cnn(7)
+    builders = {"mlp": relu_mlp, "cnn": relu_cnn, "maxpool": maxpool_cnn, "grouped": _grouped_cnn}
+    module = builders[kind](7)
     shape = (MLP_FEATURES,) if kind == "mlp" else CNN_SHAPE
     x = torch.randn(6, *shape, generator=gen)
     return context(module, x, params=params, target=target), x.numpy()
@@ -56,7 +71,7 @@ def _classes(ctx: AttributionContext, x: np.ndarray) -> np.ndarray:
     return ctx.target.resolve_classes(ctx.model.predict(x))
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn", "digits"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "digits", "maxpool", "grouped"])
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.kind)
 @pytest.mark.parametrize(("name", "params"), [(n, p) for n, ps in LRP.items() for p in ps])
 def test_lrp_rules_equal_zennit(
@@ -95,7 +110,7 @@ def _captum_deeplift(
     return got.detach().numpy()
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn", "digits", "maxpool"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "digits", "maxpool", "grouped"])
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.kind)
 @pytest.mark.parametrize("references", ["repeated", "distinct", "zeros"])
 def test_deeplift_rescale_equals_captum(kind: str, target: Target, references: str) -> None:
