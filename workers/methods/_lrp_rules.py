@@ -139,7 +139,6 @@ class AlphaBeta(LayerRule):
     ) -> torch.Tensor:
         weight, bias = _parameters(module)
         with torch.no_grad():
-            z = module(a)
             w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
             kept = None if self.zero_bias else bias
             if kept is not None:  # b+ with the positive contributions, b- with the negative ones
@@ -158,6 +157,11 @@ class AlphaBeta(LayerRule):
             blocks = len(rows)
             at = axis % branch.ndim
             sums = branch.detach().reshape(*branch.shape[:at], blocks, -1, *branch.shape[at + 1 :])
+            if blocks == 2 and (kept is not None or bias is None):
+                # z = W a + b is the sum of the positive and negative sums: no second layer call.
+                z = sums.select(at, 0) + sums.select(at, 1)
+            else:
+                z = module(a)
             # The positive sums are >= 0 and the negative ones <= 0 by construction, so Zennit's
             # stabiliser is +1e-6 and -1e-6 (at a negative sum of exactly 0 it adds +1e-6, but there
             # every term is 0: a = 0 wherever W- is not, and that relevance is 0 either way).
