@@ -5,9 +5,10 @@ unchanged and its gradient is the rule's (docs/science.md, LRP and Deep Taylor).
 ``R = value * g`` between rule layers (ReLU, reshapes and max-pooling pass it, as they pass
 relevance in Zennit). A layer ``z = W a + b`` whose rule sends relevance ``R_in = a * W'^T (R / d)``
 then needs ``g_in = W'^T (k * g)`` with ``k = z / d`` (``k = 1 / d`` on the topmost rule layer,
-which receives relevance itself). Each rule is Zennit's rule of the same name, computed the same
-way (the stabiliser of :func:`stabilize`, the same denominators), so results agree with Zennit;
-``zennit()`` gives that hook for the graphs the fast path leaves to Zennit.
+which receives relevance itself). Each rule is Zennit's rule of the same name with the same
+denominators and stabiliser (:func:`stabilize`), so results agree with Zennit to float32 rounding
+(tests/unit/methods/test_modified_backward.py); ``zennit()`` gives that hook for the graphs the fast
+path leaves to Zennit.
 """
 
 from __future__ import annotations
