@@ -1,4 +1,8 @@
-"""Running a Zennit composite on a hookable graph, with the relevance seeded by the target score."""
+"""Running a Zennit composite on a hookable graph, with the relevance seeded by the target score.
+
+The reference for :mod:`workers.methods._modified_backward` (its tests compare the two), and the path
+for the rare graphs that module leaves to Zennit.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,17 @@
-"""DeepLIFT with the Rescale rule and DeepSHAP, through Captum on a hookable graph."""
+"""DeepLIFT with the Rescale rule and DeepSHAP on a hookable graph: one modified backward pass over
+the fx plan (:mod:`workers.methods._rescale_graph`), Captum's DeepLift where the plan has no form for
+the graph (other operators, max-pooling)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
+
+if TYPE_CHECKING:  # the catalogue loads no torch
+    import torch
 
 __all__ = ["DeepLiftRescale", "DeepShap"]
 
@@ -15,10 +20,38 @@ def _deeplift(
     ctx: AttributionContext, method: str, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
 ) -> np.ndarray:
     import torch  # here, not at import: the catalogue loads no torch
+
+    from workers.methods._modified_backward import CHUNK, ELEMENTS
+    from workers.methods._rescale_graph import RescaleGraph
+
+    graph = ctx.model.torch_hookable(method)
+    rescale = RescaleGraph.build(graph, method)
+    if rescale is None:
+        return _captum(ctx, graph, inputs, baselines, classes)
+    device = ctx.model.device
+    chunk = max(1, min(CHUNK, ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
+    out: list[np.ndarray] = []
+    with torch.enable_grad():
+        for start in range(0, inputs.shape[0], chunk):
+            rows = slice(start, start + chunk)
+            c = torch.as_tensor(classes[rows], dtype=torch.long, device=device)
+            x, x0 = to_tensor(inputs[rows], device), to_tensor(baselines[rows], device)
+            out.append(to_numpy(rescale.attributions(x, x0, ctx.target, c)))
+    return np.concatenate(out).astype(np.float32)
+
+
+def _captum(
+    ctx: AttributionContext,
+    graph: torch.nn.Module,
+    inputs: np.ndarray,
+    baselines: np.ndarray,
+    classes: np.ndarray,
+) -> np.ndarray:
+    import torch
     from captum.attr import DeepLift
 
     device = ctx.model.device
-    model = ctx.target.wrap(ctx.model.torch_hookable(method))
+    model = ctx.target.wrap(graph)
     explainer = DeepLift(model, multiply_by_inputs=True)
     with torch.enable_grad():
         attributions = explainer.attribute(

@@ -1,5 +1,6 @@
 """Layer-wise Relevance Propagation (Bach et al. 2015) and Deep Taylor decomposition (Montavon et al.
-2017) through Zennit, on the hookable graph.
+2017) on the hookable graph: Zennit's rules as one modified backward pass
+(:mod:`workers.methods._modified_backward`; Zennit itself where that pass has no form for a rule).
 
 Rules are declared for Linear/Conv layers; average pooling gets LRP-0 (Zennit's Norm); ReLU,
 flatten, reshape and max-pooling keep Zennit's default (the gradient), which passes relevance
@@ -21,8 +22,7 @@ from xaudit.contract.errors import InvalidInput
 from xaudit.contract.params import parameter_defaults
 
 if TYPE_CHECKING:  # the catalogue loads neither torch nor zennit
-    import torch
-    from zennit.core import Hook
+    from workers.methods._lrp_rules import LayerRule
 
 __all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon"]
 
@@ -51,12 +51,11 @@ class LrpEpsilon(Method):
         if epsilon < 0:
             raise InvalidInput(f"{self.name}: epsilon must be >= 0, got {epsilon}")
 
-        def rule(index: int, module: torch.nn.Module) -> Hook:
-            from zennit.rules import Epsilon
+        from workers.methods._lrp_rules import Epsilon  # torch only when computing
+        from workers.methods._modified_backward import lrp_relevance
 
-            return Epsilon(epsilon=epsilon)
-
-        from workers.methods._zennit import lrp_relevance  # torch and zennit only when computing
+        def rule(index: int) -> LayerRule:
+            return Epsilon(epsilon)
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
@@ -84,12 +83,11 @@ class LrpAlphaBeta(Method):
                 f"{self.name}: needs alpha, beta >= 0 and alpha - beta = 1, got {alpha}, {beta}"
             )
 
-        def rule(index: int, module: torch.nn.Module) -> Hook:
-            from zennit.rules import AlphaBeta
+        from workers.methods._lrp_rules import AlphaBeta  # torch only when computing
+        from workers.methods._modified_backward import lrp_relevance
 
-            return AlphaBeta(alpha=alpha, beta=beta)
-
-        from workers.methods._zennit import lrp_relevance  # torch and zennit only when computing
+        def rule(index: int) -> LayerRule:
+            return AlphaBeta(alpha, beta)
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
@@ -133,11 +131,11 @@ class DeepTaylor(Method):
         if low > high:
             raise InvalidInput(f"{self.name}: low ({low}) must not exceed high ({high})")
 
-        def rule(index: int, module: torch.nn.Module) -> Hook:
-            from zennit.rules import ZBox, ZPlus
+        from workers.methods._lrp_rules import AlphaBeta, ZBox  # torch only when computing
+        from workers.methods._modified_backward import lrp_relevance
 
-            return ZBox(low=low, high=high) if index == 0 else ZPlus(zero_params=["bias"])
-
-        from workers.methods._zennit import lrp_relevance  # torch and zennit only when computing
+        def rule(index: int) -> LayerRule:
+            # z+ is alpha-beta with alpha=1, beta=0 and the biases left out (Zennit's ZPlus).
+            return ZBox(low, high) if index == 0 else AlphaBeta(1.0, 0.0, zero_bias=True)
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)

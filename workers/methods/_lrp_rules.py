@@ -1,0 +1,222 @@
+"""LRP rules as modified gradients: each rule rewrites one layer's output so that its value is
+unchanged and its gradient is the rule's (docs/science.md, LRP and Deep Taylor).
+
+:mod:`workers.methods._modified_backward` carries a modified gradient ``g`` with relevance
+``R = value * g`` between rule layers (ReLU, reshapes and max-pooling pass it, as they pass
+relevance in Zennit). A layer ``z = W a + b`` whose rule sends relevance ``R_in = a * W'^T (R / d)``
+then needs ``g_in = W'^T (k * g)`` with ``k = z / d`` (``k = 1 / d`` on the topmost rule layer,
+which receives relevance itself). Each rule is Zennit's rule of the same name with the same
+denominators and stabiliser (:func:`stabilize`), so results agree with Zennit to float32 rounding
+(tests/unit/methods/test_modified_backward.py); ``zennit()`` gives that hook for the graphs the fast
+path leaves to Zennit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workers.methods._reroute import rerouted
+
+if TYPE_CHECKING:
+    from zennit.core import Hook
+
+__all__ = ["AlphaBeta", "Epsilon", "LayerRule", "ZBox", "stabilize"]
+
+
+def stabilize(z: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """Zennit's stabiliser: ``z + epsilon * sign(z)``, with sign +1 at zero. The same numbers in
+    place on one copy (``+ 0.0`` makes -0.0 a +0.0): new tensors, not arithmetic, cost here."""
+    out = z + 0.0
+    return out.abs().add_(epsilon).copysign_(out)
+
+
+def _over(numerator: torch.Tensor | float, denominator: torch.Tensor) -> torch.Tensor:
+    """``numerator / denominator``, written over the denominator (a temporary)."""
+    if isinstance(numerator, float):
+        return denominator.reciprocal_().mul_(numerator) if numerator != 1.0 else denominator.reciprocal_()
+    return torch.div(numerator, denominator, out=denominator)
+
+
+def _affine(
+    module: nn.Module, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``module`` (Linear or Conv) with other parameters."""
+    if isinstance(module, nn.Linear):
+        return F.linear(a, weight, bias)
+    assert isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d)
+    return module._conv_forward(a, weight, bias)
+
+
+def _parameters(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    weight, bias = module.weight, module.bias
+    assert isinstance(weight, torch.Tensor) and (bias is None or isinstance(bias, torch.Tensor))
+    return weight, bias
+
+
+def _channels(module: nn.Module) -> int:
+    """The channel axis of ``module``'s inputs and outputs."""
+    return -1 if isinstance(module, nn.Linear) else 1
+
+
+def _block(
+    module: nn.Module,
+    parts: list[torch.Tensor],
+    rows: list[list[torch.Tensor]],
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """Output block i is ``sum_j rows[i][j]`` applied to ``parts[j]``, blocks stacked along the
+    channels: one layer call (and one in the backward pass) instead of one per term."""
+    axis = _channels(module)
+    if getattr(module, "groups", 1) != 1:  # grouped convolutions do not stack: one call per term
+        blocks = [sum(_affine(module, p, w, None) for p, w in zip(parts, row, strict=True)) for row in rows]
+        out = torch.cat(blocks, axis)  # type: ignore[arg-type]
+        return out if bias is None else out + bias.reshape(-1, *[1] * (out.ndim - 2))
+    a = parts[0] if len(parts) == 1 else torch.cat(parts, axis)
+    weight = torch.cat([row[0] if len(row) == 1 else torch.cat(row, 1) for row in rows], 0)
+    return _affine(module, a, weight, bias)
+
+
+def _rerouted(module: nn.Module, z: torch.Tensor, branch: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return rerouted(z, branch, scale, _channels(module))
+
+
+class LayerRule:
+    """One layer's rule: ``modified(module, a, top, nonneg, leaves)`` gives the layer's output with
+    the rule's gradient. ``nonneg``: ``a`` is known to be >= 0 (it comes out of a ReLU), so terms of
+    its negative part vanish. Rules with extra input terms (z-beta) append a leaf to ``leaves`` whose
+    gradient is that term's relevance."""
+
+    # The rule's extra leaf is relevance at the layer's input: needs the input to be a reshaped x.
+    needs_input_layer: ClassVar[bool] = False
+
+    def modified(
+        self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def zennit(self) -> Hook:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Epsilon(LayerRule):
+    """LRP-epsilon (Bach et al. 2015 eq. 58); with 1e-6 on pooling layers, Zennit's Norm (LRP-0)."""
+
+    epsilon: float = 1e-6
+
+    def modified(
+        self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
+    ) -> torch.Tensor:
+        z = module(a)
+        value = z.detach()
+        scale = _over(1.0 if top else value, stabilize(value, self.epsilon))
+        z.register_hook(scale.mul)  # the gradient W^T (k g): only the scale changes
+        return z
+
+    def zennit(self) -> Hook:
+        from zennit.rules import Epsilon as ZennitEpsilon
+
+        return ZennitEpsilon(epsilon=self.epsilon)
+
+
+@dataclass(frozen=True)
+class AlphaBeta(LayerRule):
+    """LRP-alpha-beta (Bach et al. 2015 eq. 60) as Zennit computes it: positive contributions
+    ``W+ a+ + W- a- (+ b+)`` and negative ones ``W- a+ + W+ a- (+ b-)``, each normalised by its own sum.
+    ``zero_bias``: biases left out of the denominators (Zennit's ``zero_params=["bias"]``); with
+    alpha=1, beta=0 that is the z+ rule of Deep Taylor."""
+
+    alpha: float = 2.0
+    beta: float = 1.0
+    zero_bias: bool = False
+
+    def modified(
+        self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
+    ) -> torch.Tensor:
+        weight, bias = _parameters(module)
+        with torch.no_grad():
+            w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
+            kept = None if self.zero_bias else bias
+            if kept is not None:  # b+ with the positive contributions, b- with the negative ones
+                kept = torch.cat([kept.clamp(min=0), kept.clamp(max=0)]) if self.beta else kept.clamp(min=0)
+        axis = _channels(module)
+        # Inputs that happen to have no negative entry (images, masked with zeros) drop the a- terms:
+        # they are exact zeros, so the result is the same for half the work.
+        nonneg = nonneg or not bool((a < 0).any())
+        # Positive contributions W+ a+ + W- a- (+ b+), negative ones W- a+ + W+ a- (+ b-); a- = 0 after a ReLU.
+        parts = [a] if nonneg else [a.clamp(min=0), a.clamp(max=0)]
+        rows = [[w_pos] if nonneg else [w_pos, w_neg]]
+        if self.beta:
+            rows.append([w_neg] if nonneg else [w_neg, w_pos])
+        branch = _block(module, parts, rows, kept)
+        with torch.no_grad():  # alpha / s(positive sums), -beta / s(negative sums), times z
+            blocks = len(rows)
+            at = axis % branch.ndim
+            sums = branch.detach().reshape(*branch.shape[:at], blocks, -1, *branch.shape[at + 1 :])
+            if blocks == 2 and (kept is not None or bias is None):
+                # z = W a + b is the sum of the positive and negative sums: no second layer call.
+                z = sums.select(at, 0) + sums.select(at, 1)
+            else:
+                z = module(a)
+            # The positive sums are >= 0 and the negative ones <= 0 by construction, so Zennit's
+            # stabiliser is +1e-6 and -1e-6 (at a negative sum of exactly 0 it adds +1e-6, but there
+            # every term is 0: a = 0 wherever W- is not, and that relevance is 0 either way).
+            block = (blocks, *[1] * (branch.ndim - at))
+            epsilons = torch.tensor([1e-6, -1e-6][:blocks], dtype=z.dtype, device=z.device).reshape(block)
+            scale = _over(1.0 if top else z.unsqueeze(at), sums + epsilons)
+            if (self.alpha, blocks) != (1.0, 1):
+                coefficients = torch.tensor([self.alpha, -self.beta][:blocks], dtype=z.dtype, device=z.device)
+                scale.mul_(coefficients.reshape(block))
+            scale = scale.flatten(at, at + 1)
+        return _rerouted(module, z, branch, scale)
+
+    def zennit(self) -> Hook:
+        if self.zero_bias and (self.alpha, self.beta) == (1.0, 0.0):
+            from zennit.rules import ZPlus
+
+            return ZPlus(zero_params=["bias"])
+        from zennit.rules import AlphaBeta as ZennitAlphaBeta
+
+        return ZennitAlphaBeta(
+            alpha=self.alpha, beta=self.beta, zero_params=["bias"] if self.zero_bias else None
+        )
+
+
+@dataclass(frozen=True)
+class ZBox(LayerRule):
+    """The z-beta rule (Montavon et al. 2017) for inputs in [low, high], as Zennit's ZBox:
+    ``R_in = a * W^T c - (low W+ + high W-)^T c`` with ``c = R / s(z - low W+ - high W- ...)``."""
+
+    low: float
+    high: float
+    needs_input_layer: ClassVar[bool] = True
+
+    def modified(
+        self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
+    ) -> torch.Tensor:
+        weight, bias = _parameters(module)
+        with torch.no_grad():
+            z = module(a)
+            w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
+            b_pos = None if bias is None else bias.clamp(min=0)
+            b_neg = None if bias is None else bias.clamp(max=0)
+            one = torch.ones((1, *a.shape[1:]), dtype=a.dtype, device=a.device)
+            lower = _affine(module, one * self.low, w_pos, b_pos)
+            upper = _affine(module, one * self.high, w_neg, b_neg)
+            value = z
+            scale = _over(1.0 if top else value, stabilize(value - (lower + upper), 1e-6))
+        # The bounds' terms: a leaf at the input whose gradient is -(low W+ + high W-)^T c.
+        leaf = torch.zeros_like(a, requires_grad=True)
+        leaves.append(leaf)
+        branch = _block(module, [a, leaf], [[weight, -(self.low * w_pos + self.high * w_neg)]], None)
+        return _rerouted(module, value, branch, scale)
+
+    def zennit(self) -> Hook:
+        from zennit.rules import ZBox as ZennitZBox
+
+        return ZennitZBox(low=self.low, high=self.high)

@@ -1,0 +1,117 @@
+"""LRP and Deep Taylor as one forward and one backward pass over the fx plan (docs/science.md, LRP).
+
+Each Linear/Conv/pooling layer on the output's path is replaced by its rule's modified output
+(:mod:`workers.methods._lrp_rules`): the same value, the rule's gradient. ReLU, reshapes and
+max-pooling keep their gradient, as they do under Zennit. One ``torch.autograd.grad`` then gives a
+modified gradient ``g`` with relevance ``x * g``: Zennit's result without its per-layer hooks,
+re-run forwards and nested backward passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx
+
+from workers.methods._base import AttributionContext, to_numpy, to_tensor
+from workers.methods._fx_plan import Plan, Step, evaluate, plan_graph
+from workers.methods._lrp_rules import Epsilon, LayerRule
+from workers.targets import Target
+
+__all__ = ["CHUNK", "ELEMENTS", "RelevanceGraph", "Rules", "lrp_relevance"]
+
+# Rows per backward pass, and input elements per pass: bound the memory of the stored activations
+# (as in workers.methods._zennit: activations are assumed to be tens of times the input).
+CHUNK = 1024
+ELEMENTS = 2**22
+
+# The rule of the i-th Linear/Conv layer in execution order (Zennit's composite's index).
+Rules = Callable[[int], LayerRule]
+_NORM = Epsilon(1e-6)  # average pooling: LRP-0 with Zennit's stabiliser (its Norm rule)
+_PASS_SIGN = ("relu", "shape", "maxpool", "avgpool")  # x >= 0 in, x >= 0 out
+
+
+def _path(plan: Plan) -> list[Step]:
+    """The steps from the input to the output (the plan admits one activation argument per node)."""
+    by_node = {step.node: step for step in plan.steps}
+    path = [by_node[plan.output]]
+    while path[-1].source is not None:
+        path.append(by_node[path[-1].source])
+    return path[::-1]
+
+
+class RelevanceGraph:
+    """The plan with each rule layer's modified output; ``None`` from :meth:`build` where a rule
+    cannot be written this way (a z-beta layer whose input is not a reshaped input)."""
+
+    def __init__(self, plan: Plan, layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]]) -> None:
+        self.plan = plan
+        self.layers = layers  # node -> (module, rule, top, nonneg)
+        self.has_rules = bool(layers)
+
+    @classmethod
+    def build(cls, plan: Plan, rules: Rules) -> RelevanceGraph | None:
+        index = {s.node: i for i, s in enumerate(s for s in plan.steps if s.kind == "affine")}
+        path = _path(plan)
+        nonneg: set[fx.Node] = set()
+        layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]] = {}
+        reshaped_input = True  # every step so far only reshapes the input
+        for step in path:
+            if step.kind == "relu" or (step.kind in _PASS_SIGN and step.source in nonneg):
+                nonneg.add(step.node)
+            if step.kind in ("affine", "avgpool"):
+                rule = rules(index[step.node]) if step.kind == "affine" else _NORM
+                if rule.needs_input_layer and not reshaped_input:
+                    return None
+                layers[step.node] = (step.module, rule, False, step.source in nonneg)
+            reshaped_input = reshaped_input and step.kind in ("input", "shape")
+        if layers:  # the topmost rule layer receives relevance, not the modified gradient
+            top = list(layers)[-1]
+            module, rule, _, sign = layers[top]
+            layers[top] = (module, rule, True, sign)
+        return cls(plan, layers)
+
+    def relevance(self, x: torch.Tensor, target: Target, classes: torch.Tensor) -> torch.Tensor:
+        """Input relevance for rows ``x``, seeded (as in Zennit) by the one-hot target score."""
+        leaves: list[torch.Tensor] = []
+        replace = {
+            node: (lambda a, m=module, r=rule, t=top, s=sign: r.modified(m, a, t, s, leaves))
+            for node, (module, rule, top, sign) in self.layers.items()
+        }
+        x = x.detach().requires_grad_(True)
+        out = evaluate(self.plan, x, replace)[self.plan.output]
+        scores = out.reshape(out.shape[0], -1)
+        if target.kind != "logit":  # the softmax is crossed by its gradient, as under Zennit
+            scores = target.transform(scores)
+        seed = torch.zeros_like(scores).scatter_(1, classes[:, None], 1.0) * scores.detach()
+        grads = torch.autograd.grad(scores, [x, *leaves], seed)
+        relevance = x.detach() * grads[0] if self.has_rules else grads[0]
+        for extra in grads[1:]:  # z-beta's bound terms: relevance at the (reshaped) input
+            relevance = relevance + extra.reshape(x.shape)
+        return relevance.detach()
+
+
+def lrp_relevance(
+    ctx: AttributionContext, method: str, rules: Rules, inputs: np.ndarray, classes: np.ndarray
+) -> np.ndarray:
+    """Input relevance (k, *shape) float32 for the target class of each row; Zennit where the plan
+    has a rule this pass cannot write (the result is the same, only slower)."""
+    graph = ctx.model.torch_hookable(method)
+    plan = plan_graph(graph, method, "LRP")  # Zennit would silently use the gradient elsewhere
+    modified = RelevanceGraph.build(plan, rules)
+    if modified is None:
+        from workers.methods._zennit import lrp_relevance as zennit_relevance
+
+        return zennit_relevance(ctx, method, lambda i, _: rules(i).zennit(), inputs, classes)
+    device = ctx.model.device
+    chunk = max(1, min(CHUNK, ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
+    out: list[np.ndarray] = []
+    with torch.enable_grad():
+        for start in range(0, inputs.shape[0], chunk):
+            x = to_tensor(inputs[start : start + chunk], device)
+            c = torch.as_tensor(classes[start : start + chunk], dtype=torch.long, device=device)
+            out.append(to_numpy(modified.relevance(x, ctx.target, c)))
+    return np.concatenate(out).astype(np.float32)

@@ -1,0 +1,86 @@
+"""DeepLIFT with the Rescale rule as one forward at the inputs, one at the distinct references, and
+one backward pass over the fx plan (docs/science.md, DeepLIFT).
+
+Each ReLU keeps its value and takes Captum's multiplier as its gradient:
+``(relu(z) - relu(z0)) / (z - z0)``, or the ReLU's gradient where ``|z - z0| < 1e-10`` (Captum's
+``eps``). Linear, Conv, pooling and reshapes are linear: their gradient is their multiplier. The
+target's softmax (probability, log-odds) is crossed by its gradient at the input, as Captum does
+through the wrapped model. Attributions are ``(x - x0) * multiplier``, Captum's DeepLift with
+``multiply_by_inputs=True``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from workers.methods._fx_plan import Plan, evaluate, plan_graph
+from workers.methods._reroute import rerouted
+from workers.targets import Target
+from xaudit.contract.errors import NotApplicable
+
+__all__ = ["EPS", "RescaleGraph"]
+
+EPS = 1e-10  # Captum's DeepLift eps: below it a ReLU's input change counts as none
+
+
+def _distinct(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The references without consecutive repeats (the audit's sub-inputs of one sample share one),
+    and each row's index into them (None when every row is its own)."""
+    flat = x0.reshape(len(x0), -1)
+    new = torch.ones(len(x0), dtype=torch.bool, device=x0.device)
+    new[1:] = (flat[1:] != flat[:-1]).any(1)
+    if bool(new.all()):
+        return x0, None
+    return x0[new], torch.cumsum(new, 0) - 1
+
+
+class RescaleGraph:
+    """A plan of ReLU, Linear/Conv, pooling and reshape nodes; :meth:`build` gives None for the
+    graphs left to Captum (an operator the plan refuses, or max-pooling, which has Captum's own rule)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.relus = [s for s in plan.steps if s.kind == "relu"]
+
+    @classmethod
+    def build(cls, graph: nn.Module, method: str) -> RescaleGraph | None:
+        try:
+            plan = plan_graph(graph, method, "DeepLIFT")
+        except NotApplicable:
+            return None
+        if any(s.kind == "maxpool" for s in plan.steps):
+            return None
+        return cls(plan)
+
+    def attributions(
+        self, x: torch.Tensor, x0: torch.Tensor, target: Target, classes: torch.Tensor
+    ) -> torch.Tensor:
+        """(x - x0) times the Rescale multipliers of the target score of ``classes``."""
+        refs, rows = _distinct(x0)
+        with torch.no_grad():
+            env0 = evaluate(self.plan, refs)
+
+        def at_reference(node: fx.Node) -> torch.Tensor:
+            value: torch.Tensor = env0[node]
+            return value if rows is None or len(value) == 1 else value[rows]  # one reference broadcasts
+
+        def rescaled(z: torch.Tensor, step: Any) -> torch.Tensor:
+            with torch.no_grad():  # in place on two temporaries: new tensors cost more than arithmetic
+                y = torch.relu(z)
+                delta_in = z - at_reference(step.source)
+                multiplier = torch.sub(y, at_reference(step.node)).div_(delta_in)
+                unchanged = delta_in.abs_() < EPS
+                multiplier = torch.where(unchanged, (z > 0).to(z), multiplier, out=multiplier)
+            return rerouted(y, z, multiplier)
+
+        replace = {s.node: (lambda z, s=s: rescaled(z, s)) for s in self.relus}
+        x = x.detach().requires_grad_(True)
+        out = evaluate(self.plan, x, replace)[self.plan.output]
+        scores = out.reshape(out.shape[0], -1)
+        if target.kind != "logit":
+            scores = target.transform(scores)
+        (grad,) = torch.autograd.grad(scores.gather(1, classes[:, None]).sum(), x)
+        return (x.detach() - x0) * grad
