@@ -235,7 +235,8 @@ def test_chunked_rows_give_the_same_attributions(monkeypatch: pytest.MonkeyPatch
     ctx = context(model, x)
     whole = _attribute(ctx, x, x0, classes)
     monkeypatch.setattr(module, "CHUNK", 3)
-    np.testing.assert_allclose(_attribute(ctx, x, x0, classes), whole, rtol=1e-6, atol=1e-9)
+    # Float32 passes: another batch size may change how a kernel blocks its sums (rounding only).
+    np.testing.assert_allclose(_attribute(ctx, x, x0, classes), whole, rtol=1e-5, atol=1e-7)
 
 
 def _zero_difference_model() -> nn.Sequential:
