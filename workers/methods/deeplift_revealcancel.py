@@ -105,7 +105,7 @@ class DeepLiftRevealCancel(Method):
         with torch.no_grad():
             for start in range(0, inputs.shape[0], chunk):
                 part = slice(start, start + chunk)
-                dx = dx_all[part].to(torch.float32)
+                dx = dx_all[part].to(plan.dtype)
                 seed = partial(target_seed, ctx.target, classes=c_all[part])
                 m, shaky = plan.multipliers(dx, Reference(ref.values, rows[part]), seed)
                 out[part] = (dx * m).cpu().numpy()
