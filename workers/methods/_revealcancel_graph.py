@@ -30,16 +30,14 @@ import torch
 from torch import fx, nn
 
 from workers.methods._fx_plan import Plan, Step, evaluate, plan_graph
+from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_transposes
 from workers.methods._revealcancel_rules import (
-    AffineMaps,
     Pair,
     Reveal,
+    Split,
     affine_backward,
-    affine_maps,
     affine_split,
-    ambiguous_rows,
     collapse,
-    dense_transposes,
     reveal_cancel,
     sign_split,
 )
@@ -52,6 +50,7 @@ SeedFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # and its row is redone in float64. Layers of unknown fan-in (pooling) use the largest tolerance.
 _ROUNDING = 2**-23
 _MAX_TOLERANCE = 1e-4
+_DENSE_MIN_ROWS = 32
 _SPLIT_SOURCES = ("affine", "avgpool")
 
 
@@ -108,6 +107,18 @@ class RevealCancelGraph:
                 source = steps[source].source
             if source is not None and steps[source].kind in _SPLIT_SOURCES:
                 self.split_nodes.update((source, *chain))
+        # Nodes whose difference's sign routes multipliers back: the inputs of split affine nodes and
+        # of sign-split ReLUs (through shape nodes). Only ReLUs among them need their sign resolved.
+        self.sign_read: set[fx.Node] = set()
+        for step in self.plan.steps:
+            if step.kind in ("relu", *_SPLIT_SOURCES) and (
+                step.kind == "relu" or step.node in self.split_nodes
+            ):
+                source = step.source
+                while source is not None and steps[source].kind == "shape":
+                    source = steps[source].source
+                if source is not None and not (step.kind == "relu" and source in self.split_nodes):
+                    self.sign_read.add(source)
         self._per_row: dict[tuple[tuple[int, ...], torch.device], int] = {}
         self._dense: dict[tuple[fx.Node, torch.Size], AffineMaps] = {}
         self._tolerance = {
@@ -140,8 +151,8 @@ class RevealCancelGraph:
         result rounding may have changed (:func:`ambiguous_rows`); None in float64."""
         same = bool((ref.rows == ref.rows[0]).all())
         first = int(ref.rows[0])
-        check = self.dtype != torch.float64
-        shaky = torch.zeros(len(dx), dtype=torch.bool, device=dx.device) if check else None
+        below = self.dtype != torch.float64
+        shaky = torch.zeros(len(dx), dtype=torch.bool, device=dx.device) if below else None
 
         def at_rows(node: fx.Node, dtype: torch.dtype = self.dtype) -> torch.Tensor:
             value = ref.values[node]
@@ -149,7 +160,7 @@ class RevealCancelGraph:
             return value.to(dtype)
 
         delta: dict[fx.Node, Any] = {}
-        split: dict[fx.Node, tuple[tuple[torch.Tensor, torch.Tensor], fx.Node]] = {}  # parts, affine node
+        split: dict[fx.Node, tuple[Split, fx.Node]] = {}  # parts, the affine node that made them
         reveal: dict[fx.Node, Reveal] = {}
         at_x: dict[fx.Node, torch.Tensor] = {}  # max-pooling inputs at x
         for step in self.plan.steps:
@@ -159,21 +170,23 @@ class RevealCancelGraph:
             elif step.kind in _SPLIT_SOURCES:
                 assert src is not None
                 if node in self.split_nodes:
-                    delta[node], parts = affine_split(self.maps[node], delta[src])
-                    split[node] = (parts, node)
+                    split[node] = (affine_split(self.maps[node], delta[src]), node)
+                    delta[node] = split[node][0].total
                 else:
                     delta[node] = self.maps[node].linear(delta[src])
             elif step.kind == "relu":
                 assert src is not None
-                z0 = at_rows(src)
                 if src in split:
                     parts, made_by = split.pop(src)
-                    if shaky is not None:
-                        shaky |= ambiguous_rows(z0, parts, self._tolerance[made_by])
+                    resolve = shaky is not None and node in self.sign_read
+                    tolerance = self._tolerance[made_by] if resolve else None
                 else:  # the sign split of a difference that is exact or checked where it was made
-                    parts = sign_split(delta[src])
-                reveal[node] = reveal_cancel(z0, parts)
+                    parts, tolerance = sign_split(delta[src]), None
+                reveal[node] = reveal_cancel(at_rows(src), parts, tolerance)
                 delta[node] = reveal[node].delta
+                unresolved = reveal[node].unresolved
+                if shaky is not None and unresolved is not None:
+                    shaky |= unresolved
             elif step.kind == "maxpool":
                 assert src is not None and step.module is not None
                 at_x[src] = at_rows(src) + delta[src]
@@ -181,9 +194,8 @@ class RevealCancelGraph:
             else:  # static and shape nodes: evaluated on the differences (same shapes as values)
                 delta[node] = _run(self.plan, step, delta)
                 if step.kind == "shape" and src in split:
-                    (dp, dn), made_by = split.pop(src)
-                    parts = (self._shape_apply(step, delta, dp), self._shape_apply(step, delta, dn))
-                    split[node] = (parts, made_by)
+                    parts, made_by = split.pop(src)
+                    split[node] = (parts.map(partial(self._shape_apply, step, delta)), made_by)
 
         output = self.plan.output
         k = len(dx)
@@ -228,6 +240,8 @@ class RevealCancelGraph:
         return torch.zeros_like(delta[self._input])  # no path reached the input
 
     def _transposes(self, node: fx.Node, like: torch.Tensor) -> AffineMaps:
+        if len(like) < _DENSE_MIN_ROWS:  # a dense product costs its whole matrix per row
+            return self.maps[node]
         key = (node, like.shape[1:])
         if key not in self._dense:
             self._dense[key] = dense_transposes(self.maps[node], like)

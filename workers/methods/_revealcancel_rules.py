@@ -17,37 +17,22 @@ positive and negative part of a node's difference. Where both are the same the p
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torch import nn
+
+from workers.methods._revealcancel_maps import AffineMaps
 
 __all__ = [
-    "AffineMaps",
     "Pair",
     "Reveal",
+    "Split",
     "affine_backward",
-    "affine_maps",
     "affine_split",
-    "ambiguous_rows",
     "collapse",
-    "dense_transposes",
     "reveal_cancel",
     "sign_split",
 ]
-
-Split = tuple[torch.Tensor, torch.Tensor]
-LinearMap = Callable[[torch.Tensor], torch.Tensor]
-# (g, like) -> W^T g shaped like the layer's input ``like``.
-Transpose = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-# A convolution's transposes become one matrix product when its dense matrix is small and not much
-# larger than the kernel's work: n_in / fan_in is how many times more multiplications it does, and a
-# single-threaded BLAS product beats the input-gradient kernel by about that much on small layers.
-_DENSE_ELEMENTS = 2**20
-_DENSE_RATIO = 8
 
 
 @dataclass(frozen=True)
@@ -71,114 +56,33 @@ class Pair:
 
 
 @dataclass(frozen=True)
-class AffineMaps:
-    """An affine layer at one dtype: ``full`` with bias, ``linear`` (W) and ``magnitude`` (|W|) without,
-    and their transposes (vector-Jacobian products). Average pooling (W >= 0) is used as it is:
-    its |W| is W and its transposes come from autograd. ``fan_in``: terms per output (0: unknown)."""
+class Split:
+    """A difference ``total`` in parts ``pos`` (>= 0) + ``neg`` (<= 0), and ``spread`` = pos - neg,
+    the sum of the magnitudes of its terms (the scale of its rounding)."""
 
-    full: LinearMap
-    linear: LinearMap
-    magnitude: LinearMap
-    linear_t: Transpose
-    magnitude_t: Transpose
-    fan_in: int = 0
+    pos: torch.Tensor
+    neg: torch.Tensor
+    total: torch.Tensor
+    spread: torch.Tensor
 
-
-def _autograd_transpose(fn: LinearMap) -> Transpose:
-    def transpose(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        u = torch.zeros_like(like, requires_grad=True)
-        with torch.enable_grad():
-            (out,) = torch.autograd.grad(fn(u), u, grad)
-        return out
-
-    return transpose
-
-
-def _conv_transpose(module: nn.Module, weight: torch.Tensor) -> Transpose | None:
-    """W^T g of a zero-padded convolution by its input-gradient kernel (no forward pass, no graph)."""
-    if module.padding_mode != "zeros" or isinstance(module.padding, str):
-        return None
-    grad_input = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}  # type: ignore[attr-defined]
-    fn = grad_input[weight.ndim - 2]
-
-    def transpose(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        return fn(like.shape, weight, grad, module.stride, module.padding, module.dilation, module.groups)
-
-    return transpose
-
-
-def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
-    """Maps of a Linear or Conv1d/2d/3d module with its weights in ``dtype``; any other module is taken
-    to be an average pooling (linear, W >= 0, dtype-agnostic) and used as it is."""
-    if not isinstance(module, (nn.Linear, *_CONV)):
-        transpose = _autograd_transpose(module)
-        return AffineMaps(module, module, module, transpose, transpose, 0)
-    weight = module.weight.detach().to(dtype)
-    bias = None if module.bias is None else module.bias.detach().to(dtype)
-    magnitude = weight.abs()
-    if isinstance(module, nn.Linear):
-        return AffineMaps(
-            lambda x: F.linear(x, weight, bias),
-            lambda x: F.linear(x, weight),
-            lambda x: F.linear(x, magnitude),
-            lambda g, like: g @ weight,
-            lambda g, like: g @ magnitude,
-            weight.shape[1],
-        )
-    conv = module._conv_forward  # handles every padding mode; linear in the input for a fixed weight
-
-    def linear(x: torch.Tensor) -> torch.Tensor:
-        return conv(x, weight, None)
-
-    def absolute(x: torch.Tensor) -> torch.Tensor:
-        return conv(x, magnitude, None)
-
-    return AffineMaps(
-        lambda x: conv(x, weight, bias),
-        linear,
-        absolute,
-        _conv_transpose(module, weight) or _autograd_transpose(linear),
-        _conv_transpose(module, magnitude) or _autograd_transpose(absolute),
-        weight[0].numel(),
-    )
-
-
-def dense_transposes(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:
-    """``maps`` of a convolution on inputs shaped like ``like`` (k, ...) with both transposes as
-    products with its dense matrix (read off by probing with unit inputs), where that is cheaper
-    (_DENSE_RATIO); ``maps`` itself otherwise. |W|'s matrix is |W's matrix|: each (input, output)
-    pair of a convolution meets one kernel tap at most."""
-    n_in = like[0].numel()
-    if maps.fan_in in (0, n_in) or n_in > _DENSE_RATIO * maps.fan_in:  # (n_in: a Linear already is)
-        return maps
-    probe = torch.eye(n_in, dtype=like.dtype, device=like.device).reshape(n_in, *like.shape[1:])
-    rows = maps.linear(probe).reshape(n_in, -1)  # row i: the outputs of unit input i
-    if rows.numel() > _DENSE_ELEMENTS:
-        return maps
-    magnitude = rows.abs()
-
-    def product(matrix: torch.Tensor) -> Transpose:
-        def transpose(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-            return F.linear(g.reshape(len(g), -1), matrix).reshape(like.shape)
-
-        return transpose
-
-    return replace(maps, linear_t=product(rows), magnitude_t=product(magnitude))
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Split:
+        return Split(fn(self.pos), fn(self.neg), fn(self.total), fn(self.spread))
 
 
 def sign_split(delta: torch.Tensor) -> Split:
-    return delta.clamp(min=0), delta.clamp(max=0)
+    return Split(delta.clamp(min=0), delta.clamp(max=0), delta, delta.abs())
 
 
-def affine_split(maps: AffineMaps, delta_in: torch.Tensor) -> tuple[torch.Tensor, Split]:
+def affine_split(maps: AffineMaps, delta_in: torch.Tensor) -> Split:
     """The output difference W da and its split dz+ = W+ da+ + W- da-, dz- = W+ da- + W- da+ (the bias
     has no difference).
 
     Two passes instead of four: dz+ + dz- = W da and dz+ - dz- = |W| |da|. Both passes sum the same
-    terms in the same order, so a part with no terms (all w*da of one sign) is exactly zero.
+    terms in the same order, so a part with no terms (all w*da of one sign) comes out exactly zero.
     """
     total, spread = maps.linear(delta_in), maps.magnitude(delta_in.abs())
-    return total, ((total + spread).mul_(0.5), (total - spread).mul_(0.5))
+    pos = torch.lerp(total, spread, 0.5)
+    return Split(pos, total - pos, total, spread)
 
 
 def affine_backward(maps: AffineMaps, delta_in: torch.Tensor, out: Pair) -> torch.Tensor:
@@ -193,56 +97,57 @@ def affine_backward(maps: AffineMaps, delta_in: torch.Tensor, out: Pair) -> torc
     both = maps.linear_t(out.mean, delta_in)
     if out.half_diff is None:
         return both
-    return maps.magnitude_t(out.half_diff, delta_in).mul_(delta_in.sign()).add_(both)
+    return torch.addcmul(both, maps.magnitude_t(out.half_diff, delta_in), delta_in.sign())
 
 
 def collapse(pair: Pair, delta: torch.Tensor) -> torch.Tensor:
     """One multiplier per element for a node whose difference is split by its own sign."""
     if pair.half_diff is None:
         return pair.mean
-    return pair.half_diff * delta.sign() + pair.mean
+    return torch.addcmul(pair.mean, pair.half_diff, delta.sign())
 
 
 @dataclass(frozen=True)
 class Reveal:
-    """A ReLU's RevealCancel result: its output difference and its multipliers as a pair's parts
-    (mean and half difference of m+ and m-), to be scaled by the output's multiplier."""
+    """A ReLU's RevealCancel result: its output difference, its multipliers as a pair's parts (mean and
+    half difference of m+ and m-) to be scaled by the output's multiplier, and where asked the rows
+    whose output difference is within rounding of zero."""
 
     delta: torch.Tensor
     mean: torch.Tensor
     half_diff: torch.Tensor
+    unresolved: torch.Tensor | None
 
 
-def reveal_cancel(z0: torch.Tensor, split: Split) -> Reveal:
+def reveal_cancel(z0: torch.Tensor, split: Split, tolerance: float | None = None) -> Reveal:
     """Multipliers (m+, m-) of y = relu(z) at reference pre-activation ``z0`` by the RevealCancel rule:
 
     dy+ = 1/2 (f(z0 + dz+) - f(z0)) + 1/2 (f(z0 + dz- + dz+) - f(z0 + dz-))
     dy- = 1/2 (f(z0 + dz-) - f(z0)) + 1/2 (f(z0 + dz+ + dz-) - f(z0 + dz+))
 
     Each bracket is a ReLU difference R(a, d) = relu(a + d) - relu(a) in a form without cancellation:
-    relu(d + min(a, 0)) for d >= 0 and max(d, -relu(a)) for d <= 0. So dy+ lies in [0, dz+] and dy-
+    min(d, relu(a + d)) for d >= 0 and max(d, -relu(a)) for d <= 0. So dy+ lies in [0, dz+] and dy-
     in [dz-, 0] after rounding too, m+ and m- in [0, 1], and a part that is zero has multiplier 0
     (it never reaches an attribution). dy = dy+ + dy- is the ReLU's output difference, which keeps
     summation-to-delta with the multipliers.
+
+    ``tolerance``: also flag the rows where some |dz| or |z0 + dz| is below ``tolerance`` times the
+    unit's spread, that is within the rounding of a sum of that many terms: there the sign of dy,
+    which routes multipliers back (:func:`affine_backward`), is not resolved. A unit with no spread
+    (no difference in any input) is exact.
     """
-    d_pos, d_neg = split
-    pos = torch.relu(d_pos + z0.clamp(max=0))  # R(z0, dz+)
-    pos += torch.relu(d_pos + (z0 + d_neg).clamp_(max=0))  # R(z0 + dz-, dz+)
-    neg = torch.maximum(d_neg, -torch.relu(z0))  # R(z0, dz-)
-    neg += torch.maximum(d_neg, torch.relu(z0 + d_pos).neg_())  # R(z0 + dz+, dz-)
-    delta = torch.add(pos, neg).mul_(0.5)
-    m_pos = pos.div_(d_pos).nan_to_num_(nan=0.0)  # 2 dy+ / dz+; 0/0 where the part is absent
-    m_neg = neg.div_(d_neg).nan_to_num_(nan=0.0)
-    return Reveal(delta, torch.add(m_pos, m_neg).mul_(0.25), m_pos.sub_(m_neg).mul_(0.25))
-
-
-def ambiguous_rows(z0: torch.Tensor, split: Split, tolerance: float) -> torch.Tensor:
-    """Rows (k,) where some ReLU's output difference is within rounding of zero: |dz| or |z0 + dz|
-    below ``tolerance`` times the unit's |W| |da| (the scale of the rounding in dz+ and dz-), while
-    that is not zero (a unit with no difference in its inputs is exact). There the sign of the
-    difference, which routes multipliers back (:func:`affine_backward`), is not resolved."""
-    d_pos, d_neg = split
-    total = d_pos + d_neg
-    near = torch.minimum(total.abs(), (z0 + total).abs_())
-    # A float reduction over rows: much faster than comparing to a bool tensor and any().
-    return near.sub_((d_pos - d_neg).mul_(tolerance)).reshape(len(total), -1).amin(dim=1) < 0
+    pos, neg = split.pos, split.neg
+    z = z0 + split.total
+    unresolved = None
+    if tolerance is not None:
+        near = torch.minimum(split.total.abs(), z.abs()).add_(split.spread, alpha=-tolerance)
+        unresolved = near.reshape(len(near), -1).amin(dim=1) < 0  # a float reduction: fast
+    y_pos = torch.relu(z0 + pos)  # f(z0 + dz+)
+    up = torch.minimum(pos, y_pos).add_(torch.minimum(pos, z.relu_()))  # 2 dy+ (z is now f(z))
+    down = torch.maximum(neg, -torch.relu(z0)).add_(torch.maximum(neg, y_pos.neg_()))  # 2 dy-
+    delta = torch.lerp(up, down, 0.5)
+    zero = up.new_zeros(())
+    m_pos = torch.addcdiv(zero, up, pos, value=0.5).nan_to_num_(nan=0.0)  # 0/0 where a part is absent
+    m_neg = torch.addcdiv(zero, down, neg, value=0.5).nan_to_num_(nan=0.0)
+    mean = torch.lerp(m_pos, m_neg, 0.5)
+    return Reveal(delta, mean, m_pos.sub_(mean), unresolved)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the catalogue loads no torch
 
 __all__ = ["DeepLiftRevealCancel", "target_seed"]
 
-CHUNK = 512  # most rows per pass
+CHUNK = 256  # most rows per pass
 # Float32 elements held at once (about 1 GiB): a pass keeps ~6 copies of every node's values
 # (the difference, its two parts, the ReLU's multipliers, a multiplier on the way back).
 _BUDGET = 2**28
