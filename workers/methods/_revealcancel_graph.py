@@ -228,7 +228,8 @@ class RevealCancelGraph:
                 give(src, Pair(affine_backward(self._transposes(node, delta[src]), delta[src], pair)))
             elif step.kind == "relu":
                 d = collapse(pair, delta[node])
-                give(src, Pair(d * reveal[node].mean, d * reveal[node].half_diff))
+                rule = reveal.pop(node)  # its buffers become the source's multipliers
+                give(src, Pair(rule.mean.mul_(d), rule.half_diff.mul_(d)))
             elif step.kind == "shape":
                 give(src, pair.map(partial(torch.reshape, shape=delta[src].shape)))
             else:  # maxpool: the gradient at x

@@ -97,7 +97,7 @@ def affine_backward(maps: AffineMaps, delta_in: torch.Tensor, out: Pair) -> torc
     both = maps.linear_t(out.mean, delta_in)
     if out.half_diff is None:
         return both
-    return torch.addcmul(both, maps.magnitude_t(out.half_diff, delta_in), delta_in.sign())
+    return both.addcmul_(maps.magnitude_t(out.half_diff, delta_in), delta_in.sign())
 
 
 def collapse(pair: Pair, delta: torch.Tensor) -> torch.Tensor:
@@ -136,18 +136,24 @@ def reveal_cancel(z0: torch.Tensor, split: Split, tolerance: float | None = None
     which routes multipliers back (:func:`affine_backward`), is not resolved. A unit with no spread
     (no difference in any input) is exact.
     """
+    # Written in place over four buffers: large fresh allocations (each a page-faulting mmap with
+    # glibc's defaults) cost more here than the arithmetic.
     pos, neg = split.pos, split.neg
-    z = z0 + split.total
+    z = z0 + split.total  # a: z0 + dz
     unresolved = None
-    if tolerance is not None:
-        near = torch.minimum(split.total.abs(), z.abs()).add_(split.spread, alpha=-tolerance)
+    if tolerance is None:
+        up, scratch = torch.empty_like(z), torch.empty_like(z)  # b, c
+    else:
+        up, scratch = split.total.abs(), z.abs()
+        near = torch.minimum(up, scratch, out=up).add_(split.spread, alpha=-tolerance)
         unresolved = near.reshape(len(near), -1).amin(dim=1) < 0  # a float reduction: fast
-    y_pos = torch.relu(z0 + pos)  # f(z0 + dz+)
-    up = torch.minimum(pos, y_pos).add_(torch.minimum(pos, z.relu_()))  # 2 dy+ (z is now f(z))
-    down = torch.maximum(neg, -torch.relu(z0)).add_(torch.maximum(neg, y_pos.neg_()))  # 2 dy-
-    delta = torch.lerp(up, down, 0.5)
+    y_pos = torch.add(z0, pos, out=scratch).relu_()  # c: f(z0 + dz+)
+    torch.minimum(pos, y_pos, out=up).add_(torch.minimum(pos, z.relu_(), out=z))  # b: 2 dy+
+    down = torch.maximum(neg, -torch.relu(z0), out=z)  # a
+    down.add_(torch.maximum(neg, y_pos.neg_(), out=scratch))  # a: 2 dy-
+    delta = torch.lerp(up, down, 0.5, out=scratch)  # c
     zero = up.new_zeros(())
-    m_pos = torch.addcdiv(zero, up, pos, value=0.5).nan_to_num_(nan=0.0)  # 0/0 where a part is absent
-    m_neg = torch.addcdiv(zero, down, neg, value=0.5).nan_to_num_(nan=0.0)
+    m_pos = torch.addcdiv(zero, up, pos, value=0.5, out=up).nan_to_num_(nan=0.0)  # 0/0: absent part
+    m_neg = torch.addcdiv(zero, down, neg, value=0.5, out=down).nan_to_num_(nan=0.0)
     mean = torch.lerp(m_pos, m_neg, 0.5)
     return Reveal(delta, mean, m_pos.sub_(mean), unresolved)
