@@ -97,28 +97,29 @@ class DeepLiftRevealCancel(Method):
         x0 = torch.as_tensor(np.asarray(baselines[firsts], dtype=np.float64), device=device)
         rows = torch.as_tensor(runs, device=device)
         ref = plan.reference(x0, rows)
-        # x - x0 exactly (float64), then rounded once to the difference pass's dtype.
-        dx_all = torch.as_tensor(np.asarray(inputs, dtype=np.float64) - baselines, device=device)
+        # x - x0 rounded once to float32 (a float32 subtraction is the exact difference, rounded).
+        dx_all = torch.as_tensor(np.subtract(inputs, baselines, dtype=np.float32), device=device)
         c_all = torch.as_tensor(classes, dtype=torch.long, device=device)
         out = np.empty(inputs.shape, dtype=np.float32)
         redo: list[torch.Tensor] = []
         with torch.no_grad():
             for start in range(0, inputs.shape[0], chunk):
                 part = slice(start, start + chunk)
-                dx = dx_all[part].to(plan.dtype)
+                dx = dx_all[part]
                 seed = partial(target_seed, ctx.target, classes=c_all[part])
                 m, shaky = plan.multipliers(dx, Reference(ref.values, rows[part]), seed)
                 out[part] = (dx * m).cpu().numpy()
                 if shaky is not None:
                     redo.append(torch.nonzero(shaky).flatten() + start)
-            again = torch.cat(redo) if redo else torch.zeros(0, dtype=torch.long, device=device)
-            if len(again):
+            if redo and len(again := torch.cat(redo)):
                 # Float64 only for rows where float32 could not tell a ReLU difference from zero.
+                index = again.cpu().numpy()
                 exact = _plan(graph, self.name, torch.float64)
+                dx = torch.as_tensor(np.subtract(inputs[index], baselines[index], dtype=np.float64))
+                dx = dx.to(device)
                 seed = partial(target_seed, ctx.target, classes=c_all[again])
-                dx = dx_all[again]
                 m, _ = exact.multipliers(dx, Reference(ref.values, rows[again]), seed)
-                out[again.cpu().numpy()] = (dx * m).cpu().numpy()
+                out[index] = (dx * m).cpu().numpy()
         return out
 
 
