@@ -62,6 +62,17 @@ class Reference:
     rows: torch.Tensor  # (k,) index into the distinct rows
 
 
+def _through_shapes(steps: dict[fx.Node, Step], node: fx.Node | None) -> list[fx.Node]:
+    """``node`` and the shape nodes' sources behind it, up to the first node that is not a shape."""
+    assert node is not None
+    chain = [node]
+    while steps[chain[-1]].kind == "shape":
+        source = steps[chain[-1]].source
+        assert source is not None
+        chain.append(source)
+    return chain
+
+
 def _run(plan: Plan, step: Step, env: dict[fx.Node, Any]) -> Any:
     """One node's value from ``env`` (a static node, or a shape node on a difference)."""
     node = step.node
@@ -98,27 +109,17 @@ class RevealCancelGraph:
         # Nodes whose split a ReLU reads (an affine output, possibly through shape nodes): only they
         # pay for the second (|W| |da|) pass and hand non-plain multipliers back.
         self.split_nodes: set[fx.Node] = set()
-        for step in self.plan.steps:
-            if step.kind != "relu":
-                continue
-            chain, source = [], step.source
-            while source is not None and steps[source].kind == "shape":
-                chain.append(source)
-                source = steps[source].source
-            if source is not None and steps[source].kind in _SPLIT_SOURCES:
-                self.split_nodes.update((source, *chain))
-        # Nodes whose difference's sign routes multipliers back: the inputs of split affine nodes and
-        # of sign-split ReLUs (through shape nodes). Only ReLUs among them need their sign resolved.
+        # Nodes whose difference's sign routes multipliers back (the inputs of split affine nodes and
+        # of sign-split ReLUs): only ReLUs among them need their sign resolved.
         self.sign_read: set[fx.Node] = set()
         for step in self.plan.steps:
-            if step.kind in ("relu", *_SPLIT_SOURCES) and (
-                step.kind == "relu" or step.node in self.split_nodes
-            ):
-                source = step.source
-                while source is not None and steps[source].kind == "shape":
-                    source = steps[source].source
-                if source is not None and not (step.kind == "relu" and source in self.split_nodes):
-                    self.sign_read.add(source)
+            if step.kind == "relu":
+                chain = _through_shapes(steps, step.source)
+                if steps[chain[-1]].kind in _SPLIT_SOURCES:
+                    self.split_nodes.update(chain)
+                    self.sign_read.add(_through_shapes(steps, steps[chain[-1]].source)[-1])
+                else:
+                    self.sign_read.add(chain[-1])
         self._per_row: dict[tuple[tuple[int, ...], torch.device], int] = {}
         self._dense: dict[tuple[fx.Node, torch.Size], AffineMaps] = {}
         self._tolerance = {

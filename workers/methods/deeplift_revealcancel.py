@@ -27,11 +27,11 @@ if TYPE_CHECKING:  # the catalogue loads no torch
 
 __all__ = ["DeepLiftRevealCancel", "target_seed"]
 
-CHUNK = 512  # most rows per pass
-# Float32 elements held at once (about 1 GiB): a pass keeps ~6 copies of every node's values
-# (the difference, its two parts, the ReLU's multipliers, a multiplier on the way back).
+CHUNK = 512  # most rows per pass: the audit's calls (2 samples x 256 sub-inputs) in one pass
+# Float32 elements held at once (about 1 GiB): a pass keeps ~8 copies of every node's values
+# (the difference, its parts and spread, the ReLU's buffers, multipliers on the way back).
 _BUDGET = 2**28
-_COPIES = 6
+_COPIES = 8
 _QUADRATURE = np.polynomial.legendre.leggauss(64)
 # Prepared plans per graph and dtype (weights cast once), for as long as the model lives.
 _PLANS: weakref.WeakKeyDictionary[Any, dict[torch.dtype, RevealCancelGraph]] = weakref.WeakKeyDictionary()
