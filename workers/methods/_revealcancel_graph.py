@@ -156,9 +156,8 @@ class RevealCancelGraph:
         shaky = torch.zeros(len(dx), dtype=torch.bool, device=dx.device) if below else None
 
         def at_rows(node: fx.Node, dtype: torch.dtype = self.dtype) -> torch.Tensor:
-            value = ref.values[node]
-            value = value[first : first + 1] if same else value[ref.rows]
-            return value.to(dtype)
+            value = ref.values[node].to(dtype)  # cast the distinct rows, then spread them
+            return value[first : first + 1] if same else value[ref.rows]
 
         delta: dict[fx.Node, Any] = {}
         split: dict[fx.Node, tuple[Split, fx.Node]] = {}  # parts, the affine node that made them
