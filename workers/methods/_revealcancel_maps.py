@@ -22,6 +22,10 @@ _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 # single-threaded BLAS product beats the input-gradient kernel by about that much on small layers.
 _DENSE_ELEMENTS = 2**20
 _DENSE_RATIO = 8
+# Larger inputs' matrices go in bands of the first spatial axis (each band meets few outputs): half
+# the multiplications of the whole matrix for a 3x3 convolution on 8x8 maps, measured 1.5x faster.
+_BANDS = 4
+_BAND_MIN_INPUTS = 256
 
 
 @dataclass(frozen=True)
@@ -109,12 +113,49 @@ def dense_transposes(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:
     rows = maps.linear(probe).reshape(n_in, -1)  # row i: the outputs of unit input i
     if rows.numel() > _DENSE_ELEMENTS:
         return maps
-    magnitude = rows.abs()
+    bands = _bands(rows, tuple(like.shape[1:]))
+    if bands is None:
+        return replace(maps, linear_t=_product(rows), magnitude_t=_product(rows.abs()))
+    return replace(maps, linear_t=_banded(rows, *bands), magnitude_t=_banded(rows.abs(), *bands))
 
-    def product(matrix: torch.Tensor) -> Transpose:
-        def transpose(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-            return F.linear(g.reshape(len(g), -1), matrix).reshape(like.shape)
 
-        return transpose
+def _product(matrix: torch.Tensor) -> Transpose:
+    def transpose(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return F.linear(g.reshape(len(g), -1), matrix).reshape(like.shape)
 
-    return replace(maps, linear_t=product(rows), magnitude_t=product(magnitude))
+    return transpose
+
+
+def _bands(
+    rows: torch.Tensor, sample_shape: tuple[int, ...]
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor] | None:
+    """The dense matrix cut into _BANDS bands of the input's first spatial axis, each with only the
+    outputs it meets (a convolution's receptive fields are local): (inputs, outputs) per band and
+    the permutation back to input order; None where that does not save half the multiplications
+    (or the input is small, where the gathers cost more than they save)."""
+    n_in = rows.shape[0]
+    if len(sample_shape) < 2 or n_in < _BAND_MIN_INPUTS:
+        return None
+    index = torch.arange(n_in, device=rows.device).reshape(sample_shape)
+    size = sample_shape[1]
+    bands = []
+    for b in range(_BANDS):
+        inputs = index[:, b * size // _BANDS : (b + 1) * size // _BANDS].reshape(-1)
+        if len(inputs):
+            bands.append((inputs, (rows[inputs] != 0).any(dim=0).nonzero().flatten()))
+    if 2 * sum(len(i) * len(o) for i, o in bands) > rows.numel():
+        return None
+    return bands, torch.argsort(torch.cat([i for i, _ in bands]))
+
+
+def _banded(
+    matrix: torch.Tensor, bands: list[tuple[torch.Tensor, torch.Tensor]], order: torch.Tensor
+) -> Transpose:
+    blocks = [(outputs, matrix[inputs][:, outputs].contiguous()) for inputs, outputs in bands]
+
+    def transpose(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        flat = g.reshape(len(g), -1)
+        parts = [F.linear(flat.index_select(1, outputs), block) for outputs, block in blocks]
+        return torch.cat(parts, dim=1).index_select(1, order).reshape(like.shape)
+
+    return transpose
