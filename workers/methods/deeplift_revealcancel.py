@@ -4,8 +4,9 @@ maintained library implements it.
 The rules live in :mod:`workers.methods._revealcancel_rules`, the graph walk in
 :mod:`workers.methods._revealcancel_graph`. The reference pass runs in float64 once per distinct
 reference row (the audit's sub-inputs of one sample share one), the difference and multiplier
-passes in float32 (why that is enough: the rules' docstrings); attributions are (x - x0) times the
-input multipliers.
+passes in float32 (why that is enough: the rules' docstrings); the few rows where float32 cannot
+tell a ReLU's difference from zero, whose sign routes the multipliers, are redone in float64.
+Attributions are (x - x0) times the input multipliers.
 """
 
 from __future__ import annotations
