@@ -110,7 +110,8 @@ class RevealCancelGraph:
         # pay for the second (|W| |da|) pass and hand non-plain multipliers back.
         self.split_nodes: set[fx.Node] = set()
         # Nodes whose difference's sign routes multipliers back (the inputs of split affine nodes and
-        # of sign-split ReLUs): only ReLUs among them need their sign resolved.
+        # of sign-split ReLUs). Only ReLUs among them are checked for a sign float32 cannot resolve:
+        # the input's is exact, and an average pooling read directly by a split layer is not checked.
         self.sign_read: set[fx.Node] = set()
         for step in self.plan.steps:
             if step.kind == "relu":
