@@ -1,22 +1,28 @@
 """An explicit interpreter of an onnx2torch fx graph for DeepLIFT RevealCancel.
 
-The forward pass evaluates every node at the input and at the reference (float64), and the split
-of each difference into positive and negative parts; the backward pass walks the nodes in reverse
-and applies one rule per node kind (see :mod:`workers.methods._revealcancel_rules`). Node kinds
-come from :func:`workers.methods._fx_plan.plan_graph`:
+The reference pass evaluates every node at the distinct reference rows (float64, see
+:meth:`RevealCancelGraph.reference`). The difference pass propagates differences-from-reference
+(float32) and, where a ReLU needs it, their split into positive and negative parts; the backward
+pass walks the nodes in reverse and applies one rule per node kind (see
+:mod:`workers.methods._revealcancel_rules`). Node kinds come from
+:func:`workers.methods._fx_plan.plan_graph`:
 
 - affine (Linear, Conv) and avgpool (W >= 0): the split rule and its backward;
 - relu: the RevealCancel multipliers, from the split of its input (an affine output, possibly
   through flatten/reshape; otherwise the elementwise sign split, where RevealCancel is Rescale);
-- shape: pass splits and multipliers through;
+- shape: pass differences, splits and multipliers through;
 - maxpool: the plain gradient at the input. This is *not* summation-to-delta: with a non-zero
   reference a max-pooling network's attributions need not add up to f(x) - f(x0), and the audit
   is meant to show it.
+
+Everything per graph (the plan, weights in both dtypes, which nodes need a split) is prepared once
+in the constructor; a chunk of rows costs only tensor operations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -24,54 +30,224 @@ import torch
 from torch import fx, nn
 
 from workers.methods._fx_plan import Plan, Step, evaluate, plan_graph
+from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_transposes
 from workers.methods._revealcancel_rules import (
-    AffineMaps,
     Pair,
+    Reveal,
     Split,
     affine_backward,
-    affine_maps,
     affine_split,
     collapse,
     reveal_cancel,
     sign_split,
 )
 
-__all__ = ["RevealCancelGraph", "SeedFn"]
+__all__ = ["Reference", "RevealCancelGraph", "SeedFn"]
 
 SeedFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# A float32 sum of n terms is off by at most about n * 2**-24 of the sum of their magnitudes (|W| |da|
+# for an affine output); a ReLU difference closer to zero than twice that may have the wrong sign,
+# and its row is redone in float64. Layers of unknown fan-in (pooling) use the largest tolerance.
+_ROUNDING = 2**-23
+_MAX_TOLERANCE = 1e-4
+_DENSE_MIN_ROWS = 32
+_SPLIT_SOURCES = ("affine", "avgpool")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Node values at the distinct reference rows (float64), and each row's distinct reference."""
+
+    values: dict[fx.Node, torch.Tensor]
+    rows: torch.Tensor  # (k,) index into the distinct rows
+
+
+def _through_shapes(steps: dict[fx.Node, Step], node: fx.Node | None) -> list[fx.Node]:
+    """``node`` and the shape nodes' sources behind it, up to the first node that is not a shape."""
+    assert node is not None
+    chain = [node]
+    while steps[chain[-1]].kind == "shape":
+        source = steps[chain[-1]].source
+        assert source is not None
+        chain.append(source)
+    return chain
+
+
+def _run(plan: Plan, step: Step, env: dict[fx.Node, Any]) -> Any:
+    """One node's value from ``env`` (a static node, or a shape node on a difference)."""
+    node = step.node
+    if node.op == "get_attr":
+        value: Any = plan.graph
+        for part in str(node.target).split("."):
+            value = getattr(value, part)
+        return value
+    args = fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+    if node.op == "call_module":
+        assert step.module is not None
+        return step.module(*args, **kwargs)
+    if node.op == "call_function":
+        return node.target(*args, **kwargs)  # type: ignore[operator]
+    return getattr(args[0], str(node.target))(*args[1:], **kwargs)
 
 
 class RevealCancelGraph:
-    """A validated plan over ``graph``; :meth:`multipliers` runs it on one chunk of rows."""
+    """A validated plan over ``graph``; :meth:`reference` then :meth:`multipliers` per chunk of rows."""
 
-    def __init__(self, graph: nn.Module, method: str) -> None:
+    def __init__(self, graph: nn.Module, method: str, dtype: torch.dtype) -> None:
         self.plan: Plan = plan_graph(graph, method, "RevealCancel")
+        self.dtype = dtype
+        steps = {step.node: step for step in self.plan.steps}
+        self._input = next(step.node for step in self.plan.steps if step.kind == "input")
         self.maps: dict[fx.Node, AffineMaps] = {}
+        self._exact: dict[fx.Node, Any] = {}
         for step in self.plan.steps:
-            if step.kind in ("affine", "avgpool"):
+            if step.kind in _SPLIT_SOURCES:
                 assert step.module is not None
-                self.maps[step.node] = affine_maps(step.module)
-        self._full = {node: maps.full for node, maps in self.maps.items()}
-
-    def _evaluate(self, x: torch.Tensor) -> dict[fx.Node, Any]:
-        return evaluate(self.plan, x, self._full)
-
-    def _evaluate_reference(self, x0: torch.Tensor) -> dict[fx.Node, Any]:
-        """The forward pass at the references, once per distinct reference row (the audit's
-        sub-inputs of one sample share one), expanded back to every row."""
-        distinct, rows = torch.unique(x0.reshape(len(x0), -1), dim=0, return_inverse=True)
-        if len(distinct) == len(x0):
-            return self._evaluate(x0)
-        env = self._evaluate(distinct.reshape(len(distinct), *x0.shape[1:]))
+                self.maps[step.node] = affine_maps(step.module, dtype)
+                self._exact[step.node] = affine_maps(step.module, torch.float64).full
+        # Nodes whose split a ReLU reads (an affine output, possibly through shape nodes): only they
+        # pay for the second (|W| |da|) pass and hand non-plain multipliers back.
+        self.split_nodes: set[fx.Node] = set()
+        # Nodes whose difference's sign routes multipliers back (the inputs of split affine nodes and
+        # of sign-split ReLUs). Only ReLUs among them are checked for a sign float32 cannot resolve:
+        # the input's is exact, and an average pooling read directly by a split layer is not checked.
+        self.sign_read: set[fx.Node] = set()
         for step in self.plan.steps:
-            if step.kind != "static" and isinstance(env.get(step.node), torch.Tensor):
-                env[step.node] = env[step.node][rows]
-        return env
+            if step.kind == "relu":
+                chain = _through_shapes(steps, step.source)
+                if steps[chain[-1]].kind in _SPLIT_SOURCES:
+                    self.split_nodes.update(chain)
+                    self.sign_read.add(_through_shapes(steps, steps[chain[-1]].source)[-1])
+                else:
+                    self.sign_read.add(chain[-1])
+        self._per_row: dict[tuple[tuple[int, ...], torch.device], int] = {}
+        self._dense: dict[tuple[fx.Node, torch.Size], AffineMaps] = {}
+        self._tolerance = {
+            node: min(_MAX_TOLERANCE, _ROUNDING * maps.fan_in) if maps.fan_in else _MAX_TOLERANCE
+            for node, maps in self.maps.items()
+        }
+
+    def reference(self, x0: torch.Tensor, rows: torch.Tensor) -> Reference:
+        """The forward pass at the distinct references ``x0`` (float64: one row per sample, so it
+        costs next to nothing and gives the ReLUs correctly rounded reference points)."""
+        return Reference(evaluate(self.plan, x0.to(torch.float64), self._exact), rows)
 
     def elements_per_row(self, sample_shape: tuple[int, ...], device: torch.device) -> int:
         """Float elements one row's forward pass holds (all node values at one point)."""
-        env = self._evaluate(torch.zeros((1, *sample_shape), dtype=torch.float64, device=device))
-        return sum(v.numel() for v in env.values() if isinstance(v, torch.Tensor) and v.is_floating_point())
+        key = (sample_shape, device)
+        if key not in self._per_row:
+            x = torch.zeros((1, *sample_shape), dtype=torch.float64, device=device)
+            env = evaluate(self.plan, x, self._exact)
+            self._per_row[key] = sum(
+                v.numel() for v in env.values() if isinstance(v, torch.Tensor) and v.is_floating_point()
+            )
+        return self._per_row[key]
+
+    def multipliers(
+        self, dx: torch.Tensor, ref: Reference, seed: SeedFn
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Input multipliers m (attributions are dx * m) for differences ``dx`` (in ``dtype``) from the
+        references ``ref`` (``ref.rows`` one per row of dx). ``seed(out, out0)`` gives the multipliers
+        of the outputs, all three shaped (k, -1). Below float64, also the rows (k,) bool whose
+        result rounding may have changed (:func:`ambiguous_rows`); None in float64."""
+        same = bool((ref.rows == ref.rows[0]).all())
+        first = int(ref.rows[0])
+        below = self.dtype != torch.float64
+        shaky = torch.zeros(len(dx), dtype=torch.bool, device=dx.device) if below else None
+
+        def at_rows(node: fx.Node, dtype: torch.dtype = self.dtype) -> torch.Tensor:
+            value = ref.values[node].to(dtype)  # cast the distinct rows, then spread them
+            return value[first : first + 1] if same else value[ref.rows]
+
+        delta: dict[fx.Node, Any] = {}
+        split: dict[fx.Node, tuple[Split, fx.Node]] = {}  # parts, the affine node that made them
+        reveal: dict[fx.Node, Reveal] = {}
+        at_x: dict[fx.Node, torch.Tensor] = {}  # max-pooling inputs at x
+        for step in self.plan.steps:
+            node, src = step.node, step.source
+            if step.kind == "input":
+                delta[node] = dx
+            elif step.kind in _SPLIT_SOURCES:
+                assert src is not None
+                if node in self.split_nodes:
+                    split[node] = (affine_split(self.maps[node], delta[src]), node)
+                    delta[node] = split[node][0].total
+                else:
+                    delta[node] = self.maps[node].linear(delta[src])
+            elif step.kind == "relu":
+                assert src is not None
+                if src in split:
+                    parts, made_by = split.pop(src)
+                    resolve = shaky is not None and node in self.sign_read
+                    tolerance = self._tolerance[made_by] if resolve else None
+                else:  # the sign split of a difference that is exact or checked where it was made
+                    parts, tolerance = sign_split(delta[src]), None
+                reveal[node] = reveal_cancel(at_rows(src), parts, tolerance)
+                delta[node] = reveal[node].delta
+                unresolved = reveal[node].unresolved
+                if shaky is not None and unresolved is not None:
+                    shaky |= unresolved
+            elif step.kind == "maxpool":
+                assert src is not None and step.module is not None
+                at_x[src] = at_rows(src) + delta[src]
+                delta[node] = step.module(at_x[src]) - at_rows(node)
+            else:  # static and shape nodes: evaluated on the differences (same shapes as values)
+                delta[node] = _run(self.plan, step, delta)
+                if step.kind == "shape" and src in split:
+                    parts, made_by = split.pop(src)
+                    split[node] = (parts.map(partial(self._shape_apply, step, delta)), made_by)
+
+        output = self.plan.output
+        k = len(dx)
+        out0 = at_rows(output, torch.float64).expand(delta[output].shape).reshape(k, -1)
+        seeded = seed(out0 + delta[output].reshape(k, -1).to(torch.float64), out0)
+        start = Pair(seeded.reshape(delta[output].shape).to(self.dtype))
+        return self._backward(delta, reveal, at_x, start), shaky
+
+    def _backward(
+        self,
+        delta: dict[fx.Node, Any],
+        reveal: dict[fx.Node, Reveal],
+        at_x: dict[fx.Node, torch.Tensor],
+        start: Pair,
+    ) -> torch.Tensor:
+        pairs: dict[fx.Node, Pair] = {self.plan.output: start}
+
+        def give(node: fx.Node, pair: Pair) -> None:
+            pairs[node] = pairs[node] + pair if node in pairs else pair
+
+        for step in reversed(self.plan.steps):
+            node, src = step.node, step.source
+            if step.kind == "static" or node not in pairs:
+                continue
+            pair = pairs.pop(node)
+            if step.kind == "input":
+                return collapse(pair, delta[node])
+            assert src is not None
+            if step.kind in _SPLIT_SOURCES:
+                give(src, Pair(affine_backward(self._transposes(node, delta[src]), delta[src], pair)))
+            elif step.kind == "relu":
+                d = collapse(pair, delta[node])
+                rule = reveal.pop(node)  # its buffers become the source's multipliers
+                give(src, Pair(rule.mean.mul_(d), rule.half_diff.mul_(d)))
+            elif step.kind == "shape":
+                give(src, pair.map(partial(torch.reshape, shape=delta[src].shape)))
+            else:  # maxpool: the gradient at x
+                assert step.module is not None
+                u = at_x[src].detach().requires_grad_(True)
+                with torch.enable_grad():
+                    (grad,) = torch.autograd.grad(step.module(u), u, collapse(pair, delta[node]))
+                give(src, Pair(grad))
+        return torch.zeros_like(delta[self._input])  # no path reached the input
+
+    def _transposes(self, node: fx.Node, like: torch.Tensor) -> AffineMaps:
+        if len(like) < _DENSE_MIN_ROWS:  # a dense product costs its whole matrix per row
+            return self.maps[node]
+        key = (node, like.shape[1:])
+        if key not in self._dense:
+            self._dense[key] = dense_transposes(self.maps[node], like)
+        return self._dense[key]
 
     def _shape_apply(self, step: Step, env: dict[fx.Node, Any], value: torch.Tensor) -> torch.Tensor:
         """Run a shape node on ``value`` in place of its activation argument."""
@@ -80,60 +256,3 @@ class RevealCancelGraph:
         assert step.module is not None
         result: torch.Tensor = step.module(*args, **kwargs)
         return result
-
-    def multipliers(self, x: torch.Tensor, x0: torch.Tensor, seed: SeedFn) -> torch.Tensor:
-        """Input multipliers m (attributions are (x - x0) * m) for inputs ``x`` and references ``x0``
-        (float64). ``seed(out, out0)`` gives the multipliers of the outputs, both shaped (k, -1)."""
-        env, env0 = self._evaluate(x), self._evaluate_reference(x0)
-        output = self.plan.output
-        out = env[output]
-        start = seed(out.reshape(len(x), -1), env0[output].reshape(len(x), -1))
-        delta: dict[fx.Node, torch.Tensor] = {}
-        split: dict[fx.Node, Split] = {}
-        for step in self.plan.steps:
-            if step.kind == "static":
-                continue
-            node = step.node
-            delta[node] = env[node] - env0[node]
-            if node in self.maps:
-                assert step.source is not None
-                split[node] = affine_split(self.maps[node], delta[step.source])
-            elif step.kind == "shape":
-                dp, dn = split[step.source]  # type: ignore[index]
-                split[node] = (self._shape_apply(step, env, dp), self._shape_apply(step, env, dn))
-            else:
-                split[node] = sign_split(delta[node])
-
-        pairs: dict[fx.Node, Pair] = {output: Pair.plain(start.reshape(out.shape))}
-        m = torch.zeros_like(x)
-
-        def give(node: fx.Node, pair: Pair) -> None:
-            pairs[node] = pairs[node] + pair if node in pairs else pair
-
-        for step in reversed(self.plan.steps):
-            node = step.node
-            if step.kind == "static" or node not in pairs:
-                continue
-            pair = pairs.pop(node)
-            src = step.source
-            if step.kind == "input":
-                m = collapse(pair, delta[node])
-            elif node in self.maps:
-                assert src is not None
-                give(src, Pair.plain(affine_backward(self.maps[node], delta[src], pair)))
-            elif step.kind == "relu":
-                assert src is not None
-                m_pos, m_neg = reveal_cancel(torch.relu, env0[src], env[src], split[src])
-                d = collapse(pair, delta[node])
-                give(src, Pair(d * m_pos, d * m_neg))
-            elif step.kind == "shape":
-                assert src is not None
-                shape = env[src].shape
-                give(src, pair.map(partial(torch.reshape, shape=shape)))
-            else:  # maxpool: the gradient at x
-                assert src is not None and step.module is not None
-                u = env[src].detach().requires_grad_(True)
-                with torch.enable_grad():
-                    (grad,) = torch.autograd.grad(step.module(u), u, collapse(pair, delta[node]))
-                give(src, Pair.plain(grad))
-        return m

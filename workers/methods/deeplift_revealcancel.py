@@ -2,12 +2,16 @@
 maintained library implements it.
 
 The rules live in :mod:`workers.methods._revealcancel_rules`, the graph walk in
-:mod:`workers.methods._revealcancel_graph`. Everything runs in float64 so that the differences
-the rule divides stay exact; attributions are (x - x0) times the input multipliers.
+:mod:`workers.methods._revealcancel_graph`. The reference pass runs in float64 once per distinct
+reference row (the audit's sub-inputs of one sample share one), the difference and multiplier
+passes in float32 (why that is enough: the rules' docstrings); the few rows where float32 cannot
+tell a ReLU's difference from zero, whose sign routes the multipliers, are redone in float64.
+Attributions are (x - x0) times the input multipliers.
 """
 
 from __future__ import annotations
 
+import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,14 +24,18 @@ from xaudit.contract.params import parameter_defaults
 if TYPE_CHECKING:  # the catalogue loads no torch
     import torch
 
+    from workers.methods._revealcancel_graph import RevealCancelGraph
+
 __all__ = ["DeepLiftRevealCancel", "target_seed"]
 
-CHUNK = 256  # most rows per pass
-# Float64 elements held at once (about 1 GiB): a pass keeps ~6 copies of every node's values
-# (at x and x0, the difference, its two parts, a multiplier).
-_BUDGET = 2**27
-_COPIES = 6
+CHUNK = 512  # most rows per pass: the audit's calls (2 samples x 256 sub-inputs) in one pass
+# Float32 elements held at once (about 1 GiB): a pass keeps ~8 copies of every node's values
+# (the difference, its parts and spread, the ReLU's buffers, multipliers on the way back).
+_BUDGET = 2**28
+_COPIES = 8
 _QUADRATURE = np.polynomial.legendre.leggauss(64)
+# Prepared plans per graph and dtype (weights cast once), for as long as the model lives.
+_PLANS: weakref.WeakKeyDictionary[Any, dict[torch.dtype, RevealCancelGraph]] = weakref.WeakKeyDictionary()
 
 
 def target_seed(
@@ -38,21 +46,29 @@ def target_seed(
     For a logit target this is the one-hot vector. Probabilities and log-odds are a softmax of all
     outputs, which no DeepLIFT rule covers; their multipliers are the gradient averaged along the
     straight path from out0 to out (Gauss-Legendre, 64 nodes), which keeps summation-to-delta.
+    All nodes go through the transform in one batch (it acts row by row).
     """
     import torch
 
     onehot = torch.zeros_like(out).scatter_(1, classes[:, None], 1.0)
     if target.kind == "logit":
         return onehot
-    nodes, weights = _QUADRATURE
-    seed = torch.zeros_like(out)
-    for t, w in zip((nodes + 1) / 2, weights / 2, strict=True):
-        z = (out0 + float(t) * (out - out0)).detach().requires_grad_(True)
-        with torch.enable_grad():
-            value = (target.transform(z) * onehot).sum()
-            (grad,) = torch.autograd.grad(value, z)
-        seed += float(w) * grad
-    return seed
+    nodes, weights = (torch.as_tensor(a, dtype=out.dtype, device=out.device) for a in _QUADRATURE)
+    t = ((nodes + 1) / 2)[:, None, None]
+    z = (out0 + t * (out - out0)).reshape(-1, out.shape[1]).detach().requires_grad_(True)
+    with torch.enable_grad():
+        value = (target.transform(z).reshape(len(nodes), *out.shape) * onehot).sum()
+        (grad,) = torch.autograd.grad(value, z)
+    return torch.einsum("n,nkc->kc", weights / 2, grad.reshape(len(nodes), *out.shape))
+
+
+def _distinct_rows(baselines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of equal consecutive references (the audit repeats each sample's reference over its
+    sub-inputs): the first row of each run, and each row's run."""
+    flat = baselines.reshape(len(baselines), -1)
+    starts = np.ones(len(flat), dtype=bool)
+    starts[1:] = (flat[1:] != flat[:-1]).any(axis=1)
+    return np.flatnonzero(starts), np.cumsum(starts) - 1
 
 
 class DeepLiftRevealCancel(Method):
@@ -70,20 +86,48 @@ class DeepLiftRevealCancel(Method):
     ) -> np.ndarray:
         import torch
 
-        from workers.methods._revealcancel_graph import RevealCancelGraph
+        from workers.methods._revealcancel_graph import Reference
 
         self.params(ctx)  # refuses unknown parameters (there are none)
-        plan = RevealCancelGraph(ctx.model.torch_hookable(self.name), self.name)
+        graph = ctx.model.torch_hookable(self.name)
+        plan = _plan(graph, self.name, torch.float32)
         device = ctx.model.device
         per_row = plan.elements_per_row(tuple(inputs.shape[1:]), device)
         chunk = max(1, min(CHUNK, _BUDGET // (_COPIES * per_row)))
-        out: list[np.ndarray] = []
-        for start in range(0, inputs.shape[0], chunk):
-            rows = slice(start, start + chunk)
-            x = torch.as_tensor(np.asarray(inputs[rows], dtype=np.float64), device=device)
-            x0 = torch.as_tensor(np.asarray(baselines[rows], dtype=np.float64), device=device)
-            c = torch.as_tensor(classes[rows], dtype=torch.long, device=device)
-            with torch.no_grad():
-                m = plan.multipliers(x, x0, partial(target_seed, ctx.target, classes=c))
-            out.append(((x - x0) * m).cpu().numpy())
-        return np.concatenate(out).astype(np.float32)
+        firsts, runs = _distinct_rows(baselines)
+        x0 = torch.as_tensor(np.asarray(baselines[firsts], dtype=np.float64), device=device)
+        rows = torch.as_tensor(runs, device=device)
+        ref = plan.reference(x0, rows)
+        # x - x0 rounded once to float32 (a float32 subtraction is the exact difference, rounded).
+        dx_all = torch.as_tensor(np.subtract(inputs, baselines, dtype=np.float32), device=device)
+        c_all = torch.as_tensor(classes, dtype=torch.long, device=device)
+        out = np.empty(inputs.shape, dtype=np.float32)
+        redo: list[torch.Tensor] = []
+        with torch.no_grad():
+            for start in range(0, inputs.shape[0], chunk):
+                part = slice(start, start + chunk)
+                dx = dx_all[part]
+                seed = partial(target_seed, ctx.target, classes=c_all[part])
+                m, shaky = plan.multipliers(dx, Reference(ref.values, rows[part]), seed)
+                out[part] = (dx * m).cpu().numpy()
+                if shaky is not None:
+                    redo.append(torch.nonzero(shaky).flatten() + start)
+            if redo and len(again := torch.cat(redo)):
+                # Float64 only for rows where float32 could not tell a ReLU difference from zero.
+                index = again.cpu().numpy()
+                exact = _plan(graph, self.name, torch.float64)
+                dx = torch.as_tensor(np.subtract(inputs[index], baselines[index], dtype=np.float64))
+                dx = dx.to(device)
+                seed = partial(target_seed, ctx.target, classes=c_all[again])
+                m, _ = exact.multipliers(dx, Reference(ref.values, rows[again]), seed)
+                out[index] = (dx * m).cpu().numpy()
+        return out
+
+
+def _plan(graph: Any, method: str, dtype: torch.dtype) -> RevealCancelGraph:
+    from workers.methods._revealcancel_graph import RevealCancelGraph
+
+    plans = _PLANS.setdefault(graph, {})
+    if dtype not in plans:
+        plans[dtype] = RevealCancelGraph(graph, method, dtype)
+    return plans[dtype]
