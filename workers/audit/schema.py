@@ -196,7 +196,19 @@ def validate_report(report: dict[str, Any]) -> None:
     name = report.get("schema")
     if name not in SCHEMAS:
         raise jsonschema.ValidationError(f"unknown report schema {name!r}; known: {', '.join(SCHEMAS)}")
-    jsonschema.validate(report, _schemas()[str(name)], cls=jsonschema.Draft202012Validator)
+    error = jsonschema.exceptions.best_match(_validator(str(name)).iter_errors(report))
+    if error is not None:
+        raise error
+
+
+@cache
+def _validator(name: str) -> Any:
+    """The schema checked once per process (jsonschema.validate re-checks it on every call: 0.2 s)."""
+    import jsonschema
+
+    schema = _schemas()[name]
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
 
 
 if __name__ == "__main__":
