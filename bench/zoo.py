@@ -1,6 +1,6 @@
 """The whole model zoo, audited at every exporter and opset, with the ONNX operator coverage.
 
-CI (tests/zoo) audits every torchvision architecture for one exporter set at few quadrature steps;
+CI (tests/models/zoo) audits every torchvision architecture for one exporter set at few quadrature steps;
 this runs the full matrix at the methods' default parameters, which takes far longer than CI
 allows (tens of minutes on 2 cores), and prints, per model: export and audit seconds, how many
 methods were judged and which were not applicable (and why, grouped), plus the operators of all
@@ -21,7 +21,7 @@ from pathlib import Path
 import onnx
 
 from clients.cli.main import main as xaudit
-from tests.zoo.builders import CUSTOM, IMAGE_ARCHS, export_image_model, image_model
+from tests.models.zoo.builders import CUSTOM, IMAGE_ARCHS, export_image_model, image_model
 
 EXPORTERS = ("dynamo", "legacy17", "legacy18", "legacy19", "legacy20", "legacy21", "torchscript")
 

@@ -1,7 +1,7 @@
 """Third-party-style models get in: every zoo model is inspected and audited end to end with
 ``--methods all``; every method is judged or not_applicable with its reason, never a failed audit.
 
-Exports are built once per session (tests/zoo/builders.py). CI's share (about 5 minutes on 2
+Exports are built once per session (tests/models/zoo/builders.py). CI's share (about 5 minutes on 2
 cores): every custom model; every torchvision architecture exported by the legacy exporter at
 opset 17; resnet18 also by the dynamo exporter (external data) and as TorchScript; opsets 18-21
 loaded, inspected and compared with torch for vit_b_16 (Gelu-20, Equal-19) and resnet18 at 18 and
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from clients.cli.main import main
-from tests.zoo.builders import CUSTOM, IMAGE_ARCHS, ZooModel, export_image_model, image_model
+from tests.models.zoo.builders import CUSTOM, IMAGE_ARCHS, ZooModel, export_image_model, image_model
 from workers.audit import verdict
 
 pytestmark = pytest.mark.slow
