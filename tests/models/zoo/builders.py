@@ -115,8 +115,12 @@ def image_model(arch: str) -> nn.Module:
 
 
 def export_image_model(module: nn.Module, folder: Path, exporter: str, opset: int = 18) -> ZooModel:
-    """``exporter``: ``dynamo`` (torch.onnx.export's default: model.onnx + model.onnx.data),
-    ``legacy`` (TorchScript-based exporter at ``opset``) or ``torchscript``."""
+    """``exporter``: ``dynamo`` (torch.onnx.export's default: model.onnx + model.onnx.data, the
+    batch as ``Dim("batch")``), ``dynamo_auto`` (the same with ``Dim.AUTO``), ``legacy``
+    (TorchScript-based exporter at ``opset``) or ``torchscript``. From this batch-1 example the
+    dynamo exporter pins ViT's batch to 1 either way: ``Dim("batch")`` declares the input
+    ``(1, 3, 32, 32)``; ``Dim.AUTO`` declares it ``(s77, 3, 32, 32)`` while its outputs and a
+    Reshape inside keep 1 (torch 2.14); the CNNs keep a dynamic batch."""
     folder.mkdir(parents=True, exist_ok=True)
     x = torch.randn(1, *IMAGE, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -127,11 +131,12 @@ def export_image_model(module: nn.Module, folder: Path, exporter: str, opset: in
             path = folder / "model.pt"
             # check_trace off: ViT's traced graph names differ run to run (same computation).
             torch.jit.save(torch.jit.trace(module, x, check_trace=False), str(path))
-        elif exporter == "dynamo":
+        elif exporter in ("dynamo", "dynamo_auto"):
             path = folder / "model.onnx"
+            batch = torch.export.Dim.AUTO if exporter == "dynamo_auto" else torch.export.Dim("batch")
             torch.onnx.export(
                 module, (x,), str(path), dynamo=True, input_names=["input"],
-                dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=True, verbose=False,
+                dynamic_shapes=({0: batch},), external_data=True, verbose=False,
             )  # fmt: skip
         else:
             path = folder / "model.onnx"
