@@ -116,7 +116,8 @@ def image_model(arch: str) -> nn.Module:
 
 def export_image_model(module: nn.Module, folder: Path, exporter: str, opset: int = 18) -> ZooModel:
     """``exporter``: ``dynamo`` (torch.onnx.export's default: model.onnx + model.onnx.data, the
-    batch as ``Dim("batch")``), ``dynamo_auto`` (the same with ``Dim.AUTO``), ``legacy``
+    batch as ``Dim("batch")``), ``dynamo_auto`` (the same with ``Dim.AUTO``), ``dynamo_batch2``
+    (``Dim("batch")`` from an example of two rows, which keeps ViT's batch dynamic), ``legacy``
     (TorchScript-based exporter at ``opset``) or ``torchscript``. From this batch-1 example the
     dynamo exporter pins ViT's batch to 1 either way: ``Dim("batch")`` declares the input
     ``(1, 3, 32, 32)``; ``Dim.AUTO`` declares it ``(s77, 3, 32, 32)`` while its outputs and a
@@ -131,11 +132,12 @@ def export_image_model(module: nn.Module, folder: Path, exporter: str, opset: in
             path = folder / "model.pt"
             # check_trace off: ViT's traced graph names differ run to run (same computation).
             torch.jit.save(torch.jit.trace(module, x, check_trace=False), str(path))
-        elif exporter in ("dynamo", "dynamo_auto"):
+        elif exporter in ("dynamo", "dynamo_auto", "dynamo_batch2"):
             path = folder / "model.onnx"
             batch = torch.export.Dim.AUTO if exporter == "dynamo_auto" else torch.export.Dim("batch")
+            example = torch.cat([x, x.flip(0) * 0.5]) if exporter == "dynamo_batch2" else x
             torch.onnx.export(
-                module, (x,), str(path), dynamo=True, input_names=["input"],
+                module, (example,), str(path), dynamo=True, input_names=["input"],
                 dynamic_shapes=({0: batch},), external_data=True, verbose=False,
             )  # fmt: skip
         else:

@@ -7,8 +7,9 @@ the legacy exporter at opset 17, vit_b_16 the real one (86M parameters, random w
 resnet18 also by the dynamo exporter (external data) and as TorchScript; opsets 18-21 loaded,
 inspected and compared with torch for resnet18 at 18 and 21 and for vit_tiny, vit_b_16's class
 and operators (Gelu-20, Equal-19) at 2 layers of width 32 (the real one at four opsets adds 90 s
-and 1.3 GB of exports). The converters themselves are checked against onnxruntime in
-tests/unit/models. ``XAUDIT_ZOO=full`` runs every architecture, the real vit_b_16 included, with
+and 1.3 GB of exports); vit_tiny also from the dynamo exporter with ``Dim.AUTO`` (the batch
+pinned behind a symbolic name) and from a two-row example (the batch kept dynamic). The converters
+themselves are checked against onnxruntime in tests/unit/models. ``XAUDIT_ZOO=full`` runs every architecture, the real vit_b_16 included, with
 every exporter and opset here; bench/zoo.py runs the same matrix at the methods' default parameters.
 """
 
@@ -37,8 +38,8 @@ AUDITED = (
         for e in ("dynamo", "legacy", "torchscript")
         if FULL or e == "legacy" or a == "resnet18"
     ]
-    + [("vit_tiny", "dynamo_auto")]
-    + ([("vit_b_16", "dynamo_auto")] if FULL else [])
+    + [("vit_tiny", "dynamo_auto"), ("vit_tiny", "dynamo_batch2")]
+    + ([("vit_b_16", "dynamo_auto"), ("vit_b_16", "dynamo_batch2")] if FULL else [])
 )
 OPSETS = [
     (a, o) for a in ARCHS for o in (18, 19, 20, 21) if FULL or (a == "resnet18" and o in (18, 21))
@@ -160,7 +161,10 @@ def test_torchvision_models_audit(
     report = _audit(zoo, tmp_path, capsys)
     reasons = _judged(report, check)
     assert report["game"]["target_values"][0] == pytest.approx(float(zoo.expected.max()), rel=1e-3, abs=1e-4)
-    if arch.startswith("vit") and exporter.startswith("dynamo"):
+    if arch.startswith("vit") and exporter == "dynamo_batch2":  # the recipe that keeps it dynamic
+        assert check["inputs"][0]["shape"].startswith("(batch,") and check["fixed_batch"] is None
+        assert "grad_cam" not in reasons and "deeplift_rescale" not in reasons
+    elif arch.startswith("vit") and exporter.startswith("dynamo"):
         # From a batch-1 example the exporter pins ViT's batch to 1 (it keeps it dynamic for the
         # CNNs): declared (Dim("batch")), or declared symbolic with outputs of batch 1 (Dim.AUTO). A
         # Reshape to (1, 768, 4) stops re-batching, so the model is evaluated one row per call and
