@@ -7,6 +7,10 @@ methods were judged and which were not applicable (and why, grouped), plus the o
 exported graphs with whether onnx2torch (with workers/models/onnx_converters.py) converts them.
 
     python -m bench.zoo [--archs resnet18,vit_b_16] [--exporters dynamo,legacy17,torchscript]
+
+vit_b_16 is torchvision's real one (86M parameters); ``--archs vit_tiny`` gives its class at 2 layers
+of width 32. Besides the default exporters, ``dynamo_auto`` (``Dim.AUTO``) and ``dynamo_batch2`` (a
+two-row example) show what the dynamo exporter does to ViT's batch (README, "auditing your own model").
 """
 
 from __future__ import annotations
