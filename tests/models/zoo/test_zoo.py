@@ -1,16 +1,18 @@
 """Third-party-style models get in: every zoo model is inspected and audited end to end with
 ``--methods all``; every method is judged or not_applicable with its reason, never a failed audit.
 
-Exports are built once per session (tests/models/zoo/builders.py). CI's share (70 s on 2 cores,
-one thread; 4.3 GB peak memory): every custom model; every torchvision architecture exported by
-the legacy exporter at opset 17, vit_b_16 the real one (86M parameters, random weights; 31 s);
-resnet18 also by the dynamo exporter (external data) and as TorchScript; opsets 18-21 loaded,
-inspected and compared with torch for resnet18 at 18 and 21 and for vit_tiny, vit_b_16's class
-and operators (Gelu-20, Equal-19) at 2 layers of width 32 (the real one at four opsets adds 90 s
-and 1.3 GB of exports); vit_tiny also from the dynamo exporter with ``Dim.AUTO`` (the batch
-pinned behind a symbolic name) and from a two-row example (the batch kept dynamic). The converters
-themselves are checked against onnxruntime in tests/unit/models. ``XAUDIT_ZOO=full`` runs every architecture, the real vit_b_16 included, with
-every exporter and opset here; bench/zoo.py runs the same matrix at the methods' default parameters.
+Exports are built once per session (tests/models/zoo/builders.py). CI's share (under 80 s on 2
+shared cores, one thread; 4.3 GB peak memory): every custom model; every torchvision architecture
+exported by the legacy exporter at opset 17, vit_b_16 the real one (86M parameters, random
+weights; 30 s); resnet18 also by the dynamo exporter (external data) and as TorchScript; opsets
+18-21 loaded, inspected and compared with torch for resnet18 at 18 and 21 and for vit_tiny,
+vit_b_16's class and operators (Gelu-20, Equal-19) at 2 layers of width 32 (the real one at four
+opsets adds 90 s and 1.3 GB of exports); vit_tiny also from the dynamo exporter with ``Dim.AUTO``
+(the batch pinned behind a symbolic name) and from a two-row example (the batch kept dynamic). The
+converters themselves are checked against onnxruntime in tests/unit/models. ``XAUDIT_ZOO=full``
+runs every architecture, the real vit_b_16 included, with every exporter and opset here (and
+vit_b_16 from the two extra dynamo exports); bench/zoo.py runs that matrix at the methods' default
+parameters.
 """
 
 from __future__ import annotations
