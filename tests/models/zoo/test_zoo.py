@@ -96,9 +96,9 @@ def _audit(zoo: ZooModel, folder: Path, capsys: pytest.CaptureFixture[str]) -> d
 
 def _judged(report: dict, check: dict) -> dict[str, str]:
     """Every method judged or not_applicable with a reason; inspect agrees on what can run."""
-    # A model whose output ignores the input (torchvision's ViT has a zero-initialised head) makes
-    # every attribution zero and every verdict vacuous.
-    assert sum(m["mass"] for m in report["game"]["mass_by_order"]) > 0, "the game is constant"
+    # A model whose output ignores the input (torchvision's ViT has a zero-initialised head) or
+    # vanishes (uncalibrated batch norms: 1e-14) makes every attribution ~0 and every verdict vacuous.
+    assert sum(m["mass"] for m in report["game"]["mass_by_order"]) > 1e-6, "the game is ~constant"
     reasons = {}
     for entry in report["methods"]:
         assert entry["verdict"] in VERDICTS
@@ -189,7 +189,9 @@ def test_legacy_opsets_load_and_agree(
     assert check["opsets"][""] == opset and check["inputs"][0]["batch_axis"] == 0
     model = load_model(read_model(zoo.model), "onnx", "cpu")
     x = zoo.inputs[""]
-    np.testing.assert_allclose(model.predict(x), zoo.expected, rtol=1e-4, atol=1e-4)
+    # rtol 1e-3 as for the audits: efficientnet_b0's logits reach 20 and onnxruntime's float32
+    # sums over 80 layers differ from torch's by 1.2e-4 of that.
+    np.testing.assert_allclose(model.predict(x), zoo.expected, rtol=1e-3, atol=1e-4)
     if check["methods"]["integrated_gradients"].startswith("runs"):
         graph = model.torch_differentiable()
         import torch
