@@ -1,12 +1,16 @@
 """The whole model zoo, audited at every exporter and opset, with the ONNX operator coverage.
 
-CI (tests/zoo) audits every torchvision architecture for one exporter set at few quadrature steps;
+CI (tests/models/zoo) audits every torchvision architecture for one exporter set at few quadrature steps;
 this runs the full matrix at the methods' default parameters, which takes far longer than CI
 allows (tens of minutes on 2 cores), and prints, per model: export and audit seconds, how many
 methods were judged and which were not applicable (and why, grouped), plus the operators of all
 exported graphs with whether onnx2torch (with workers/models/onnx_converters.py) converts them.
 
     python -m bench.zoo [--archs resnet18,vit_b_16] [--exporters dynamo,legacy17,torchscript]
+
+vit_b_16 is torchvision's real one (86M parameters); ``--archs vit_tiny`` gives its class at 2 layers
+of width 32. Besides the default exporters, ``dynamo_auto`` (``Dim.AUTO``) and ``dynamo_batch2`` (a
+two-row example) show what the dynamo exporter does to ViT's batch (README, "auditing your own model").
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 import onnx
 
 from clients.cli.main import main as xaudit
-from tests.zoo.builders import CUSTOM, IMAGE_ARCHS, export_image_model, image_model
+from tests.models.zoo.builders import CUSTOM, IMAGE_ARCHS, export_image_model, image_model
 
 EXPORTERS = ("dynamo", "legacy17", "legacy18", "legacy19", "legacy20", "legacy21", "torchscript")
 

@@ -40,7 +40,8 @@ def needs_named_model(
     explain: str, target_output: str | None, tensors: Mapping[str, np.ndarray], data: bytes
 ) -> bool:
     """Whether a job needs :class:`NamedOnnxModel`: named inputs, a named output, or an ONNX model
-    whose one input is not a float tensor or that has several inputs."""
+    whose one input is not a float tensor, has a fixed batch (declared, or pinned by the outputs),
+    or that has several inputs."""
     if explain or target_output or held_inputs(tensors):
         return True
     import onnx
@@ -53,6 +54,8 @@ def needs_named_model(
         proto = onnx.load_model_from_string(data)
     except Exception:
         return False  # the plain loader says what is wrong with it
+    from workers.models.rebatch import batch_pinned_by_outputs
+
     initializers = {i.name for i in proto.graph.initializer}
     graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
     if len(graph_inputs) != 1:
@@ -60,7 +63,8 @@ def needs_named_model(
     tensor_type = graph_inputs[0].type.tensor_type
     dims = tensor_type.shape.dim
     fixed_batch = len(dims) > 0 and dims[0].HasField("dim_value") and dims[0].dim_value > 0
-    return bool(tensor_type.elem_type != onnx.TensorProto.FLOAT or fixed_batch)
+    pinned = fixed_batch or batch_pinned_by_outputs(proto)
+    return bool(tensor_type.elem_type != onnx.TensorProto.FLOAT or pinned)
 
 
 def add_batch_axis(array: np.ndarray, declared: tuple[int | None, ...] | None) -> np.ndarray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -25,6 +25,7 @@ from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_model import _session
 from workers.models.onnx_to_torch import onnx_to_torch
+from workers.models.rebatch import batch_pinned_by_outputs
 from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 from xaudit.contract.onnx_checks import parse_onnx
 
@@ -97,6 +98,8 @@ class OnnxGraph:
         self.device = device
         self.session: ort.InferenceSession = _session(data, device)
         self.inputs: tuple[InputSpec, ...] = tuple(_spec(i) for i in self.session.get_inputs())
+        if batch_pinned_by_outputs(self.proto):  # a symbolic input batch the graph does not honour
+            self.inputs = (replace(self.inputs[0], fixed_batch=1),)
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.session.get_outputs())
         self._torch: torch.nn.Module | None = None
         self._torch_error: InvalidModel | None = None

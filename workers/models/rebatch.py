@@ -15,7 +15,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-__all__ = ["rebatched"]
+from workers.threads import ort_session_options
+
+__all__ = ["batch_pinned_by_outputs", "rebatched"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,25 @@ def _symbolic(model: onnx.ModelProto, explained: str, size: int) -> onnx.ModelPr
     return copy
 
 
+def batch_pinned_by_outputs(model: onnx.ModelProto) -> bool:
+    """Whether a one-input graph whose input batch is declared symbolic still pins it to 1: every
+    output is declared with a leading dim of exactly 1. torch.onnx.export (dynamo) writes such graphs
+    when torch.export specialised the batch to the example's 1 (``Dim.AUTO`` on torchvision's ViT):
+    the input is named ``s77`` but a ``Reshape`` inside fixes the batch, and more rows fail."""
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    if len(inputs) != 1 or not model.graph.output:
+        return False
+    dims = inputs[0].type.tensor_type.shape.dim
+    if len(dims) == 0 or dims[0].HasField("dim_value"):
+        return False
+    for output in model.graph.output:
+        out = output.type.tensor_type.shape.dim
+        if len(out) == 0 or not out[0].HasField("dim_value") or out[0].dim_value != 1:
+            return False
+    return True
+
+
 def rebatched(
     model: onnx.ModelProto,
     explained: str,
@@ -44,13 +65,15 @@ def rebatched(
 
     ``sample`` is one row (1, ...) of the explained input; the only other inputs allowed are none.
     """
-    size = original.get_inputs()[0].shape[0]
-    if len(original.get_inputs()) != 1 or size != 1:
-        return None
-    data = _symbolic(model, explained, size).SerializeToString()
+    declared = original.get_inputs()[0].shape[0]
+    if len(original.get_inputs()) != 1 or (isinstance(declared, int) and declared != 1):
+        return None  # a symbolic input batch comes with outputs pinned to 1 (batch_pinned_by_outputs)
+    data = _symbolic(model, explained, 1).SerializeToString()
     rows = np.concatenate([sample, sample * 0.5 + 0.25]).astype(dtype)
     try:
-        session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        options = ort_session_options(ort.SessionOptions())
+        options.log_severity_level = 4  # a graph that pins the batch fails here by design: logged below
+        session = ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
         both = session.run(None, {explained: rows})
         alone = [original.run(None, {explained: rows[i : i + 1]}) for i in range(2)]
     except Exception as exc:  # the graph pins the batch somewhere (a Reshape to (1, -1)...)

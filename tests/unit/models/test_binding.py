@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from tests.zoo.builders import ZooModel, speech_lstm
+from tests.models.zoo.builders import ZooModel, speech_lstm
 from workers.inputs import input_key
 from workers.prepare import prepare
 from xaudit.contract.errors import InvalidInput

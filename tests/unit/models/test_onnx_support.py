@@ -177,9 +177,11 @@ def test_external_data_size_cap(tmp_path: Path) -> None:
         inline_external_data(path, path.read_bytes(), max_bytes=64)
 
 
-def _fixed_batch(flatten: str) -> bytes:
+def _fixed_batch(flatten: str, batch: int | str = 1) -> bytes:
     """(1, 3, 6, 6) -> Conv -> Relu -> flatten -> MatMul, the flatten either row-wise (Flatten) or
-    pinning the batch (Reshape to (1, -1)) as some exporters write it."""
+    pinning the batch (Reshape to (1, -1)) as some exporters write it. ``batch="s77"``: the input's
+    batch declared symbolic but the output's fixed at 1, as torch.onnx.export (dynamo) writes a
+    graph whose batch torch.export specialised (``Dim.AUTO`` on torchvision's ViT)."""
     rng = np.random.default_rng(11)
     w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
     fc = rng.standard_normal((32, 3)).astype(np.float32)
@@ -196,14 +198,18 @@ def _fixed_batch(flatten: str) -> bytes:
         nh.from_array(fc, "fc"),
         nh.from_array(np.array([1, -1], np.int64), "shape"),
     ]
-    inputs = [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])]
+    inputs = [oh.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 6, 6])]
     return _model(nodes, inputs, [1, 3], inits).SerializeToString()
 
 
+@pytest.mark.parametrize("batch", [1, "s77"])
 @pytest.mark.parametrize("flatten", ["Flatten", "Reshape"])
-def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(flatten: str) -> None:
-    prep = prepare(JobSpec(players="grid:2x2", device="cpu"), _fixed_batch(flatten), None, {"inputs": X})
-    session = ort.InferenceSession(_fixed_batch(flatten), providers=["CPUExecutionProvider"])
+def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(
+    flatten: str, batch: int | str
+) -> None:
+    model = _fixed_batch(flatten, batch)
+    prep = prepare(JobSpec(players="grid:2x2", device="cpu"), model, None, {"inputs": X})
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     alone = np.concatenate([session.run(None, {"x": X[i : i + 1]})[0] for i in range(len(X))])
     np.testing.assert_allclose(prep.full_outputs, alone, rtol=1e-5, atol=1e-6)
     # Re-batched: one call for both rows; looped: one call per row (the graph pins the batch).

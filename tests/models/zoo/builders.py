@@ -21,7 +21,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 from torch import nn
 
-__all__ = ["CUSTOM", "IMAGE_ARCHS", "ZooModel", "export_image_model", "image_model"]
+__all__ = ["CUSTOM", "IMAGE_ARCHS", "LIGHT_ARCHS", "ZooModel", "export_image_model", "image_model"]
 
 IMAGE = (3, 32, 32)
 
@@ -61,12 +61,31 @@ def _seeded(module: nn.Module, seed: int) -> nn.Module:
 # -- torchvision classification models ---------------------------------------------------------
 
 
+def _random_head(model: nn.Module) -> nn.Module:
+    # torchvision zero-initialises ViT's classification head: the output would ignore the input and
+    # every attribution would be trivially zero.
+    head = model.heads.head
+    nn.init.normal_(head.weight, std=0.05)
+    nn.init.normal_(head.bias, std=0.05)
+    return model
+
+
 def _vit() -> nn.Module:
+    import torchvision
+
+    # The real vit_b_16 (12 layers, width 768, 86M parameters) at 32x32: patch 16 gives 2x2 patches
+    # plus the class token.
+    return _random_head(torchvision.models.vit_b_16(weights=None, image_size=32, num_classes=10))
+
+
+def _vit_tiny() -> nn.Module:
     from torchvision.models.vision_transformer import VisionTransformer
 
-    # vit_b_16's architecture (same class, patch 16) shrunk: 2 layers, width 32, at 32x32.
-    return VisionTransformer(
-        image_size=32, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10
+    # Not vit_b_16: its class, patch size and ONNX operators at 2 layers, width 32 (42k parameters).
+    return _random_head(
+        VisionTransformer(
+            image_size=32, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10
+        )
     )
 
 
@@ -86,16 +105,44 @@ IMAGE_ARCHS: dict[str, Callable[[], nn.Module]] = {
     "densenet121": _tv("densenet121"),
     "vit_b_16": _vit,
 }
+# Lighter stand-ins for checks where the operators matter, not the size (CI's opset 18-21 checks).
+LIGHT_ARCHS: dict[str, Callable[[], nn.Module]] = {"vit_tiny": _vit_tiny}
+
+
+def _calibrate_batch_norms(model: nn.Module) -> None:
+    """Batch norms take their running statistics from random images. With torchvision's random
+    initialisation and eval-mode batch norms (mean 0, variance 1), activations shrink through
+    mobilenet's and efficientnet's many depthwise layers at 32x32 until the outputs are 1e-10 and
+    1e-14: every attribution ~0 and every verdict vacuous. Calibrated, every layer keeps unit scale
+    as in a trained network."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average over the calibration batch
+    model.train()
+    with torch.no_grad():
+        model(torch.randn(16, *IMAGE, generator=torch.Generator().manual_seed(12)))
+    for norm in norms:
+        norm.momentum = 0.1
 
 
 def image_model(arch: str) -> nn.Module:
     torch.manual_seed(0)
-    return IMAGE_ARCHS[arch]().eval()
+    model = {**IMAGE_ARCHS, **LIGHT_ARCHS}[arch]()
+    _calibrate_batch_norms(model)
+    return model.eval()
 
 
 def export_image_model(module: nn.Module, folder: Path, exporter: str, opset: int = 18) -> ZooModel:
-    """``exporter``: ``dynamo`` (torch.onnx.export's default: model.onnx + model.onnx.data),
-    ``legacy`` (TorchScript-based exporter at ``opset``) or ``torchscript``."""
+    """``exporter``: ``dynamo`` (torch.onnx.export's default: model.onnx + model.onnx.data, the
+    batch as ``Dim("batch")``), ``dynamo_auto`` (the same with ``Dim.AUTO``), ``dynamo_batch2``
+    (``Dim("batch")`` from an example of two rows, which keeps ViT's batch dynamic), ``legacy``
+    (TorchScript-based exporter at ``opset``) or ``torchscript``. From this batch-1 example the
+    dynamo exporter pins ViT's batch to 1 either way: ``Dim("batch")`` declares the input
+    ``(1, 3, 32, 32)``; ``Dim.AUTO`` declares it ``(s77, 3, 32, 32)`` while its outputs and a
+    Reshape inside keep 1 (torch 2.14); the CNNs keep a dynamic batch."""
     folder.mkdir(parents=True, exist_ok=True)
     x = torch.randn(1, *IMAGE, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -106,11 +153,13 @@ def export_image_model(module: nn.Module, folder: Path, exporter: str, opset: in
             path = folder / "model.pt"
             # check_trace off: ViT's traced graph names differ run to run (same computation).
             torch.jit.save(torch.jit.trace(module, x, check_trace=False), str(path))
-        elif exporter == "dynamo":
+        elif exporter in ("dynamo", "dynamo_auto", "dynamo_batch2"):
             path = folder / "model.onnx"
+            batch = torch.export.Dim.AUTO if exporter == "dynamo_auto" else torch.export.Dim("batch")
+            example = torch.cat([x, x.flip(0) * 0.5]) if exporter == "dynamo_batch2" else x
             torch.onnx.export(
-                module, (x,), str(path), dynamo=True, input_names=["input"],
-                dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=True, verbose=False,
+                module, (example,), str(path), dynamo=True, input_names=["input"],
+                dynamic_shapes=({0: batch},), external_data=True, verbose=False,
             )  # fmt: skip
         else:
             path = folder / "model.onnx"

@@ -2,6 +2,9 @@
 
 Every builder is seeded and returns an ``nn.Module`` in eval mode with float32 parameters; biases are
 non-zero on purpose (rules that ignore biases must show it). Exports take one example batch.
+
+The model zoo (third-party-style exports of torchvision and custom models, audited end to end) is
+the subpackage ``tests.models.zoo``.
 """
 
 from __future__ import annotations
