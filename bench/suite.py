@@ -287,14 +287,15 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     print("|---|---:|---:|---:|---:|")
     for name, passes in GRADIENT_METHODS.items():
         method = get_method(name)
-        params = method.params_from({})
+        # Bound as in a job with this background (Expected Gradients' steps follow from its size).
+        params = method.bind(method.params_from({}), x, (base, background))
         n_passes = int(params["steps"]) if passes == "steps" else int(passes)
         refs = (
             base if method.capabilities.baseline != "distribution" else np.repeat(background[:1], len(x), 0)
         )
 
-        def run(method: Any = method, refs: Any = refs) -> None:
-            attribute_sub_inputs(method, model, players, target, {}, 0, x, refs, classes, subsets)
+        def run(method: Any = method, refs: Any = refs, params: Any = params) -> None:
+            attribute_sub_inputs(method, model, players, target, params, 0, x, refs, classes, subsets)
 
         try:
             t_floor, t_method = paired_medians(floor, run, max(1, repeats // 2) if n_passes > 1 else repeats)

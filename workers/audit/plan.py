@@ -21,7 +21,7 @@ import numpy as np
 from workers.audit.sets import ALL_ORDER_MAX_PLAYERS, AuditedSets, choose_sets
 from workers.shapley_estimate import MAX_EXACT_PRESENT
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
-from xaudit.contract.params import parameter_defaults
+from xaudit.contract.params import expected_gradients_steps, parameter_defaults
 
 __all__ = [
     "ALL_ORDER_MAX_PLAYERS",
@@ -168,6 +168,8 @@ def method_cost(name: str, params: Mapping[str, Any], n: int, references: int, p
     refs = references if name in DISTRIBUTION_METHODS else 1
     fwd, bwd = 0.0, 1.0  # one forward+backward: gradients, the LRP rules, DeepLIFT, Grad-CAM
     probes = 0.0  # the resolution probe: RESOLUTION_PROBES sub-inputs at half resolution, per sample
+    if name == "expected_gradients" and merged.get("steps") is None:
+        merged["steps"] = expected_gradients_steps(refs)
     if name in ("integrated_gradients", "expected_gradients"):
         bwd = float(_int(merged, "steps"))
         probes = RESOLUTION_PROBES * bwd / 2

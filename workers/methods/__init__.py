@@ -93,11 +93,12 @@ def attribute(
     if background is None:
         raise NotApplicable(method.name, "it needs a background set of samples (--background)")
     references = choose_references(background, ctx.seed).references
+    # Parameters that follow from the background (Expected Gradients' steps), unless the job's
+    # parameters were bound already (workers.explain.job_params): then unchanged.
+    params = method.bind(ctx.params, inputs, (baselines, background))
     total = np.zeros(inputs.shape, dtype=np.float64)
     for m, reference in enumerate(references):
-        sub = AttributionContext(
-            ctx.model, ctx.players, ctx.target, ctx.params, derived_seed(ctx.seed, "bg", m)
-        )
+        sub = AttributionContext(ctx.model, ctx.players, ctx.target, params, derived_seed(ctx.seed, "bg", m))
         refs = np.broadcast_to(reference[None], inputs.shape)
         total += run_method(method, sub, inputs, refs, classes)
     return (total / len(references)).astype(np.float32)

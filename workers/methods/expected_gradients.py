@@ -5,6 +5,8 @@ expectation over alpha ~ U(0, 1) is an integral, so quadrature computes it witho
 :func:`workers.methods.attribute` averages the constituents over the background set, every sample of
 it up to :data:`workers.methods.references.MAX_EXACT_REFERENCES` (docs/science.md, section 5.5).
 The result is deterministic: the audit judges the expectation, not a Monte Carlo draw of it.
+Quadrature nodes per reference default to :func:`xaudit.contract.params.expected_gradients_steps`
+of the number of references averaged (64 over one, 8 from eight up), fixed once per job by :meth:`bind`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods.integrated_gradients import min_steps, path_integral
-from xaudit.contract.params import parameter_defaults
+from workers.methods.references import MAX_EXACT_REFERENCES
+from xaudit.contract.params import expected_gradients_steps, parameter_defaults
 
 __all__ = ["ExpectedGradients"]
 
@@ -33,10 +36,20 @@ class ExpectedGradients(Method):
     def min_resolution(self, params: Mapping[str, Any]) -> int:
         return min_steps(str(self.params_from(params)["quadrature"]))
 
+    def bind(
+        self, params: Mapping[str, Any], inputs: np.ndarray, references: tuple[np.ndarray, ...]
+    ) -> dict[str, Any]:
+        """``references``: (baselines, background); steps from the background samples averaged."""
+        bound = dict(params)
+        if bound.get("steps") is None:
+            used = min(len(references[-1]), MAX_EXACT_REFERENCES) if len(references) > 1 else 1
+            bound["steps"] = expected_gradients_steps(used)
+        return bound
+
     def attribute(
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         p = self.params(ctx)
-        return path_integral(
-            ctx, self.name, int(p["steps"]), str(p["quadrature"]), inputs, baselines, classes
-        )
+        # Unbound (one constituent run on its own): the quadrature of a single reference.
+        steps = expected_gradients_steps(1) if p["steps"] is None else int(p["steps"])
+        return path_integral(ctx, self.name, steps, str(p["quadrature"]), inputs, baselines, classes)

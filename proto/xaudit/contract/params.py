@@ -24,6 +24,7 @@ __all__ = [
     "QUADRATURES",
     "Param",
     "check_method_params",
+    "expected_gradients_steps",
     "parameter_defaults",
     "parse_param_text",
 ]
@@ -119,6 +120,18 @@ def _shown(value: Any) -> str:
 
 _STEPS = 1024  # quadrature points per path: beyond this the discretisation error is far below noise
 
+# Expected Gradients' default quadrature: at least this many path points per input over the whole
+# background (Integrated Gradients' default for its one reference), and at least the floor per reference.
+EG_PATH_POINTS = 64
+EG_MIN_STEPS = 8
+
+
+def expected_gradients_steps(references: int) -> int:
+    """Quadrature nodes per reference when the job does not set them: 64 over 1 reference, 32 over
+    2, 8 from 8 references up (the error of the average falls with the number of references too)."""
+    return max(EG_MIN_STEPS, math.ceil(EG_PATH_POINTS / max(1, references)))
+
+
 # method name -> its parameters. A method absent here takes none.
 METHOD_PARAMETERS: Mapping[str, Mapping[str, Param]] = {
     "integrated_gradients": {
@@ -126,9 +139,9 @@ METHOD_PARAMETERS: Mapping[str, Mapping[str, Param]] = {
         "quadrature": Param("choice", "gausslegendre", choices=QUADRATURES),
     },
     "expected_gradients": {
-        # Per background reference: the map averages K references, so K * 8 path points per input
-        # (128 at 16 references); docs/science.md 5.5 gives the quadrature error this leaves.
-        "steps": Param("int", 8, 1, _STEPS),
+        # Nodes per background reference; None: expected_gradients_steps(K) for the K references
+        # the job averages over (docs/science.md 5.5).
+        "steps": Param("int", None, 1, _STEPS, optional=True),
         "quadrature": Param("choice", "gausslegendre", choices=QUADRATURES),
     },
     "smoothgrad": {
