@@ -293,7 +293,7 @@ def _one_player(shape: tuple[int, ...]) -> Any:
 def audit_plan(prep: Any, measure: bool = False) -> Plan:
     """The plan of the audit of ``prep`` (a workers.prepare.Prepared): its budget from the job spec;
     the model's throughput measured on this device when ``measure`` or when the budget is in seconds."""
-    from workers.methods.references import choose_references
+    from workers.methods.references import references_used
 
     spec, players = prep.spec, prep.players
     budget = Budget(int(spec.budget_evaluations), float(spec.budget_seconds))
@@ -302,9 +302,7 @@ def audit_plan(prep: Any, measure: bool = False) -> Plan:
         if measure or budget.seconds > 0
         else None
     )
-    references = (
-        0 if prep.background is None else len(choose_references(prep.background, spec.seed).references)
-    )
+    references = 0 if prep.background is None else references_used(len(prep.background))
     differs = (prep.inputs != prep.baselines).reshape(len(prep.inputs), -1)
     present = max(
         int(

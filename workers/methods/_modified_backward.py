@@ -21,12 +21,18 @@ from workers.methods._fx_plan import Plan, Step, evaluate, plan_graph
 from workers.methods._lrp_rules import Epsilon, LayerRule
 from workers.targets import Target
 
-__all__ = ["CHUNK", "ELEMENTS", "RelevanceGraph", "Rules", "lrp_relevance"]
+__all__ = ["CHUNK", "ELEMENTS", "RelevanceGraph", "Rules", "lrp_relevance", "rows_per_pass"]
 
 # Rows per backward pass, and input elements per pass: bound the memory of the stored activations
-# (as in workers.methods._zennit: activations are assumed to be tens of times the input).
+# (a heuristic: activations are assumed to be tens of times the input).
 CHUNK = 1024
 ELEMENTS = 2**22
+
+
+def rows_per_pass(inputs: np.ndarray) -> int:
+    """Rows of ``inputs`` per forward+backward pass of a rule method (LRP, DeepLIFT, Zennit's)."""
+    return max(1, min(CHUNK, ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
+
 
 # The rule of the i-th Linear/Conv layer in execution order (Zennit's composite's index).
 Rules = Callable[[int], LayerRule]
@@ -107,7 +113,7 @@ def lrp_relevance(
 
         return zennit_relevance(ctx, method, lambda i, _: rules(i).zennit(), inputs, classes)
     device = ctx.model.device
-    chunk = max(1, min(CHUNK, ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
+    chunk = rows_per_pass(inputs)
     out: list[np.ndarray] = []
     with torch.enable_grad():
         for start in range(0, inputs.shape[0], chunk):

@@ -15,18 +15,14 @@ import torch
 from workers.light_imports import zennit as _light_zennit
 from workers.methods._base import AttributionContext, to_numpy, to_tensor
 from workers.methods._fx_plan import Plan, plan_graph
+from workers.methods._modified_backward import rows_per_pass
 
 _light_zennit()  # before any zennit import: keeps torchvision out
 from zennit.attribution import Gradient  # noqa: E402
 from zennit.core import Composite, Hook  # noqa: E402
 from zennit.rules import Norm  # noqa: E402
 
-__all__ = ["CHUNK", "AffineRule", "lrp_relevance"]
-
-# Rows per backward pass, and input elements per pass: bound the memory of the hooks' stored
-# activations (a heuristic: activations are assumed to be tens of times the input).
-CHUNK = 1024
-_ELEMENTS = 2**22
+__all__ = ["AffineRule", "lrp_relevance"]
 
 # The hook for the i-th Linear/Conv layer in execution order.
 AffineRule = Callable[[int, torch.nn.Module], Hook]
@@ -63,7 +59,7 @@ def lrp_relevance(
     graph = ctx.model.torch_hookable(method)
     plan = plan_graph(graph, method, "LRP")  # Zennit would silently use the gradient elsewhere
     model = ctx.target.wrap(graph)
-    chunk = max(1, min(CHUNK, _ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
+    chunk = rows_per_pass(inputs)  # the one-pass rules' bound: the hooks store as much
     out: list[np.ndarray] = []
     # Hooks registered once for all chunks (registration walks every module).
     with torch.enable_grad(), Gradient(model=model, composite=_composite(plan, rule)) as attributor:

@@ -21,7 +21,7 @@ def _deeplift(
 ) -> np.ndarray:
     import torch  # here, not at import: the catalogue loads no torch
 
-    from workers.methods._modified_backward import CHUNK, ELEMENTS
+    from workers.methods._modified_backward import rows_per_pass
     from workers.methods._rescale_graph import RescaleGraph
 
     graph = ctx.model.torch_hookable(method)
@@ -29,7 +29,7 @@ def _deeplift(
     if rescale is None:
         return _captum(ctx, graph, inputs, baselines, classes)
     device = ctx.model.device
-    chunk = max(1, min(CHUNK, ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
+    chunk = rows_per_pass(inputs)
     out: list[np.ndarray] = []
     with torch.enable_grad():
         for start in range(0, inputs.shape[0], chunk):

@@ -18,7 +18,7 @@ import numpy as np
 
 from workers.methods._base import AttributionContext, Capabilities, Method
 from workers.methods.integrated_gradients import min_steps, path_integral
-from workers.methods.references import MAX_EXACT_REFERENCES
+from workers.methods.references import references_used
 from xaudit.contract.params import expected_gradients_steps, parameter_defaults
 
 __all__ = ["ExpectedGradients"]
@@ -42,7 +42,7 @@ class ExpectedGradients(Method):
         """``references``: (baselines, background); steps from the background samples averaged."""
         bound = dict(params)
         if bound.get("steps") is None:
-            used = min(len(references[-1]), MAX_EXACT_REFERENCES) if len(references) > 1 else 1
+            used = references_used(len(references[-1])) if len(references) > 1 else 1
             bound["steps"] = expected_gradients_steps(used)
         return bound
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from workers.methods._base import derived_seed
 
-__all__ = ["MAX_EXACT_REFERENCES", "ReferenceChoice", "choose_references"]
+__all__ = ["MAX_EXACT_REFERENCES", "ReferenceChoice", "choose_references", "references_used"]
 
 MAX_EXACT_REFERENCES = 64
 
@@ -32,10 +32,15 @@ class ReferenceChoice:
         return self.used < self.given
 
 
+def references_used(given: int) -> int:
+    """How many of ``given`` background samples a job averages over (all up to the exact limit)."""
+    return min(given, MAX_EXACT_REFERENCES)
+
+
 def choose_references(background: np.ndarray, seed: int) -> ReferenceChoice:
     """All of ``background`` up to the exact limit; a seeded, order-preserving subset beyond it."""
-    if len(background) <= MAX_EXACT_REFERENCES:
+    if references_used(len(background)) == len(background):
         return ReferenceChoice(background, len(background))
     rng = np.random.default_rng(derived_seed(seed, "references"))
-    keep = np.sort(rng.choice(len(background), MAX_EXACT_REFERENCES, replace=False))
+    keep = np.sort(rng.choice(len(background), references_used(len(background)), replace=False))
     return ReferenceChoice(background[keep], len(background))
