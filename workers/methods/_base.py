@@ -19,7 +19,15 @@ if TYPE_CHECKING:  # method metadata (the catalogue) loads no torch
 
     from workers.models.base import ModelAdapter
 
-__all__ = ["AttributionContext", "Capabilities", "Method", "derived_seed", "to_numpy", "to_tensor"]
+__all__ = [
+    "AttributionContext",
+    "Capabilities",
+    "Method",
+    "derived_seed",
+    "distinct_references",
+    "to_numpy",
+    "to_tensor",
+]
 
 BaselineKind = Literal["none", "single", "distribution"]
 
@@ -108,3 +116,14 @@ def to_tensor(array: np.ndarray, device: torch.device, requires_grad: bool = Fal
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy()
+
+
+def distinct_references(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The references without consecutive repeats (the audit's sub-inputs of one sample share one),
+    and each row's index into them: methods with a reference pass run it once per distinct row."""
+    import torch
+
+    flat = x0.reshape(len(x0), -1)
+    new = torch.ones(len(x0), dtype=torch.bool, device=x0.device)
+    new[1:] = (flat[1:] != flat[:-1]).any(1)
+    return x0[new], torch.cumsum(new, 0) - 1

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from workers.methods._base import distinct_references
 from workers.methods._fx_plan import Plan, evaluate, plan_graph
 from workers.methods._reroute import rerouted
 from workers.targets import Target
@@ -24,17 +25,6 @@ from xaudit.contract.errors import NotApplicable
 __all__ = ["EPS", "RescaleGraph"]
 
 EPS = 1e-10  # Captum's DeepLift eps: below it a ReLU's input change counts as none
-
-
-def _distinct(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The references without consecutive repeats (the audit's sub-inputs of one sample share one),
-    and each row's index into them (None when every row is its own)."""
-    flat = x0.reshape(len(x0), -1)
-    new = torch.ones(len(x0), dtype=torch.bool, device=x0.device)
-    new[1:] = (flat[1:] != flat[:-1]).any(1)
-    if bool(new.all()):
-        return x0, None
-    return x0[new], torch.cumsum(new, 0) - 1
 
 
 class RescaleGraph:
@@ -59,7 +49,8 @@ class RescaleGraph:
         self, x: torch.Tensor, x0: torch.Tensor, target: Target, classes: torch.Tensor
     ) -> torch.Tensor:
         """(x - x0) times the Rescale multipliers of the target score of ``classes``."""
-        refs, rows = _distinct(x0)
+        refs, runs = distinct_references(x0)
+        rows = None if len(refs) == len(x0) else runs  # every row its own reference: no gather
         with torch.no_grad():
             env0 = evaluate(self.plan, refs)
 

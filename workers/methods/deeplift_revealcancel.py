@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.methods._base import AttributionContext, Capabilities, Method
+from workers.methods._base import AttributionContext, Capabilities, Method, distinct_references
 from workers.targets import Target
 from xaudit.contract.params import parameter_defaults
 
@@ -62,15 +62,6 @@ def target_seed(
     return torch.einsum("n,nkc->kc", weights / 2, grad.reshape(len(nodes), *out.shape))
 
 
-def _distinct_rows(baselines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Runs of equal consecutive references (the audit repeats each sample's reference over its
-    sub-inputs): the first row of each run, and each row's run."""
-    flat = baselines.reshape(len(baselines), -1)
-    starts = np.ones(len(flat), dtype=bool)
-    starts[1:] = (flat[1:] != flat[:-1]).any(axis=1)
-    return np.flatnonzero(starts), np.cumsum(starts) - 1
-
-
 class DeepLiftRevealCancel(Method):
     name = "deeplift_revealcancel"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="single", stochastic=False)
@@ -94,9 +85,8 @@ class DeepLiftRevealCancel(Method):
         device = ctx.model.device
         per_row = plan.elements_per_row(tuple(inputs.shape[1:]), device)
         chunk = max(1, min(CHUNK, _BUDGET // (_COPIES * per_row)))
-        firsts, runs = _distinct_rows(baselines)
-        x0 = torch.as_tensor(np.asarray(baselines[firsts], dtype=np.float64), device=device)
-        rows = torch.as_tensor(runs, device=device)
+        firsts, rows = distinct_references(torch.as_tensor(baselines, device=device))
+        x0 = firsts.to(torch.float64)  # float32 to float64 is exact
         ref = plan.reference(x0, rows)
         # x - x0 rounded once to float32 (a float32 subtraction is the exact difference, rounded).
         dx_all = torch.as_tensor(np.subtract(inputs, baselines, dtype=np.float32), device=device)
