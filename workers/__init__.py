@@ -2,3 +2,8 @@
 
 Importing this package is cheap; heavy dependencies (torch, onnxruntime) load in submodules.
 """
+
+from workers.threads import set_wait_policy
+
+# Before any torch import of this package: libgomp reads its wait policy once, when torch loads.
+set_wait_policy()

@@ -4,9 +4,14 @@ Default: the CPUs this process may really use (its affinity mask, capped by a cg
 divided among the worker processes sharing them, at least one. More threads than cores only thrash
 (threads spin in barriers waiting for each other), so that is never chosen. ``--threads`` (which
 sets ``XAUDIT_THREADS`` for the processes the CLI starts) overrides the default, then
-``OMP_NUM_THREADS`` where set. When the CPUs are
-shared (several workers, or a quota/affinity smaller than the machine), onnxruntime's idle threads
-sleep instead of spinning.
+``OMP_NUM_THREADS`` where set.
+
+Idle threads sleep rather than spin (torch's OpenMP through ``OMP_WAIT_POLICY=PASSIVE``,
+onnxruntime through its session options) unless the operator declares the CPUs dedicated with
+``XAUDIT_THREAD_SPIN=1`` (and they are not shared among workers). Spinning gains about 20% on an idle
+2-core machine but, with one other busy process, made the 8-player digits audit take 46 s instead of
+4 s: each barrier waits for a descheduled thread (README "Performance" has the figures). libgomp
+reads ``OMP_WAIT_POLICY`` once, when torch loads, so :func:`set_wait_policy` runs when the ``workers`` package is imported, before any torch import of ours.
 
 The policy is applied once per process (:func:`apply`) before the first model is loaded; the report's
 environment section records it (:meth:`ThreadPolicy.as_dict`).
@@ -27,6 +32,7 @@ from xaudit.contract.errors import InvalidInput
 
 __all__ = [
     "CONCURRENCY_ENV",
+    "SPIN_ENV",
     "THREADS_ENV",
     "ThreadPolicy",
     "apply",
@@ -34,11 +40,14 @@ __all__ = [
     "choose",
     "current",
     "ort_session_options",
+    "set_wait_policy",
 ]
 
 logger = logging.getLogger(__name__)
 
 THREADS_ENV = "XAUDIT_THREADS"
+# The operator's statement that this process's CPUs are not shared with anything else: threads spin.
+SPIN_ENV = "XAUDIT_THREAD_SPIN"
 # Set by the worker's main process for its pool children: how many of them share the CPUs.
 CONCURRENCY_ENV = "XAUDIT_WORKER_CONCURRENCY"
 _CGROUP = Path("/sys/fs/cgroup")
@@ -51,7 +60,7 @@ class ThreadPolicy:
     cpus: int  # CPUs this process may use
     cpus_from: str  # what limited them: "affinity", "cgroup quota" or "cpu count"
     concurrency: int  # worker processes sharing those CPUs
-    spinning: bool  # onnxruntime's idle threads spin (only when the CPUs are not shared)
+    spinning: bool  # idle threads spin (only on the operator's XAUDIT_THREAD_SPIN=1, CPUs not shared)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,7 +129,21 @@ def choose(
     else:
         threads, source = max(1, count // concurrency), "cpus"
     shared = concurrency > 1 or count < (os.cpu_count() or 1) or threads * concurrency > count
-    return ThreadPolicy(threads, source, count, why, concurrency, spinning=threads > 1 and not shared)
+    spinning = threads > 1 and not shared and _spin_requested(env)
+    return ThreadPolicy(threads, source, count, why, concurrency, spinning)
+
+
+def _spin_requested(environ: Mapping[str, str]) -> bool:
+    return environ.get(SPIN_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def set_wait_policy(environ: dict[str, str] | None = None) -> None:
+    """Make torch's OpenMP threads sleep when idle (``OMP_WAIT_POLICY=PASSIVE``) unless the operator
+    asked for spinning or set ``OMP_WAIT_POLICY`` themselves. Effective only before torch loads; the
+    processes this one starts (sandbox children, pool workers) inherit it."""
+    env = os.environ if environ is None else environ
+    if not _spin_requested(env):
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 _applied: ThreadPolicy | None = None
@@ -132,6 +155,7 @@ def apply(policy: ThreadPolicy | None = None) -> ThreadPolicy:
     if _applied is not None:
         return _applied
     chosen = policy or choose()
+    set_wait_policy()
     import torch
 
     torch.set_num_threads(chosen.threads)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from workers.threads import CONCURRENCY_ENV, THREADS_ENV, available_cpus, choose
+from workers.threads import CONCURRENCY_ENV, SPIN_ENV, THREADS_ENV, available_cpus, choose, set_wait_policy
 from xaudit.contract.errors import InvalidInput
 
 
@@ -17,6 +18,33 @@ def test_default_is_the_cpus_divided_among_workers() -> None:
     policy = choose(environ={CONCURRENCY_ENV: "3"}, cpus=(8, "cpu count"))
     assert policy.threads == 2 and policy.concurrency == 3 and not policy.spinning  # shared
     assert choose(environ={CONCURRENCY_ENV: "16"}, cpus=(8, "cpu count")).threads == 1
+
+
+def test_threads_spin_only_when_the_operator_says_the_cpus_are_dedicated() -> None:
+    assert not choose(environ={}, cpus=(8, "cpu count")).spinning  # the machine may be shared
+    assert choose(environ={SPIN_ENV: "1"}, cpus=(os.cpu_count() or 1, "cpu count")).spinning is (
+        (os.cpu_count() or 1) > 1
+    )
+    assert not choose(environ={SPIN_ENV: "1", CONCURRENCY_ENV: "2"}, cpus=(8, "cpu count")).spinning
+
+
+def test_torch_threads_sleep_unless_spinning_is_asked_for() -> None:
+    env: dict[str, str] = {}
+    set_wait_policy(env)
+    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    env = {"OMP_WAIT_POLICY": "ACTIVE"}
+    set_wait_policy(env)
+    assert env["OMP_WAIT_POLICY"] == "ACTIVE"  # the operator's own setting wins
+    env = {SPIN_ENV: "1"}
+    set_wait_policy(env)
+    assert "OMP_WAIT_POLICY" not in env
+    # In a process: set by importing the package, before torch (and so libgomp) loads.
+    code = "import os, workers, torch; print(os.environ.get('OMP_WAIT_POLICY'))"
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", SPIN_ENV)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=clean, timeout=120
+    )
+    assert done.stdout.strip() == "PASSIVE", done.stderr[-500:]
 
 
 def test_override_never_exceeds_the_cpus() -> None:
@@ -49,5 +77,5 @@ def test_sessions_and_torch_follow_the_policy() -> None:
         "opts = model._session.get_session_options()\n"
         "assert opts.intra_op_num_threads == 1, opts.intra_op_num_threads\n"
     )
-    env = {**__import__("os").environ, THREADS_ENV: "1"}
+    env = {**os.environ, THREADS_ENV: "1"}
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
