@@ -15,6 +15,8 @@ same threads. Sections:
 - methods: each gradient and rule method on the audit's sub-inputs vs a raw forward+backward of
   the same torch graph over the same rows (times the method's nominal passes: IG/EG steps);
 - audit: the 14-method digits audit, wall time and peak memory, in a fresh process per size;
+- threads: the 8-player audit with all CPUs' threads sleeping or spinning when idle, and with one
+  thread, on the machine as it is and beside one busy process;
 - scale: the audit at 64 and 256 players (five methods on a 1x16x16 CNN, sampled sets), from
   bench/scale.py's players section, each in a fresh process;
 - startup: ``xaudit methods`` and the engine import, in fresh processes;
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 ASSETS = ROOT / "workers" / "assets"
 
-SECTIONS = ("shapley", "game", "methods", "audit", "scale", "startup", "gpu")
+SECTIONS = ("shapley", "game", "methods", "audit", "threads", "scale", "startup", "gpu")
 # Gradient and rule methods, with their nominal forward+backward passes per row (one constituent).
 GRADIENT_METHODS: dict[str, Any] = {
     "gradient_x_input": 1,
@@ -334,6 +336,63 @@ print(json.dumps({"wall": wall, "cpu": cpu, "imports": imports, "peak_mb": peak,
 """
 
 
+def _audit_in_child(grid: str, env: dict[str, str]) -> dict[str, Any] | str:
+    """The digits audit in a fresh process: its figures, or the last line of its error."""
+    done = subprocess.run(
+        [sys.executable, "-c", _AUDIT_CHILD, str(ASSETS), grid],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        return (done.stderr.strip().splitlines() or ["no output"])[-1][:120]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def section_threads() -> None:
+    """The default thread policy (idle threads sleep) against spinning threads and one thread, on an
+    idle machine and beside one other busy process: why spinning is the operator's choice."""
+    cpus = os.cpu_count() or 1
+    print("## Threads: sleeping vs spinning idle threads")
+    print()
+    print(f"The 8-player digits audit (as above) with {cpus} threads, idle threads sleeping (the default:")
+    print(
+        "`OMP_WAIT_POLICY=PASSIVE`, no onnxruntime spinning) or spinning (`XAUDIT_THREAD_SPIN=1`), and with"
+    )
+    print("one thread; on the machine as it is, then beside one busy process (a shell loop on one core).")
+    print()
+    print("| threads | idle threads | machine | wall s | CPU s | report's policy |")
+    print("|---:|---|---|---:|---:|---|")
+    base = {k: v for k, v in _env().items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    configs = (
+        (cpus, "sleep", {"XAUDIT_THREADS": str(cpus)}),
+        (cpus, "spin", {"XAUDIT_THREADS": str(cpus), "XAUDIT_THREAD_SPIN": "1"}),
+        (1, "-", {"XAUDIT_THREADS": "1"}),
+    )
+    for competing in (False, True):
+        busy = subprocess.Popen(["sh", "-c", "while :; do :; done"]) if competing else None
+        try:
+            for threads, idle, extra in configs:
+                r = _audit_in_child("grid:2x4", {**base, **extra})
+                machine = "one busy process beside" if competing else "as it is"
+                if isinstance(r, str):
+                    print(f"| {threads} | {idle} | {machine} | failed: {r} | | |")
+                    continue
+                policy = r["threads"] or {}
+                recorded = f"{policy.get('threads')} threads, spinning {policy.get('spinning')}"
+                print(
+                    f"| {threads} | {idle} | {machine} | {r['wall']:.1f} | {r['cpu']:.1f} | {recorded} |",
+                    flush=True,
+                )
+        finally:
+            if busy is not None:
+                busy.kill()
+                busy.wait()
+    print()
+
+
 def section_audit(players: list[int]) -> None:
     grids = {8: "grid:2x4", 16: "grid:4x4", 64: "grid:8x8"}
     print("## The 14-method digits audit: time and peak memory")
@@ -352,17 +411,10 @@ def section_audit(players: list[int]) -> None:
         if grid is None:
             print(f"| {n} | no digits grid for {n} players | | | | | |")
             continue
-        done = subprocess.run(
-            [sys.executable, "-c", _AUDIT_CHILD, str(ASSETS), grid],
-            capture_output=True,
-            text=True,
-            env=_env(),
-            cwd=ROOT,
-        )
-        if done.returncode != 0:
-            print(f"| {n} | failed: {done.stderr.strip().splitlines()[-1][:120]} | | | | | |")
+        r = _audit_in_child(grid, _env())
+        if isinstance(r, str):
+            print(f"| {n} | failed: {r} | | | | | |")
             continue
-        r = json.loads(done.stdout.strip().splitlines()[-1])
         slow = sorted(r["methods"].items(), key=lambda kv: -kv[1][1])[:3]
         slowest = ", ".join(f"{k} {v[1]:.1f}" for k, v in slow)
         reliable = ", ".join(k for k, v in r["methods"].items() if v[0] == "reliable")
@@ -496,6 +548,8 @@ def main() -> None:
             section_methods(args.repeats)
         elif section == "audit":
             section_audit([int(p) for p in args.audit_players.split(",") if p.strip()])
+        elif section == "threads":
+            section_threads()
         elif section == "scale":
             section_scale()
         elif section == "startup":
