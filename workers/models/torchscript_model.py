@@ -11,6 +11,7 @@ import torch
 
 from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from workers.models.native_output import captured_native_output
 from workers.models.torchscript_check import check_archive, check_module
 from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 
@@ -84,8 +85,9 @@ class TorchScriptModel(ModelAdapter):
             return None, "has no example input to trace the export"
         buffer = io.BytesIO()
         example = torch.from_numpy(self._example)
+        printed: list[str] = []
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), captured_native_output() as printed:
                 warnings.simplefilter("ignore")
                 torch.onnx.export(
                     self._module.cpu(),
@@ -100,6 +102,7 @@ class TorchScriptModel(ModelAdapter):
             graph = onnx_to_torch(parse_onnx(buffer.getvalue())).to(self.device)
         except Exception as exc:
             logger.info("TorchScript -> ONNX conversion failed: %s", exc)
+            logger.debug("the exporter printed: %s", "".join(printed)[:4000])
             return (
                 None,
                 f"could not be converted to ONNX ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})",
