@@ -188,8 +188,9 @@ def test_chunked_rows_give_the_same_relevance(monkeypatch: pytest.MonkeyPatch) -
     classes, refs = np.array([0, 1, 2]), np.zeros_like(x.numpy())
     whole = get_method("lrp_alpha_beta").attribute(ctx, x.numpy(), refs, classes)
     monkeypatch.setattr(module, "CHUNK", 2)
+    # Float32 rounding only: the convolution's kernel may differ with the batch size (a few ulps).
     np.testing.assert_allclose(
-        get_method("lrp_alpha_beta").attribute(ctx, x.numpy(), refs, classes), whole, atol=1e-7
+        get_method("lrp_alpha_beta").attribute(ctx, x.numpy(), refs, classes), whole, rtol=1e-5, atol=1e-6
     )
 
 
