@@ -1,12 +1,9 @@
 """Run an untrusted model's job in an isolated child process (ONNX and TorchScript alike).
 
-The worker never loads a model in its own process. :func:`run_sandboxed` starts a fresh interpreter,
-``python -I`` (no PYTHONPATH, no user site, no working directory on ``sys.path``: a ``json.py``
-lying anywhere cannot shadow a module), in an empty private directory, with a clean environment
-(thread settings only: no token, no key, no broker URL). The child reads its job from a pipe,
-imports the compute core, then confines itself (:mod:`workers.confine`: another user or no
-capabilities, a private network namespace, not dumpable, no new privileges, and Landlock: read-only
-code, no other file, no TCP), limits its address space (RLIMIT_AS: its size after the imports plus
+The worker never loads a model in its own process. Each job runs in a child process of its own,
+never reused, which confines itself (:mod:`workers.confine`: another user or no capabilities, a
+private network namespace, not dumpable, no new privileges, and Landlock: read-only code, no other
+file, no TCP, no signal out), limits its address space (RLIMIT_AS: its size before the model plus
 ``memory_bytes``) and CPU time (RLIMIT_CPU), and only then loads the model, once, and runs the whole
 job (:func:`workers.jobs.run_job`: every evaluation in batches, in that one process). TorchScript is
 refused where the file system cannot be confined, unless the operator allows it
@@ -16,10 +13,26 @@ The parent kills the child on cancellation, on the wall-clock limit, or when the
 stopped; a child that dies (out of memory, SIGXCPU, segfault, exit) fails its job with a reason and
 the worker carries on.
 
+How the child starts. By default each worker process keeps a *zygote* (:mod:`workers.forkserver`):
+``python -I`` (no PYTHONPATH, no user site, no working directory on ``sys.path``: a ``json.py``
+lying anywhere cannot shadow a module) in an empty private directory with a clean environment
+(thread settings only: no token, no key, no broker URL), which imports the compute core once and
+then forks one child per job; it never sees a job's data, never runs a model or an operator, and
+forks only while single-threaded. The child receives its job's pipes and a fresh private working
+directory, closes every other descriptor, and runs the same per-job code as a spawned child: read
+the job, confine, limit, run. Forking is safe here because everything a tenant could use is applied
+after the fork, exactly as after a spawn, and the zygote holds nothing a child may not see: no
+tenant data, no secret, the same clean environment. A zygote that dies fails only its jobs in
+flight and is restarted once; after that, or when it cannot fork safely, each job starts its own
+``python -I`` child as with XAUDIT_SANDBOX_FORKSERVER=0, which keeps one child started ahead (the
+spare) so a job does not wait for the imports, though it still pays their CPU.
+
 Environment: XAUDIT_SANDBOX_FORMATS (``all`` by default; ``torchscript``, ``onnx`` or ``none`` run
 the others in the worker's process: trusted models only), XAUDIT_SANDBOX_MEMORY_MB (4096),
 XAUDIT_SANDBOX_CPU_SECONDS (900), XAUDIT_SANDBOX_WALL_SECONDS (1800),
-XAUDIT_SANDBOX_ALLOW_UNCONFINED (unset). See docs/security.md.
+XAUDIT_SANDBOX_ALLOW_UNCONFINED (unset), XAUDIT_SANDBOX_FORKSERVER (``1``; ``0``: a fresh interpreter
+per job), XAUDIT_SANDBOX_PREWARM (``1``: start the zygote, or the spare, before the first job). See
+docs/security.md.
 """
 
 from __future__ import annotations
