@@ -63,7 +63,8 @@ def _die_with_parent_in_pool_children() -> None:
 
 
 def _prewarm_sandbox_in_pool_children() -> None:
-    """Each pool process starts its first model child now: a job need not wait for its imports."""
+    """Each pool process starts its sandbox zygote (or, without it, its first model child) now: a
+    job need not wait for the compute core's imports."""
     from celery.signals import worker_process_init
 
     def start(**_: object) -> None:

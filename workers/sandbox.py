@@ -1,12 +1,9 @@
 """Run an untrusted model's job in an isolated child process (ONNX and TorchScript alike).
 
-The worker never loads a model in its own process. :func:`run_sandboxed` starts a fresh interpreter,
-``python -I`` (no PYTHONPATH, no user site, no working directory on ``sys.path``: a ``json.py``
-lying anywhere cannot shadow a module), in an empty private directory, with a clean environment
-(thread settings only: no token, no key, no broker URL). The child reads its job from a pipe,
-imports the compute core, then confines itself (:mod:`workers.confine`: another user or no
-capabilities, a private network namespace, not dumpable, no new privileges, and Landlock: read-only
-code, no other file, no TCP), limits its address space (RLIMIT_AS: its size after the imports plus
+The worker never loads a model in its own process. Each job runs in a child process of its own,
+never reused, which confines itself (:mod:`workers.confine`: another user or no capabilities, a
+private network namespace, not dumpable, no new privileges, and Landlock: read-only code, no other
+file, no TCP, no signal out), limits its address space (RLIMIT_AS: its size before the model plus
 ``memory_bytes``) and CPU time (RLIMIT_CPU), and only then loads the model, once, and runs the whole
 job (:func:`workers.jobs.run_job`: every evaluation in batches, in that one process). TorchScript is
 refused where the file system cannot be confined, unless the operator allows it
@@ -16,10 +13,26 @@ The parent kills the child on cancellation, on the wall-clock limit, or when the
 stopped; a child that dies (out of memory, SIGXCPU, segfault, exit) fails its job with a reason and
 the worker carries on.
 
+How the child starts. By default each worker process keeps a *zygote* (:mod:`workers.forkserver`):
+``python -I`` (no PYTHONPATH, no user site, no working directory on ``sys.path``: a ``json.py``
+lying anywhere cannot shadow a module) in an empty private directory with a clean environment
+(thread settings only: no token, no key, no broker URL), which imports the compute core once and
+then forks one child per job; it never sees a job's data, never runs a model or an operator, and
+forks only while single-threaded. The child receives its job's pipes and a fresh private working
+directory, closes every other descriptor, and runs the same per-job code as a spawned child: read
+the job, confine, limit, run. Forking is safe here because everything a tenant could use is applied
+after the fork, exactly as after a spawn, and the zygote holds nothing a child may not see: no
+tenant data, no secret, the same clean environment. A zygote that dies fails only its jobs in
+flight and is restarted once; after that, or when it cannot fork safely, each job starts its own
+``python -I`` child as with XAUDIT_SANDBOX_FORKSERVER=0, which keeps one child started ahead (the
+spare) so a job does not wait for the imports, though it still pays their CPU.
+
 Environment: XAUDIT_SANDBOX_FORMATS (``all`` by default; ``torchscript``, ``onnx`` or ``none`` run
 the others in the worker's process: trusted models only), XAUDIT_SANDBOX_MEMORY_MB (4096),
 XAUDIT_SANDBOX_CPU_SECONDS (900), XAUDIT_SANDBOX_WALL_SECONDS (1800),
-XAUDIT_SANDBOX_ALLOW_UNCONFINED (unset). See docs/security.md.
+XAUDIT_SANDBOX_ALLOW_UNCONFINED (unset), XAUDIT_SANDBOX_FORKSERVER (``1``; ``0``: a fresh interpreter
+per job), XAUDIT_SANDBOX_PREWARM (``1``: start the zygote, or the spare, before the first job). See
+docs/security.md.
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ import math
 import os
 import pickle
 import queue
+import select
 import shutil
 import signal
 import struct
@@ -47,7 +61,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from workers import forkserver
 from workers.confine import landlock_abi
+from workers.forkserver import ForkedChild
 from workers.jobs import JobResult, Progress
 from workers.threads import CONCURRENCY_ENV, THREADS_ENV
 from xaudit.contract.errors import (
@@ -248,16 +264,25 @@ def _import_roots() -> list[str]:
 
 # The child's first code: fixed, no user data; its import roots come as arguments.
 _BOOT = f"import sys; sys.path.extend(sys.argv[1:]); from {__name__} import _child_main; _child_main()"
+# The zygote's: its control socket's descriptor, then the import roots.
+_ZYGOTE_BOOT = (
+    f"import sys; sys.path.extend(sys.argv[2:]); from {__name__} import _child_main; "
+    "_child_main(int(sys.argv[1]))"
+)
+
+
+def _private_directory() -> str:
+    # An empty directory of its own (0700, removed afterwards): nothing to import, nothing shared.
+    return tempfile.mkdtemp(prefix="xaudit-sandbox-")
 
 
 class _Process:
     """A started child and its private working directory, waiting for a job on its stdin."""
 
     def __init__(self) -> None:
-        # An empty directory of its own (0700, removed afterwards): nothing to import, nothing shared.
-        self.workdir = tempfile.mkdtemp(prefix="xaudit-sandbox-")
+        self.workdir = _private_directory()
         try:
-            self.proc = subprocess.Popen(
+            self.proc: subprocess.Popen[bytes] | ForkedChild = subprocess.Popen(
                 [sys.executable, "-I", "-c", _BOOT, *_import_roots()],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -269,14 +294,24 @@ class _Process:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
 
+    @classmethod
+    def forked(cls, child: ForkedChild, workdir: str) -> _Process:
+        """A child the zygote forked into ``workdir``."""
+        process = cls.__new__(cls)
+        process.proc, process.workdir = child, workdir
+        return process
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait()
+        with contextlib.suppress(XauditError):  # a forked child whose zygote died: gone with it
+            self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
                 if stream is not None:
                     stream.close()
+        if isinstance(self.proc, ForkedChild):
+            self.proc.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -290,10 +325,22 @@ def _prewarm_enabled() -> bool:
     return os.environ.get("XAUDIT_SANDBOX_PREWARM", "1").strip().lower() not in ("0", "false", "no")
 
 
+def _forkserver_enabled() -> bool:
+    return (
+        os.environ.get(_FORKSERVER, "1").strip().lower() not in ("0", "false", "no")
+        and forkserver.available()
+        and _zygote_broken is None
+    )
+
+
 def prewarm() -> None:
-    """Start the next job's child now (from a long-lived thread: the child dies with this thread)."""
+    """Start the zygote, or the next job's spare child, now (from a long-lived thread: a spare child
+    dies with this thread)."""
     global _spare
     if not _prewarm_enabled():
+        return
+    if _forkserver_enabled():
+        _running_zygote()
         return
     with _spare_lock:
         if _spare is None or _spare.proc.poll() is not None:
@@ -304,6 +351,10 @@ def prewarm() -> None:
 
 def _take_process() -> _Process:
     global _spare
+    if _forkserver_enabled():
+        forked = _fork_process()
+        if forked is not None:
+            return forked
     with _spare_lock:
         spare, _spare = _spare, None
     if spare is not None and spare.proc.poll() is None and _prewarm_enabled():
@@ -311,6 +362,71 @@ def _take_process() -> _Process:
     if spare is not None:
         spare.close()
     return _Process()
+
+
+# -- the zygote: one per worker process, imports once, forks a child per job -----------------------
+
+_FORKSERVER = "XAUDIT_SANDBOX_FORKSERVER"
+_ZYGOTE_TIMEOUT = 300.0  # seconds for a new zygote's imports and first fork on a loaded machine
+_zygote: forkserver.ForkServer | None = None
+_zygote_dir: str | None = None
+_zygote_broken: str | None = None  # why this process gave up on the zygote and spawns instead
+_zygote_lock = threading.Lock()
+
+
+def _zygote_env() -> dict[str, str]:
+    """The children's environment, and what keeps the zygote single-threaded: numpy's and scipy's
+    OpenBLAS start their thread pool when loaded unless told to use one thread, and onnxruntime
+    starts a telemetry thread at import (a model's process has nothing to report anyway)."""
+    return _child_env() | {"OPENBLAS_NUM_THREADS": "1", "ORT_DISABLE_TELEMETRY": "1"}
+
+
+def _running_zygote(fresh: bool = False) -> forkserver.ForkServer:
+    """This process's zygote, started (or restarted: dead, ``fresh``, or a changed environment)."""
+    global _zygote, _zygote_dir
+    with _zygote_lock:
+        env = _zygote_env()
+        if fresh or _zygote is None or not _zygote.alive() or _zygote.env != env:
+            _stop_zygote()
+            _zygote_dir = _private_directory()
+            _zygote = forkserver.ForkServer(_ZYGOTE_BOOT, _import_roots(), env, _zygote_dir)
+            logger.info("sandbox fork server %d started", _zygote.process.pid)
+        return _zygote
+
+
+def _stop_zygote() -> None:
+    global _zygote, _zygote_dir
+    if _zygote is not None:
+        _zygote.close()
+    if _zygote_dir is not None:
+        shutil.rmtree(_zygote_dir, ignore_errors=True)
+    _zygote = _zygote_dir = None
+
+
+def _fork_process() -> _Process | None:
+    """A child forked by the zygote; after a zygote that died, a new zygote's; None (spawn this job,
+    and every later one) when that fails too or when the zygote cannot fork safely."""
+    global _zygote_broken
+    workdir = _private_directory()
+    for attempt in range(2):
+        try:
+            zygote = _running_zygote(fresh=attempt > 0)
+        except OSError as exc:
+            why = f"cannot start it: {exc}"
+            break
+        child = zygote.fork(workdir, _ZYGOTE_TIMEOUT)
+        if child is not None:
+            return _Process.forked(child, workdir)
+        why = f"it refused to fork: {zygote.refused}" if zygote.refused else "it stopped"
+        logger.warning("sandbox fork server %d: %s", zygote.process.pid, why)
+        if zygote.refused:
+            break
+    shutil.rmtree(workdir, ignore_errors=True)
+    with _zygote_lock:
+        _stop_zygote()
+        _zygote_broken = why
+    logger.warning("sandbox fork server given up (%s): each job starts its own process now", why)
+    return None
 
 
 def _send_job(stream: IO[bytes], job: Mapping[str, Any]) -> None:
@@ -356,7 +472,8 @@ class _Child:
         finally:
             if proc.poll() is None:
                 proc.kill()
-            proc.wait()
+            with contextlib.suppress(XauditError):  # a forked child whose zygote died: gone with it
+                proc.wait()
             reader.join(timeout=5)
             child.close()
             with contextlib.suppress(Exception):  # a failed start surfaces with the next job
@@ -364,7 +481,7 @@ class _Child:
 
     def _wait(
         self,
-        proc: subprocess.Popen[bytes],
+        proc: subprocess.Popen[bytes] | ForkedChild,
         frames: queue.Queue[tuple[bytes, bytes] | None],
         progress: Progress | None,
         should_stop: Callable[[], bool] | None,
@@ -537,32 +654,61 @@ def _failure(exc: BaseException, limits: Mapping[str, Any]) -> tuple[str, str]:
     return "INTERNAL", f"internal error while running the model ({type(exc).__name__})"
 
 
-def _child_main() -> None:
-    # fd 1 becomes the private result channel; anything the model or a library prints goes to stderr.
+def _result_channel() -> IO[bytes]:
+    """fd 1 becomes the private result channel; anything the model or a library prints goes to stderr."""
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    die_with_parent()
-    # What every job needs, imported before the confinement and the limits (imports need files and
-    # address space). A spare child, waiting for its job, goes on to import the rest of the compute
-    # core; one with a job waiting leaves that to the job (Landlock keeps the code readable).
-    import select
+    return channel
 
+
+def _import_core() -> None:
+    """What every job needs, imported before the confinement and the limits (imports need files and
+    address space)."""
     import onnxruntime  # noqa: F401
 
+    import workers.confine
+    import workers.jobs
+    import workers.metrics
     import workers.models.onnx_model
-    import workers.models.torchscript_model
+    import workers.models.torchscript_model  # noqa: F401
+
+
+def _import_rest() -> None:
+    """The rest of the compute core, for a process that imports ahead of its job (a spare child, the
+    zygote). captum brings matplotlib, whose font list is read from the user's cache: once confined,
+    the child could neither read nor save it and would rebuild it for every job."""
+    import captum.attr  # noqa: F401
+    import torch.onnx  # noqa: F401
+
+    import workers.audit
+    import workers.explain  # noqa: F401
+
+
+def _child_main(zygote_control: int | None = None) -> None:
+    """A model process's first code: a spawned child runs one job; with ``zygote_control`` (its
+    control socket's descriptor) the process is the zygote, and each child it forks runs one job."""
+    if zygote_control is not None:
+        os.dup2(2, 1)  # nothing it prints reaches the worker's stdout
+        _import_core()
+        _import_rest()
+        from workers.forkserver import serve
+
+        serve(zygote_control, lambda: _run_job_here(_result_channel()))
+    channel = _result_channel()
+    die_with_parent()
+    _import_core()
+    # One with a job waiting leaves the rest to the job (Landlock keeps the code readable).
+    if not select.select([sys.stdin], [], [], 0)[0]:
+        _import_rest()
+    _run_job_here(channel)
+
+
+def _run_job_here(channel: IO[bytes]) -> None:
+    """The per-job part of every model process (spawned or forked): read the job, confine this
+    process, limit it, run the job, send its frames, exit."""
     from workers import metrics
     from workers.confine import confine
     from workers.jobs import run_job
-
-    if not select.select([sys.stdin], [], [], 0)[0]:
-        # captum brings matplotlib, whose font list is read from the user's cache: once confined,
-        # the child could neither read nor save it and would rebuild it for every job.
-        import captum.attr  # noqa: F401
-        import torch.onnx  # noqa: F401
-
-        import workers.audit
-        import workers.explain  # noqa: F401
 
     try:
         job = pickle.load(sys.stdin.buffer)  # from the worker (trusted), before any model code runs

@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = JobSpec(kind="attribution", players="features", methods=("gradient_x_input",), device="cpu")
 X = np.random.default_rng(0).standard_normal((2, MLP_FEATURES)).astype(np.float32)
 needs_landlock = pytest.mark.skipif(not landlock_abi(), reason="this kernel has no Landlock")
+# Both ways of starting a model process: forked by the zygote (the default) and spawned per job.
+MODES = [pytest.param("1", id="forkserver"), pytest.param("0", id="spawn")]
 
 
 @pytest.fixture
@@ -46,7 +48,11 @@ def key_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_model_reading_the_signing_key_is_refused_naming_the_operator(key_file: Path) -> None:
+@pytest.mark.parametrize("forkserver", MODES)
+def test_a_model_reading_the_signing_key_is_refused_naming_the_operator(
+    key_file: Path, monkeypatch: pytest.MonkeyPatch, forkserver: str
+) -> None:
+    monkeypatch.setenv("XAUDIT_SANDBOX_FORKSERVER", forkserver)
     model = file_reader_torchscript(str(key_file), 8)
     # Control: loaded without the check, the scripted model returns the key's bytes as its output.
     leaked = torch.jit.load(io.BytesIO(model))(torch.from_numpy(X))
@@ -150,26 +156,36 @@ def test_confinement_denies_the_key_the_parents_environ_writes_and_network(key_f
     assert "landlock ABI" in seen["how"]
 
 
-def _children() -> list[int]:
-    me = str(os.getpid())
-    out = []
+def _parents() -> dict[int, int]:
+    out = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if stat.rsplit(")", 1)[1].split()[1] == me:
-                out.append(int(entry.name))
+            out[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
     return out
 
 
+def _model_processes() -> set[int]:
+    """This process's descendants that have no child: a spawned model process is a child, a forked
+    one a grandchild (its parent, the zygote, is not a model process)."""
+    parents = _parents()
+    tree = {os.getpid()}
+    while grown := {pid for pid, parent in parents.items() if parent in tree} - tree:
+        tree |= grown
+    return {pid for pid in tree - {os.getpid()} if pid not in parents.values()}
+
+
+@pytest.mark.parametrize("forkserver", MODES)
 def test_cancelling_kills_a_spinning_onnx_model_whose_process_holds_no_secret(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, forkserver: str
 ) -> None:
     monkeypatch.setenv("XAUDIT_WORKER_TOKEN", "s3cret")
     monkeypatch.setenv("XAUDIT_SANDBOX_PREWARM", "0")
-    before = set(_children())
+    monkeypatch.setenv("XAUDIT_SANDBOX_FORKSERVER", forkserver)
+    before = _model_processes()
     loading = threading.Event()
     cancel = threading.Event()
     outcome: list[BaseException] = []
@@ -186,14 +202,17 @@ def test_cancelling_kills_a_spinning_onnx_model_whose_process_holds_no_secret(
     thread = threading.Thread(target=run)
     thread.start()
     assert loading.wait(180), "the sandbox never started the model"
-    (child,) = set(_children()) - before
+    (child,) = _model_processes() - before
     time.sleep(1.0)  # spinning in the Loop now
     status = Path(f"/proc/{child}/status").read_text()
     assert b"s3cret" not in Path(f"/proc/{child}/environ").read_bytes()
     assert "NoNewPrivs:\t1" in status and "CapEff:\t0000000000000000" in status
+    parent = _parents()[child]
+    assert (parent == os.getpid()) == (forkserver == "0")  # forked: the zygote's child
     cancel.set()
     started = time.monotonic()
     thread.join(30)
     assert not thread.is_alive() and isinstance(outcome[0], Cancelled)
     assert time.monotonic() - started < 5
     assert not Path(f"/proc/{child}").exists(), "the model's process outlived its cancelled job"
+    assert parent == os.getpid() or Path(f"/proc/{parent}").exists(), "the cancel killed the zygote"
