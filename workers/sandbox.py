@@ -11,7 +11,8 @@ refused where the file system cannot be confined, unless the operator allows it
 ``.npz`` data (read with ``allow_pickle=False``: nothing the child sends can run code in the worker).
 The parent kills the child on cancellation, on the wall-clock limit, or when the Celery task is
 stopped; a child that dies (out of memory, SIGXCPU, segfault, exit) fails its job with a reason and
-the worker carries on.
+the worker carries on. This module is the worker's side; the model process's side is
+:mod:`workers.sandbox_child`, and what they say to each other :mod:`workers.sandbox_wire`.
 
 How the child starts. By default each worker process keeps a *zygote* (:mod:`workers.forkserver`):
 ``python -I`` (no PYTHONPATH, no user site, no working directory on ``sys.path``: a ``json.py``
@@ -38,17 +39,14 @@ docs/security.md.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import math
 import os
 import pickle
 import queue
-import select
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -65,6 +63,7 @@ from workers import forkserver
 from workers.confine import landlock_abi
 from workers.forkserver import ForkedChild
 from workers.jobs import JobResult, Progress
+from workers.sandbox_wire import ALLOW_UNCONFINED_ENV, METRIC_OPS, NO_CONFINEMENT, decode_result, read_frames
 from workers.threads import CONCURRENCY_ENV, THREADS_ENV
 from xaudit.contract.errors import (
     Cancelled,
@@ -75,7 +74,6 @@ from xaudit.contract.errors import (
     XauditError,
     error_for_code,
 )
-from xaudit.contract.process import die_with_parent
 from xaudit.contract.spec import JobSpec
 
 __all__ = ["SandboxLimits", "allow_unconfined", "isolated_formats", "prewarm", "run_sandboxed"]
@@ -83,8 +81,6 @@ __all__ = ["SandboxLimits", "allow_unconfined", "isolated_formats", "prewarm", "
 logger = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-_HEADER = struct.Struct(">cQ")  # frame type, payload length
-_MAX_FRAME = 2 << 30
 # Codes a child may report; anything else is reported as a crash of the model.
 _CHILD_CODES = (
     "INVALID_ARGUMENT",
@@ -93,7 +89,6 @@ _CHILD_CODES = (
     "DEADLINE_EXCEEDED",
     "INTERNAL",
 )
-_ALLOW_UNCONFINED = "XAUDIT_SANDBOX_ALLOW_UNCONFINED"
 
 
 @dataclass(frozen=True)
@@ -134,7 +129,7 @@ def isolated_formats() -> frozenset[str]:
 
 def allow_unconfined() -> bool:
     """The operator's explicit consent to run TorchScript where the file system cannot be confined."""
-    return os.environ.get(_ALLOW_UNCONFINED, "").strip().lower() in ("1", "true", "yes")
+    return os.environ.get(ALLOW_UNCONFINED_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def run_sandboxed(
@@ -155,63 +150,13 @@ def run_sandboxed(
         return run_job(spec, model_bytes, fmt, tensors, progress, should_stop)
     need_filesystem = fmt == "torchscript" and not allow_unconfined()
     if need_filesystem and not landlock_abi():
-        raise FailedPrecondition(_NO_CONFINEMENT)
+        raise FailedPrecondition(NO_CONFINEMENT)
     return _Child(limits or SandboxLimits.from_env()).run(
         spec, model_bytes, fmt, tensors, progress, should_stop, need_filesystem
     )
 
 
-_NO_CONFINEMENT = (
-    "this worker cannot confine a model's file access (its kernel has no Landlock), so it refuses to "
-    f"run TorchScript, which can run code; the operator may allow it with {_ALLOW_UNCONFINED}=1"
-)
-
-
 # -- parent side -----------------------------------------------------------------------------------
-
-
-def _write_frame(out: IO[bytes], kind: bytes, payload: bytes) -> None:
-    out.write(_HEADER.pack(kind, len(payload)))
-    out.write(payload)
-    out.flush()
-
-
-def _read_frames(stream: IO[bytes], frames: queue.Queue[tuple[bytes, bytes] | None]) -> None:
-    try:
-        while True:
-            header = stream.read(_HEADER.size)
-            if len(header) < _HEADER.size:
-                return
-            kind, size = _HEADER.unpack(header)
-            if size > _MAX_FRAME:
-                return
-            payload = stream.read(size)
-            if len(payload) < size:
-                return
-            frames.put((kind, payload))
-    except (OSError, ValueError):
-        return
-    finally:
-        frames.put(None)
-
-
-def _decode_result(payload: bytes) -> JobResult:
-    with np.load(io.BytesIO(payload), allow_pickle=False) as data:
-        meta = json.loads(bytes(data["__meta__"]).decode("utf-8"))
-        report = bytes(data["__report__"]) if "__report__" in data.files else None
-        attributions = {
-            name[len("attr/") :]: np.array(data[name]) for name in data.files if name.startswith("attr/")
-        }
-        target_values = np.array(data["target_values"]) if "target_values" in data.files else None
-        target_classes = np.array(data["target_classes"]) if "target_classes" in data.files else None
-    return JobResult(
-        str(meta["kind"]),
-        report,
-        attributions,
-        {str(k): str(v) for k, v in dict(meta.get("not_applicable") or {}).items()},
-        target_values,
-        target_classes,
-    )
 
 
 def _death_reason(returncode: int, limits: SandboxLimits) -> XauditError:
@@ -263,11 +208,13 @@ def _import_roots() -> list[str]:
 
 
 # The child's first code: fixed, no user data; its import roots come as arguments.
-_BOOT = f"import sys; sys.path.extend(sys.argv[1:]); from {__name__} import _child_main; _child_main()"
+_BOOT = (
+    "import sys; sys.path.extend(sys.argv[1:]); from workers.sandbox_child import child_main; child_main()"
+)
 # The zygote's: its control socket's descriptor, then the import roots.
 _ZYGOTE_BOOT = (
-    f"import sys; sys.path.extend(sys.argv[2:]); from {__name__} import _child_main; "
-    "_child_main(int(sys.argv[1]))"
+    "import sys; sys.path.extend(sys.argv[2:]); from workers.sandbox_child import child_main; "
+    "child_main(int(sys.argv[1]))"
 )
 
 
@@ -454,7 +401,7 @@ class _Child:
         logger.info("sandbox %d runs a %s model (limits %s)", proc.pid, fmt, self.limits)
         assert proc.stdin is not None and proc.stdout is not None
         frames: queue.Queue[tuple[bytes, bytes] | None] = queue.Queue()
-        reader = threading.Thread(target=_read_frames, args=(proc.stdout, frames), daemon=True)
+        reader = threading.Thread(target=read_frames, args=(proc.stdout, frames), daemon=True)
         reader.start()
         try:
             job = {
@@ -508,7 +455,7 @@ class _Child:
                 _replay_metrics(payload)
             elif kind == b"R":
                 try:
-                    return _decode_result(payload)
+                    return decode_result(payload)
                 except Exception as exc:  # whatever the child sent, it is no result
                     raise InvalidModel(
                         f"the model's process sent a malformed result ({type(exc).__name__})"
@@ -531,43 +478,7 @@ class _Child:
                 )
 
 
-# -- metrics: recorded in the child, counted by the worker -----------------------------------------
-
-# What the child may ask the worker to record (workers.metrics.WorkerMetrics attributes).
-_METRIC_OPS = {
-    "forward_passes": "inc", "forward_samples": "inc", "backward_passes": "inc",
-    "backward_samples": "inc", "method_seconds": "observe", "verdicts": "inc",
-    "onnx_sessions": "inc", "cpu_fallbacks": "inc", "device_info": "set",
-}  # fmt: skip
-
-
-class _Recorder:
-    """Stands in for a prometheus metric in the child: keeps each call for the worker to replay."""
-
-    def __init__(self, name: str, log: list[list[Any]], labels: tuple[str, ...] = ()) -> None:
-        self._name, self._log, self._labels = name, log, labels
-
-    def labels(self, *labels: str) -> _Recorder:
-        return _Recorder(self._name, self._log, tuple(str(v) for v in labels))
-
-    def _record(self, op: str, value: float) -> None:
-        self._log.append([self._name, list(self._labels), op, float(value)])
-
-    def inc(self, value: float = 1.0) -> None:
-        self._record("inc", value)
-
-    def observe(self, value: float) -> None:
-        self._record("observe", value)
-
-    def set(self, value: float) -> None:
-        self._record("set", value)
-
-
-class _RecordingMetrics:
-    def __init__(self) -> None:
-        self.log: list[list[Any]] = []
-        for name in _METRIC_OPS:
-            setattr(self, name, _Recorder(name, self.log))
+# -- metrics: recorded in the child (workers.sandbox_child), counted by the worker -----------------
 
 
 def _replay_metrics(payload: bytes) -> None:
@@ -580,7 +491,7 @@ def _replay_metrics(payload: bytes) -> None:
     try:
         calls = json.loads(payload)
         for name, labels, op, value in calls[:10_000]:
-            if _METRIC_OPS.get(name) != op or not math.isfinite(value) or value < 0:
+            if METRIC_OPS.get(name) != op or not math.isfinite(value) or value < 0:
                 continue
             metric = getattr(metrics, name)
             if labels:
@@ -588,162 +499,3 @@ def _replay_metrics(payload: bytes) -> None:
             getattr(metric, op)(value)
     except (ValueError, TypeError, AttributeError):
         logger.warning("the sandbox sent malformed metrics; ignored")
-
-
-# -- child side ------------------------------------------------------------------------------------
-
-
-def _vm_size() -> int:
-    with open("/proc/self/status") as status:  # no guess: a wrong size would starve or free the model
-        for line in status:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("no VmSize in /proc/self/status")
-
-
-def _apply_limits(limits: Mapping[str, Any], vm_size: int) -> None:
-    """``vm_size``: the address space in use before the model, measured before the confinement
-    (which closes /proc)."""
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file
-    memory = limits.get("memory_bytes")
-    if memory:
-        ceiling = vm_size + int(memory)
-        resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
-    cpu = limits.get("cpu_seconds")
-    if cpu:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        soft = int(usage.ru_utime + usage.ru_stime) + int(cpu)
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 5))
-
-
-def _encode_result(result: JobResult) -> bytes:
-    arrays: dict[str, np.ndarray] = {
-        "__meta__": np.frombuffer(
-            json.dumps({"kind": result.kind, "not_applicable": result.not_applicable}).encode(), np.uint8
-        )
-    }
-    if result.report is not None:
-        arrays["__report__"] = np.frombuffer(result.report, np.uint8)
-    for name, array in result.attributions.items():
-        arrays[f"attr/{name}"] = np.asarray(array)
-    if result.target_values is not None:
-        arrays["target_values"] = np.asarray(result.target_values)
-    if result.target_classes is not None:
-        arrays["target_classes"] = np.asarray(result.target_classes)
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)  # type: ignore[arg-type]
-    return buffer.getvalue()
-
-
-# Messages of allocators that failed under RLIMIT_AS (torch, onnxruntime, C++).
-_ALLOCATION_FAILURES = ("bad_alloc", "failed to allocate", "can't allocate memory", "out of memory")
-
-
-def _failure(exc: BaseException, limits: Mapping[str, Any]) -> tuple[str, str]:
-    """The code and message the worker gets for an exception of the job."""
-    if isinstance(exc, XauditError):
-        return exc.code, str(exc)
-    text = str(exc).lower()
-    if isinstance(exc, MemoryError) or any(m in text for m in _ALLOCATION_FAILURES):
-        memory = limits.get("memory_bytes")
-        size = f" of {int(memory) // MiB} MiB" if memory else ""
-        return "RESOURCE_EXHAUSTED", f"the model ran out of its memory limit{size} (an allocation failed)"
-    logging.getLogger(__name__).error("sandboxed job failed: %s: %s", type(exc).__name__, str(exc)[:500])
-    return "INTERNAL", f"internal error while running the model ({type(exc).__name__})"
-
-
-def _result_channel() -> IO[bytes]:
-    """fd 1 becomes the private result channel; anything the model or a library prints goes to stderr."""
-    channel = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    return channel
-
-
-def _import_core() -> None:
-    """What every job needs, imported before the confinement and the limits (imports need files and
-    address space)."""
-    import onnxruntime  # noqa: F401
-
-    import workers.confine
-    import workers.jobs
-    import workers.metrics
-    import workers.models.onnx_model
-    import workers.models.torchscript_model  # noqa: F401
-
-
-def _import_rest() -> None:
-    """The rest of the compute core, for a process that imports ahead of its job (a spare child, the
-    zygote). captum brings matplotlib, whose font list is read from the user's cache: once confined,
-    the child could neither read nor save it and would rebuild it for every job."""
-    import captum.attr  # noqa: F401
-    import torch.onnx  # noqa: F401
-
-    import workers.audit
-    import workers.explain  # noqa: F401
-
-
-def _child_main(zygote_control: int | None = None) -> None:
-    """A model process's first code: a spawned child runs one job; with ``zygote_control`` (its
-    control socket's descriptor) the process is the zygote, and each child it forks runs one job."""
-    if zygote_control is not None:
-        os.dup2(2, 1)  # nothing it prints reaches the worker's stdout
-        _import_core()
-        _import_rest()
-        from workers.forkserver import serve
-
-        serve(zygote_control, lambda: _run_job_here(_result_channel()))
-    channel = _result_channel()
-    die_with_parent()
-    _import_core()
-    # One with a job waiting leaves the rest to the job (Landlock keeps the code readable).
-    if not select.select([sys.stdin], [], [], 0)[0]:
-        _import_rest()
-    _run_job_here(channel)
-
-
-def _run_job_here(channel: IO[bytes]) -> None:
-    """The per-job part of every model process (spawned or forked): read the job, confine this
-    process, limit it, run the job, send its frames, exit."""
-    from workers import metrics
-    from workers.confine import confine
-    from workers.jobs import run_job
-
-    try:
-        job = pickle.load(sys.stdin.buffer)  # from the worker (trusted), before any model code runs
-    except EOFError:  # a spare child whose worker stopped: nothing to do
-        os._exit(0)
-
-    def send(kind: bytes, message: object) -> None:
-        _write_frame(channel, kind, json.dumps(message).encode())
-
-    recording = _RecordingMetrics()
-    metrics.activate(recording)  # type: ignore[arg-type]  # the worker replays what it records
-    try:
-        vm_size = _vm_size()
-        confinement = confine()
-        if job["need_filesystem"] and not confinement.filesystem:
-            raise FailedPrecondition(_NO_CONFINEMENT)
-        _apply_limits(job["limits"], vm_size)
-        send(b"S", confinement.describe())
-
-        def send_progress(fraction: float, message: str) -> None:
-            send(b"P", {"fraction": fraction, "message": message})
-
-        result = run_job(
-            JobSpec.from_json(job["spec"]), job["model"], job["format"], job["tensors"], send_progress
-        )
-        send(b"M", recording.log)
-        _write_frame(channel, b"R", _encode_result(result))
-    except BaseException as exc:
-        code, message = _failure(exc, job["limits"])
-        with contextlib.suppress(Exception):
-            send(b"M", recording.log)
-        send(b"E", {"code": code, "message": message})
-    channel.close()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    _child_main()

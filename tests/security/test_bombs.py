@@ -69,7 +69,7 @@ def _confined_sandboxes() -> set[int]:
     for entry in Path("/proc").iterdir():
         try:
             if (
-                b"_child_main" in (entry / "cmdline").read_bytes()
+                b"child_main" in (entry / "cmdline").read_bytes()
                 and "NoNewPrivs:\t1" in (entry / "status").read_text()
             ):
                 out.add(int(entry.name))

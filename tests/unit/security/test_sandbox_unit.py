@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import io
+import os
 import signal
 
 import numpy as np
 import pytest
 
 from workers.jobs import JobResult
-from workers.sandbox import SandboxLimits, _child_env, _death_reason, _decode_result, _encode_result
+from workers.sandbox import SandboxLimits, _child_env, _death_reason
+from workers.sandbox_wire import decode_result, encode_result
 from xaudit.contract.errors import InvalidModel, ResourceExhausted
 
 
@@ -22,7 +24,7 @@ def test_result_round_trip() -> None:
         np.array([0.5, 0.25], np.float32),
         np.array([1, 2], np.int64),
     )
-    back = _decode_result(_encode_result(result))
+    back = decode_result(encode_result(result))
     assert back.kind == "audit" and back.report == result.report
     assert back.not_applicable == result.not_applicable
     np.testing.assert_array_equal(
@@ -39,7 +41,7 @@ def test_a_child_cannot_send_pickles() -> None:
         **{"attr/evil": np.array([object()], dtype=object)},
     )
     with pytest.raises(ValueError, match="allow_pickle"):  # the worker turns this into a failed job
-        _decode_result(buffer.getvalue())
+        decode_result(buffer.getvalue())
 
 
 def test_death_reasons() -> None:
@@ -59,8 +61,11 @@ def test_only_thread_settings_reach_the_model(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("XAUDIT_WORKER_CONCURRENCY", "2")  # the child shares the CPUs by it
     env = _child_env()
     assert env == {"OMP_NUM_THREADS": "1", "XAUDIT_WORKER_CONCURRENCY": "2", "PATH": env["PATH"]} | {
-        k: v for k, v in env.items() if k.startswith(("MKL_", "LC_", "LANG", "OPENBLAS_", "CUDA_", "TZ"))
+        k: v
+        for k, v in env.items()
+        if k.startswith(("MKL_", "LC_", "LANG", "OPENBLAS_", "CUDA_", "TZ", "OMP_WAIT_POLICY"))
     }
+    assert env.get("OMP_WAIT_POLICY") == os.environ.get("OMP_WAIT_POLICY")  # idle threads sleep there too
     assert "secret" not in env.values()
 
 
