@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -78,6 +78,24 @@ class GameResult:
         return shapley_from_interactions(self.subsets, self.interactions, self.n)
 
 
+_Call = tuple["ModelAdapter", slice, slice]  # the model, the samples, the sub-inputs of one call
+
+
+def _calls(model: ModelAdapter, samples: int, m: int, rows: int) -> Iterator[_Call]:
+    """The forward calls of a game of ``m`` sub-inputs per sample, at most ``rows`` rows each: whole
+    samples together when they fit and share the model (one-input models), else one sample's chunks
+    at a time (a model with held-fixed inputs binds them per sample: workers.inputs)."""
+    per_call = rows // m
+    if per_call > 1 and all(model.for_sample(s) is model for s in range(samples)):
+        for first in range(0, samples, per_call):
+            yield model, slice(first, first + per_call), slice(0, m)
+        return
+    for s in range(samples):
+        bound = model.for_sample(s)
+        for start in range(0, m, rows):
+            yield bound, slice(s, s + 1), slice(start, start + rows)
+
+
 def play(
     model: ModelAdapter,
     inputs: np.ndarray,
@@ -114,21 +132,20 @@ def play(
     needs_full = order < n
     evaluated = np.concatenate([subsets, grand]) if needs_full else subsets
     values = np.empty((len(inputs), len(evaluated)))
-    done, total = 0, len(inputs) * len(evaluated)
     rows = model.rows_per_call(int(np.prod(inputs.shape[1:])))
     # once: (m, n) bool; every subset in bitmask order is the same table for every call at this n
     exact_table = family is None and not needs_full and n <= MAX_EXACT_PLAYERS
     bits = all_subset_bits(n) if exact_table else subset_bits(evaluated, n)
-    for s, (x, b) in enumerate(zip(inputs, baselines, strict=True)):
-        cls = np.full(rows, classes[s])
-        sample_model = model.for_sample(s)  # held-fixed inputs of this sample (workers.inputs)
-        for start in range(0, len(evaluated), rows):
-            chunk = bits[start : start + rows]
-            out = sample_model.predict(masked_from_bits(chunk, x, b, players))
-            values[s, start : start + len(chunk)] = target.values(out, cls[: len(chunk)])
-            done += len(chunk)
-            if progress:
-                progress(done, total)
+    done, total = 0, len(inputs) * len(evaluated)
+    for call_model, samples, chunk in _calls(model, len(inputs), len(evaluated), rows):
+        sub = bits[chunk]
+        masked = np.where(sub[None, :, players.labels], inputs[samples, None], baselines[samples, None])
+        out = call_model.predict(masked.reshape(-1, *inputs.shape[1:]).astype(np.float32, copy=False))
+        cls = np.repeat(np.asarray(classes)[samples], len(sub))
+        values[samples, chunk] = target.values(out, cls).reshape(-1, len(sub))
+        done += len(cls)
+        if progress:
+            progress(done, total)
     game_values = values[:, : len(subsets)]
     full = values[:, -1]
     if family is None:
