@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+from workers.allocator import keep_freed_memory
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.devices import resolve_device
 from workers.threads import apply as apply_thread_policy
@@ -22,6 +23,7 @@ def load_model(
     fmt = (model_format or detect_format(data)).lower()
     sha256 = hashlib.sha256(data).hexdigest()
     apply_thread_policy()  # before the first session or graph: workers.threads
+    keep_freed_memory()  # tensors reuse freed memory instead of faulting in fresh pages
     torch_device = resolve_device(device)
     if fmt == "onnx":
         from workers.models.onnx_model import OnnxModel
