@@ -22,8 +22,10 @@ def test_attribution_end_to_end_matches_local_run(embedded_service: Service) -> 
     model = mlp_onnx()
     sha = upload(api, model)
     assert upload(api, model) == sha  # same bytes, same ref
-    x = inputs()
-    methods = {"gradient_x_input": {}, "integrated_gradients": {"steps": "32"}}
+    # Long enough (about a second of Integrated Gradients) for progress to be streamed between the
+    # methods: the worker sends progress at most every 0.2 s, and a forked model process starts at once.
+    x = inputs(batch=1024)
+    methods = {"gradient_x_input": {}, "integrated_gradients": {"steps": "1024"}}
     job = api.SubmitAttribution(request(sha, x, methods), timeout=30)
     assert job.state == audit_pb2.JOB_STATE_QUEUED
     seen = list(api.WatchJob(audit_pb2.WatchJobRequest(job_id=job.id), timeout=120))
@@ -38,7 +40,7 @@ def test_attribution_end_to_end_matches_local_run(embedded_service: Service) -> 
         kind="attribution",
         players="features",
         methods=tuple(methods),
-        method_params={"integrated_gradients": {"steps": 32}},
+        method_params={"integrated_gradients": {"steps": 1024}},
         device="cpu",
     )
     local = run_job(spec, model, "onnx", {"inputs": x})
