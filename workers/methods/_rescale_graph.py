@@ -64,7 +64,8 @@ class RescaleGraph:
                 delta_in = z - at_reference(step.source)
                 multiplier = torch.sub(y, at_reference(step.node)).div_(delta_in)
                 unchanged = delta_in.abs_() < EPS
-                multiplier = torch.where(unchanged, (z > 0).to(z), multiplier, out=multiplier)
+                gradient = torch.sign(y, out=delta_in)  # the ReLU's own gradient: 1 where z > 0, else 0
+                multiplier = torch.where(unchanged, gradient, multiplier, out=multiplier)
             return rerouted(y, z, multiplier)
 
         replace = {s.node: (lambda z, s=s: rescaled(z, s)) for s in self.relus}
