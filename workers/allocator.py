@@ -3,9 +3,10 @@
 A method's elementwise steps allocate and free tensors of a few megabytes each, thousands of times
 per audit. glibc serves such sizes with fresh ``mmap`` pages (or trims its heap after freeing them),
 so every new tensor is page-faulted in again: 357 minor faults per step of DeepLIFT's ReLU rule on
-one 512-row batch of the digits CNN, against 10 with the thresholds below: 17-21% of a rule method's
-time in a fresh process, 3.3 s -> 2.8 s for the 8-player digits audit (README "Performance"). Raising the mmap and trim thresholds keeps up to
-``TRIM_THRESHOLD`` of freed memory for reuse; the sandbox's address-space limit counts it as before.
+one 512-row batch of the digits CNN, against 10 with the thresholds below: 17-21% of a rule
+method's time in a fresh process, 3.3 s -> 2.8 s for the 8-player digits audit (README
+"Performance"). Raising the mmap and trim thresholds keeps up to ``TRIM_THRESHOLD`` of freed memory
+for reuse; the sandbox's address-space limit counts it as before.
 """
 
 from __future__ import annotations

@@ -8,10 +8,12 @@ sets ``XAUDIT_THREADS`` for the processes the CLI starts) overrides the default,
 
 Idle threads sleep rather than spin (torch's OpenMP through ``OMP_WAIT_POLICY=PASSIVE``,
 onnxruntime through its session options) unless the operator declares the CPUs dedicated with
-``XAUDIT_THREAD_SPIN=1`` (and they are not shared among workers). Spinning gains about 20% on an idle
-2-core machine but, with one other busy process, made the 8-player digits audit take 46 s instead of
-4 s: each barrier waits for a descheduled thread (README "Performance" has the figures). libgomp
-reads ``OMP_WAIT_POLICY`` once, when torch loads, so :func:`set_wait_policy` runs when the ``workers`` package is imported, before any torch import of ours.
+``XAUDIT_THREAD_SPIN=1`` (and they are not shared among workers). Spinning is faster on an idle
+2-core machine (the 8-player digits audit in 1.8 s against 2.7 s) but, with one other busy process,
+made it take 24 to 46 s instead of about 3 s: each barrier waits for a descheduled thread (README
+"Performance" has the figures). libgomp reads ``OMP_WAIT_POLICY`` once, when torch loads, so
+:func:`set_wait_policy` runs when the ``workers`` package is imported, before any torch import of
+ours.
 
 The policy is applied once per process (:func:`apply`) before the first model is loaded; the report's
 environment section records it (:meth:`ThreadPolicy.as_dict`).
