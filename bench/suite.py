@@ -186,10 +186,10 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     import onnxruntime as ort
 
     from bench._common import paired_medians
-    from workers.game import masked_inputs, play
+    from workers.game import masked_samples, play
     from workers.interactions import subsets_up_to
     from workers.models import load_model
-    from workers.players import parse_players
+    from workers.players import parse_players, subset_bits
     from workers.targets import parse_target
     from workers.threads import ort_session_options
 
@@ -206,7 +206,7 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     )
     name = session.get_inputs()[0].name
     subsets = subsets_up_to(players.n, players.n)
-    masked = np.concatenate([masked_inputs(x[s], base[s], players, subsets) for s in range(samples)])
+    masked = masked_samples(subset_bits(subsets, players.n), x, base, players)
     step = model.rows_per_call(int(np.prod(x.shape[1:])))
 
     def raw() -> None:
@@ -249,7 +249,7 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     from workers.interactions import subsets_up_to
     from workers.methods import get_method
     from workers.models import load_model
-    from workers.players import parse_players
+    from workers.players import parse_players, subset_bits
     from workers.targets import parse_target
     from xaudit.contract.errors import NotApplicable
 
@@ -262,9 +262,9 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     base = np.zeros_like(x)
     subsets = subsets_up_to(players.n, players.n)
     rows = len(x) * len(subsets)
-    from workers.game import masked_inputs
+    from workers.game import masked_samples
 
-    masked = np.concatenate([masked_inputs(x[s], base[s], players, subsets) for s in range(len(x))])
+    masked = masked_samples(subset_bits(subsets, players.n), x, base, players)
     graph = model.torch_differentiable()
     points = torch.from_numpy(masked).to(model.device)
     cls = torch.as_tensor(np.repeat(classes, len(subsets)), device=model.device)

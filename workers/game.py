@@ -23,7 +23,7 @@ from xaudit.contract.errors import ResourceExhausted
 if TYPE_CHECKING:  # the model stack (torch, onnx) loads only when a model does
     from workers.models.base import ModelAdapter
 
-__all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_from_bits", "masked_inputs", "play"]
+__all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_from_bits", "masked_inputs", "masked_samples", "play"]
 
 # Exact (all-order) work: 2^n forward passes per sample.
 MAX_EXACT_PLAYERS = 16
@@ -41,7 +41,16 @@ def masked_inputs(x: np.ndarray, baseline: np.ndarray, players: Players, subsets
 
 def masked_from_bits(bits: np.ndarray, x: np.ndarray, baseline: np.ndarray, players: Players) -> np.ndarray:
     """Sub-inputs from player membership ``bits`` (m, n)."""
-    return np.where(bits[:, players.labels], x[None], baseline[None]).astype(np.float32, copy=False)
+    return masked_samples(bits, x[None], baseline[None], players)
+
+
+def masked_samples(
+    bits: np.ndarray, inputs: np.ndarray, baselines: np.ndarray, players: Players
+) -> np.ndarray:
+    """The sub-inputs of several samples, (k * m, *shape): for each of the k samples (with its own
+    reference), one row per membership row of ``bits`` (m, n), in one pass."""
+    masked = np.where(bits[None, :, players.labels], inputs[:, None], baselines[:, None])
+    return masked.reshape(-1, *inputs.shape[1:]).astype(np.float32, copy=False)
 
 
 @dataclass(frozen=True)
@@ -139,8 +148,7 @@ def play(
     done, total = 0, len(inputs) * len(evaluated)
     for call_model, samples, chunk in _calls(model, len(inputs), len(evaluated), rows):
         sub = bits[chunk]
-        masked = np.where(sub[None, :, players.labels], inputs[samples, None], baselines[samples, None])
-        out = call_model.predict(masked.reshape(-1, *inputs.shape[1:]).astype(np.float32, copy=False))
+        out = call_model.predict(masked_samples(sub, inputs[samples], baselines[samples], players))
         cls = np.repeat(np.asarray(classes)[samples], len(sub))
         values[samples, chunk] = target.values(out, cls).reshape(-1, len(sub))
         done += len(cls)

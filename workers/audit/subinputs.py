@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.game import masked_inputs
+from workers.game import masked_inputs, masked_samples
 from workers.methods import AttributionContext, Method, derived_seed
 from workers.methods._embedding import run_method
 from workers.models.base import ModelAdapter
@@ -81,9 +81,7 @@ def attribute_sub_inputs(
     out = np.empty((n_samples, m, n))
     for start in range(0, n_samples, samples_per_call):
         stop = min(n_samples, start + samples_per_call)
-        batch = np.concatenate(
-            [masked_inputs(inputs[s], baselines[s], players, subsets) for s in range(start, stop)]
-        )
+        batch = masked_samples(subset_bits(subsets, n), inputs[start:stop], baselines[start:stop], players)
         refs = np.repeat(baselines[start:stop], m, axis=0)
         cls = np.repeat(classes[start:stop], m)
         # Seed per call: reproducible for the same inputs and memory bound.
