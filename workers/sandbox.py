@@ -64,6 +64,7 @@ from workers.confine import landlock_abi
 from workers.forkserver import ForkedChild
 from workers.jobs import JobResult, Progress
 from workers.sandbox_wire import ALLOW_UNCONFINED_ENV, METRIC_OPS, NO_CONFINEMENT, decode_result, read_frames
+from workers.switches import switch
 from workers.threads import CONCURRENCY_ENV, THREADS_ENV
 from xaudit.contract.errors import (
     Cancelled,
@@ -129,7 +130,7 @@ def isolated_formats() -> frozenset[str]:
 
 def allow_unconfined() -> bool:
     """The operator's explicit consent to run TorchScript where the file system cannot be confined."""
-    return os.environ.get(ALLOW_UNCONFINED_ENV, "").strip().lower() in ("1", "true", "yes")
+    return switch(ALLOW_UNCONFINED_ENV, False)
 
 
 def run_sandboxed(
@@ -269,15 +270,11 @@ _spare_lock = threading.Lock()
 
 
 def _prewarm_enabled() -> bool:
-    return os.environ.get("XAUDIT_SANDBOX_PREWARM", "1").strip().lower() not in ("0", "false", "no")
+    return switch("XAUDIT_SANDBOX_PREWARM", True)
 
 
 def _forkserver_enabled() -> bool:
-    return (
-        os.environ.get(_FORKSERVER, "1").strip().lower() not in ("0", "false", "no")
-        and forkserver.available()
-        and _zygote_broken is None
-    )
+    return switch(_FORKSERVER, True) and forkserver.available() and _zygote_broken is None
 
 
 def prewarm() -> None:

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.switches import switch
 from xaudit.contract.errors import InvalidInput
 
 __all__ = [
@@ -136,7 +137,7 @@ def choose(
 
 
 def _spin_requested(environ: Mapping[str, str]) -> bool:
-    return environ.get(SPIN_ENV, "").strip().lower() in ("1", "true", "yes")
+    return switch(SPIN_ENV, False, environ)
 
 
 def set_wait_policy(environ: dict[str, str] | None = None) -> None:
