@@ -21,6 +21,8 @@ __all__ = [
     "maxpool_cnn",
     "relu_cnn",
     "relu_mlp",
+    "residual_mlp",
+    "sigmoid_mlp",
     "to_onnx",
     "to_torchscript",
 ]
@@ -82,6 +84,34 @@ def maxpool_cnn(seed: int = 0, classes: int = 3) -> nn.Module:
         nn.Linear(4 * 4 * 4, classes),
     )
     return _randomise(model, seed)
+
+
+class _Sigmoid(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 3), nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.sigmoid(self.a(x)))
+
+
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(self.a(x))
+
+
+def sigmoid_mlp(seed: int = 0) -> nn.Module:
+    """Linear-Sigmoid-Linear on 4 features: an operator that no LRP or DeepLIFT plan covers."""
+    return _randomise(_Sigmoid(), seed)
+
+
+def residual_mlp(seed: int = 0) -> nn.Module:
+    """x + relu(Linear(x)) on 4 features: a residual add, which the rule plans refuse."""
+    return _randomise(_Residual(), seed)
 
 
 def to_onnx(module: nn.Module, example: torch.Tensor, opset: int = 17, dynamo: bool = False) -> bytes:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.models import CNN_SHAPE, MLP_FEATURES, relu_cnn, relu_mlp
+from tests.models import CNN_SHAPE, MLP_FEATURES, relu_cnn, relu_mlp, residual_mlp, sigmoid_mlp
 from tests.unit.methods._context import Dense, context, dense_layers
 from workers.methods import get_method
 from xaudit.contract.errors import InvalidInput, NotApplicable
@@ -213,26 +213,8 @@ def test_average_pooling_gets_lrp_0() -> None:
     np.testing.assert_allclose(got.reshape(3, -1), want, rtol=1e-5, atol=1e-5)
 
 
-class _Sigmoid(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a, self.b = torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(torch.sigmoid(self.a(x)))
-
-
-class _Residual(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = torch.nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + torch.relu(self.a(x))
-
-
 @pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
-@pytest.mark.parametrize(("model", "operator"), [(_Sigmoid(), "Sigmoid"), (_Residual(), "add")])
+@pytest.mark.parametrize(("model", "operator"), [(sigmoid_mlp(), "Sigmoid"), (residual_mlp(), "add")])
 def test_operators_without_a_rule_are_refused(name: str, model: torch.nn.Module, operator: str) -> None:
     # Zennit alone would pass the gradient through them and return a number that is not LRP.
     x = torch.randn(2, 4)

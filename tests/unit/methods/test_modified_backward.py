@@ -11,7 +11,7 @@ import pytest
 import torch
 from captum.attr import DeepLift, DeepLiftShap
 
-from tests.models import CNN_SHAPE, MLP_FEATURES, maxpool_cnn, relu_cnn, relu_mlp
+from tests.models import CNN_SHAPE, MLP_FEATURES, maxpool_cnn, relu_cnn, relu_mlp, sigmoid_mlp
 from tests.unit.methods._context import context
 from workers.methods import AttributionContext, get_method
 from workers.methods._modified_backward import RelevanceGraph
@@ -148,16 +148,8 @@ def test_deepshap_equals_captum_deepliftshap_on_digits(target: Target) -> None:
 
 
 def test_a_graph_the_plan_refuses_keeps_captum() -> None:
-    class Sigmoid(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a, self.b = torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.b(torch.sigmoid(self.a(x)))
-
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(8))
-    ctx = context(Sigmoid().eval(), x)
+    ctx = context(sigmoid_mlp(), x)
     assert RescaleGraph.build(ctx.model.torch_hookable("deeplift_rescale"), "deeplift_rescale") is None
     refs, classes = np.full_like(x.numpy(), 0.5), np.array([0, 1, 0])
     ours = get_method("deeplift_rescale").attribute(ctx, x.numpy(), refs, classes)
