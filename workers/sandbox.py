@@ -254,12 +254,13 @@ class _Process:
             self.proc.kill()
         with contextlib.suppress(XauditError):  # a forked child whose zygote died: gone with it
             self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
         if isinstance(self.proc, ForkedChild):
-            self.proc.close()
+            self.proc.close()  # its pipes and its pidfd
+        else:
+            for stream in (self.proc.stdin, self.proc.stdout):
+                with contextlib.suppress(OSError):
+                    if stream is not None:
+                        stream.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
