@@ -19,12 +19,11 @@ __all__ = ["SubInputAttributions", "attribute_sub_inputs", "from_per_player", "s
 
 # Elements of stacked sub-inputs handed to a method in one call: bounds memory for large inputs.
 _MAX_ELEMENTS_PER_CALL = 16 * 1024 * 1024
-# Sub-inputs per call: large enough to batch across samples, small enough that progress (and a
-# cancellation check) comes every few seconds.
-_MAX_SUB_INPUTS_PER_CALL = 512
-# One sample's sub-inputs per call when it has more (sampled sets above 10 players; up to 10 players
-# all 2^n <= 1024 go in one call as before).
-_MAX_SUB_INPUTS_PER_SAMPLE = 1024
+# Sub-inputs per call, from several samples or from one sample's chunk: enough that a small model's
+# call is not dominated by per-call set-up (at 512, the rule methods lost 8-10 points of throughput
+# on the digits CNN: bench/suite.py, methods), few enough that progress (and a cancellation check)
+# comes every few seconds. Fixed, not timed: how calls are cut decides stochastic methods' seeds.
+_MAX_SUB_INPUTS_PER_CALL = 1024
 
 
 @dataclass(frozen=True)
@@ -57,8 +56,8 @@ def attribute_sub_inputs(
     """
     n_samples, m, n = len(inputs), len(subsets), players.n
     sample_elements = int(np.prod(inputs.shape[1:]))
-    rows_per_call = max(1, min(_MAX_SUB_INPUTS_PER_SAMPLE, _MAX_ELEMENTS_PER_CALL // max(1, sample_elements)))
-    if m > rows_per_call:  # many sub-inputs (sampled sets): chunks of one sample's sub-inputs
+    rows_per_call = max(1, min(_MAX_SUB_INPUTS_PER_CALL, _MAX_ELEMENTS_PER_CALL // max(1, sample_elements)))
+    if m > rows_per_call:  # many sub-inputs (sampled sets above 10 players): one sample at a time
         return _attribute_in_chunks(
             method,
             model,
