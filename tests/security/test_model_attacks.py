@@ -199,20 +199,24 @@ def test_cancelling_kills_a_spinning_onnx_model_whose_process_holds_no_secret(
         except BaseException as exc:
             outcome.append(exc)
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    assert loading.wait(180), "the sandbox never started the model"
-    (child,) = _model_processes() - before
-    time.sleep(1.0)  # spinning in the Loop now
-    status = Path(f"/proc/{child}/status").read_text()
-    assert b"s3cret" not in Path(f"/proc/{child}/environ").read_bytes()
-    assert "NoNewPrivs:\t1" in status and "CapEff:\t0000000000000000" in status
-    parent = _parents()[child]
-    assert (parent == os.getpid()) == (forkserver == "0")  # forked: the zygote's child
-    cancel.set()
-    started = time.monotonic()
-    thread.join(30)
-    assert not thread.is_alive() and isinstance(outcome[0], Cancelled)
-    assert time.monotonic() - started < 5
-    assert not Path(f"/proc/{child}").exists(), "the model's process outlived its cancelled job"
+    try:
+        assert loading.wait(180), "the sandbox never started the model"
+        (child,) = _model_processes() - before
+        time.sleep(1.0)  # spinning in the Loop now
+        status = Path(f"/proc/{child}/status").read_text()
+        assert b"s3cret" not in Path(f"/proc/{child}/environ").read_bytes()
+        assert "NoNewPrivs:\t1" in status and "CapEff:\t0000000000000000" in status
+        parent = _parents()[child]
+        assert (parent == os.getpid()) == (forkserver == "0")  # forked: the zygote's child
+        cancel.set()
+        started = time.monotonic()
+        thread.join(30)
+        assert not thread.is_alive() and isinstance(outcome[0], Cancelled)
+        assert time.monotonic() - started < 5
+        assert not Path(f"/proc/{child}").exists(), "the model's process outlived its cancelled job"
+    finally:  # a failed check must not leave the model spinning (and pytest waiting) for 600 s
+        cancel.set()
+        thread.join(30)
     assert parent == os.getpid() or Path(f"/proc/{parent}").exists(), "the cancel killed the zygote"

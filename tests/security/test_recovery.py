@@ -60,9 +60,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         service_missing(f"PostgreSQL not reachable: {exc}")
     home = tmp_path_factory.mktemp("recovery") / "home"
     service = start_serve(home, "--broker", broker.url, "--store", url, "--lease-seconds", "10")
-    # Recovery of dispatch is measured here, not the model sandbox's start-up: each sandboxed job
-    # starts a fresh interpreter that imports torch (docs/security.md), which a burst of jobs on
-    # a loaded 2-core machine would add to the 30 s budget. The sandbox has its own tests.
+    # Recovery of dispatch is measured here, not the model sandbox's start-up: each pool process's
+    # sandbox starts a zygote that imports torch (docs/security.md), again in every worker this
+    # test restarts, which on a loaded 2-core machine would add to the 30 s budget. The sandbox has
+    # its own tests.
     saved = os.environ.get("XAUDIT_SANDBOX_FORMATS")
     os.environ["XAUDIT_SANDBOX_FORMATS"] = "none"
     try:
