@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, NoReturn
 
@@ -36,6 +37,8 @@ from xaudit.contract.process import die_with_parent
 __all__ = ["ForkServer", "ForkedChild", "available", "serve", "threads_in_process"]
 
 _MESSAGE = 256  # bytes: the longest control message ("refused <reason>")
+# How often a fork request waiting on a starting zygote asks whether its job was cancelled.
+_STOP_POLL_SECONDS = 0.2
 
 
 def available() -> bool:
@@ -127,9 +130,13 @@ class ForkServer:
     def alive(self) -> bool:
         return self._alive and self.process.poll() is None
 
-    def fork(self, cwd: str, timeout: float) -> ForkedChild | None:
+    def fork(
+        self, cwd: str, timeout: float, should_stop: Callable[[], bool] | None = None
+    ) -> ForkedChild | None:
         """A new child with pipes on its stdin and stdout, in ``cwd``; None when the zygote is gone
-        or refused (``refused`` then says why), or gave no answer within ``timeout`` seconds."""
+        or refused (``refused`` then says why), or gave no answer within ``timeout`` seconds, or
+        ``should_stop`` said so while it was still starting (the zygote is stopped then: a fork it
+        made later would be for nobody)."""
         job_read, job_write = os.pipe()
         result_read, result_write = os.pipe()
         cwd_fd = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY)
@@ -138,7 +145,7 @@ class ForkServer:
                 if not self.alive():
                     return None
                 socket.send_fds(self._sock, [b"fork"], [job_read, result_write, cwd_fd])
-                reply = self._next_reply(timeout)
+                reply = self._next_reply(timeout, should_stop)
         except OSError:
             reply = None
         finally:
@@ -162,11 +169,15 @@ class ForkServer:
         self.process.wait()
         self._sock.close()
 
-    def _next_reply(self, timeout: float) -> ForkedChild | str | None:
+    def _next_reply(self, timeout: float, should_stop: Callable[[], bool] | None) -> ForkedChild | str | None:
+        deadline = time.monotonic() + timeout
         with self._changed:
-            if not self._changed.wait_for(lambda: self._replies or not self._alive, timeout):
-                self.close()  # a zygote that does not answer is of no use: stop it
-                return None
+            while not (self._replies or not self._alive):
+                left = deadline - time.monotonic()
+                if left <= 0 or (should_stop is not None and should_stop()):
+                    self.close()  # a zygote that does not answer (or answers nobody) is of no use
+                    return None
+                self._changed.wait(min(left, _STOP_POLL_SECONDS))
             return self._replies.pop(0) if self._replies else None
 
     def _read(self) -> None:

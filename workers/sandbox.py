@@ -294,10 +294,10 @@ def prewarm() -> None:
             _spare = _Process()
 
 
-def _take_process() -> _Process:
+def _take_process(should_stop: Callable[[], bool] | None = None) -> _Process:
     global _spare
     if _forkserver_enabled():
-        forked = _fork_process()
+        forked = _fork_process(should_stop)
         if forked is not None:
             return forked
     with _spare_lock:
@@ -348,9 +348,10 @@ def _stop_zygote() -> None:
     _zygote = _zygote_dir = None
 
 
-def _fork_process() -> _Process | None:
+def _fork_process(should_stop: Callable[[], bool] | None = None) -> _Process | None:
     """A child forked by the zygote; after a zygote that died, a new zygote's; None (spawn this job,
-    and every later one) when that fails too or when the zygote cannot fork safely."""
+    and every later one) when that fails too or when the zygote cannot fork safely. Cancelled when
+    ``should_stop`` says so while a new zygote is still importing (the next job starts another)."""
     global _zygote_broken
     workdir = _private_directory()
     for attempt in range(2):
@@ -359,9 +360,13 @@ def _fork_process() -> _Process | None:
         except OSError as exc:
             why = f"cannot start it: {exc}"
             break
-        child = zygote.fork(workdir, _ZYGOTE_TIMEOUT)
+        child = zygote.fork(workdir, _ZYGOTE_TIMEOUT, should_stop)
         if child is not None:
             return _Process.forked(child, workdir)
+        if should_stop is not None and should_stop():
+            shutil.rmtree(workdir, ignore_errors=True)
+            logger.info("sandbox fork server %d stopped: its job was cancelled", zygote.process.pid)
+            raise Cancelled("the job was cancelled")
         why = f"it refused to fork: {zygote.refused}" if zygote.refused else "it stopped"
         logger.warning("sandbox fork server %d: %s", zygote.process.pid, why)
         if zygote.refused:
@@ -394,7 +399,7 @@ class _Child:
         should_stop: Callable[[], bool] | None,
         need_filesystem: bool = True,
     ) -> JobResult:
-        child = _take_process()
+        child = _take_process(should_stop)
         proc = child.proc
         logger.info("sandbox %d runs a %s model (limits %s)", proc.pid, fmt, self.limits)
         assert proc.stdin is not None and proc.stdout is not None

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from tests.models import MLP_FEATURES, relu_mlp, to_onnx
 from workers import forkserver, sandbox
 from workers.confine import landlock_abi
 from workers.sandbox import SandboxLimits, run_sandboxed
-from xaudit.contract.errors import InvalidInput, ResourceExhausted, XauditError
+from xaudit.contract.errors import Cancelled, InvalidInput, ResourceExhausted, XauditError
 from xaudit.contract.spec import JobSpec
 
 pytestmark = [
@@ -128,6 +129,28 @@ def test_a_dead_zygote_fails_only_its_job_and_the_next_job_gets_a_new_one(zygote
     assert type(error) is XauditError and "fork server stopped" in str(error), error  # INTERNAL
     _honest_job()
     assert sandbox._zygote is not None and sandbox._zygote.process.pid != zygote
+    assert sandbox._zygote_broken is None
+
+
+def test_a_job_cancelled_while_a_new_zygote_imports_ends_at_once_and_the_next_job_gets_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A zygote that takes a minute to import (a loaded machine, a cold disk): the cancellation is
+    # seen while the job waits for its fork, not after the imports.
+    monkeypatch.setenv("XAUDIT_SANDBOX_FORKSERVER", "1")
+    with sandbox._zygote_lock:
+        sandbox._stop_zygote()
+    monkeypatch.setattr(sandbox, "_ZYGOTE_BOOT", "import time; time.sleep(60); " + sandbox._ZYGOTE_BOOT)
+    started = time.monotonic()
+    with pytest.raises(Cancelled):
+        run_sandboxed(SPEC, b"unused", "onnx", X, should_stop=lambda: time.monotonic() - started > 1.0)
+    assert time.monotonic() - started < 10
+    assert sandbox._zygote is not None and not sandbox._zygote.alive()  # stopped, not left importing
+    slow = sandbox._zygote.process.pid
+    monkeypatch.undo()
+    monkeypatch.setenv("XAUDIT_SANDBOX_FORKSERVER", "1")
+    _honest_job()
+    assert sandbox._zygote is not None and sandbox._zygote.process.pid != slow
     assert sandbox._zygote_broken is None
 
 
