@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -116,6 +116,25 @@ def to_tensor(array: np.ndarray, device: torch.device, requires_grad: bool = Fal
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy()
+
+
+def in_row_chunks(
+    rows: int,
+    device: torch.device,
+    fn: Callable[..., torch.Tensor],
+    classes: np.ndarray,
+    *arrays: np.ndarray,
+) -> np.ndarray:
+    """``fn(classes, *arrays)`` over chunks of ``rows`` rows (tensors on ``device``: the classes as
+    long, the arrays as float32), joined as float32: a one-pass method's memory bound per pass."""
+    import torch
+
+    out: list[np.ndarray] = []
+    for start in range(0, len(classes), rows):
+        part = slice(start, start + rows)
+        c = torch.as_tensor(classes[part], dtype=torch.long, device=device)
+        out.append(to_numpy(fn(c, *(to_tensor(a[part], device) for a in arrays))))
+    return np.concatenate(out).astype(np.float32)
 
 
 def distinct_references(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import fx
 
-from workers.methods._base import AttributionContext, to_numpy, to_tensor
+from workers.methods._base import AttributionContext, in_row_chunks
 from workers.methods._fx_plan import Plan, Step, evaluate, plan_graph
 from workers.methods._lrp_rules import Epsilon, LayerRule
 from workers.targets import Target
@@ -112,12 +112,9 @@ def lrp_relevance(
         from workers.methods._zennit import lrp_relevance as zennit_relevance
 
         return zennit_relevance(ctx, method, lambda i, _: rules(i).zennit(), inputs, classes)
-    device = ctx.model.device
-    chunk = rows_per_pass(inputs)
-    out: list[np.ndarray] = []
+
+    def relevance(c: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return modified.relevance(x, ctx.target, c)
+
     with torch.enable_grad():
-        for start in range(0, inputs.shape[0], chunk):
-            x = to_tensor(inputs[start : start + chunk], device)
-            c = torch.as_tensor(classes[start : start + chunk], dtype=torch.long, device=device)
-            out.append(to_numpy(modified.relevance(x, ctx.target, c)))
-    return np.concatenate(out).astype(np.float32)
+        return in_row_chunks(rows_per_pass(inputs), ctx.model.device, relevance, classes, inputs)

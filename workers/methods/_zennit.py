@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from workers.light_imports import zennit as _light_zennit
-from workers.methods._base import AttributionContext, to_numpy, to_tensor
+from workers.methods._base import AttributionContext, in_row_chunks
 from workers.methods._fx_plan import Plan, plan_graph
 from workers.methods._modified_backward import rows_per_pass
 
@@ -55,22 +55,19 @@ def lrp_relevance(
     The output relevance is the one-hot target score (one-hot times the target value), so relevance
     is in the target's units and a conservative rule makes it sum to the target value.
     """
-    device = ctx.model.device
     graph = ctx.model.torch_hookable(method)
     plan = plan_graph(graph, method, "LRP")  # Zennit would silently use the gradient elsewhere
     model = ctx.target.wrap(graph)
-    chunk = rows_per_pass(inputs)  # the one-pass rules' bound: the hooks store as much
-    out: list[np.ndarray] = []
     # Hooks registered once for all chunks (registration walks every module).
     with torch.enable_grad(), Gradient(model=model, composite=_composite(plan, rule)) as attributor:
-        for start in range(0, inputs.shape[0], chunk):
-            x = to_tensor(inputs[start : start + chunk], device, requires_grad=True)
-            c = torch.as_tensor(classes[start : start + chunk], dtype=torch.long, device=device)
 
-            def seed(output: torch.Tensor, c: torch.Tensor = c) -> torch.Tensor:
+        def relevance(c: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            def seed(output: torch.Tensor) -> torch.Tensor:
                 onehot = torch.zeros_like(output).scatter_(1, c[:, None], 1.0)
                 return onehot * output.detach()
 
-            _, relevance = attributor(x, seed)
-            out.append(to_numpy(relevance))
-    return np.concatenate(out).astype(np.float32)
+            _, relevance = attributor(x.requires_grad_(True), seed)
+            return relevance
+
+        # the one-pass rules' bound: the hooks store as much
+        return in_row_chunks(rows_per_pass(inputs), ctx.model.device, relevance, classes, inputs)

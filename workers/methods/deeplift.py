@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
+from workers.methods._base import AttributionContext, Capabilities, Method, in_row_chunks, to_numpy, to_tensor
 
 if TYPE_CHECKING:  # the catalogue loads no torch
     import torch
@@ -28,16 +28,14 @@ def _deeplift(
     rescale = RescaleGraph.build(graph, method)
     if rescale is None:
         return _captum(ctx, graph, inputs, baselines, classes)
-    device = ctx.model.device
-    chunk = rows_per_pass(inputs)
-    out: list[np.ndarray] = []
+
+    def attributions(c: torch.Tensor, x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        return rescale.attributions(x, x0, ctx.target, c)
+
     with torch.enable_grad():
-        for start in range(0, inputs.shape[0], chunk):
-            rows = slice(start, start + chunk)
-            c = torch.as_tensor(classes[rows], dtype=torch.long, device=device)
-            x, x0 = to_tensor(inputs[rows], device), to_tensor(baselines[rows], device)
-            out.append(to_numpy(rescale.attributions(x, x0, ctx.target, c)))
-    return np.concatenate(out).astype(np.float32)
+        return in_row_chunks(
+            rows_per_pass(inputs), ctx.model.device, attributions, classes, inputs, baselines
+        )
 
 
 def _captum(
