@@ -68,6 +68,137 @@ def _average_pool_19(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResu
     return converter(node, graph)
 
 
+class Split(nn.Module):
+    """ONNX Split (opset 18): at ``sections``, or in ``parts`` parts of ceil(length / parts) with the
+    last one smaller (the ``num_outputs`` form torch's dynamo exporter writes for ``chunk``)."""
+
+    def __init__(self, axis: int, sections: list[int] | None, parts: int) -> None:
+        super().__init__()
+        self.axis, self.sections, self.parts = axis, sections, parts
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        sections = self.sections
+        if sections is None:
+            length = x.shape[self.axis]
+            size = -(-length // self.parts)
+            sections = [size] * (self.parts - 1) + [length - size * (self.parts - 1)]
+        return torch.split(x, sections, dim=self.axis)
+
+
+def _split_18(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """Opset 18 adds ``num_outputs``; the sections, where given, are an input (a constant here)."""
+    inputs = node.input_values
+    sections = None
+    if len(inputs) > 1 and inputs[1]:
+        try:
+            value: Any = get_const_value(inputs[1], graph)
+        except KeyError:
+            raise NotImplementedError(
+                f"Split with sections computed at run time (node '{node.name}')"
+            ) from None
+        sections = [int(v) for v in torch.as_tensor(value).reshape(-1).tolist()]
+    parts = int(node.attributes.get("num_outputs", len(node.output_values)))
+    module = Split(int(node.attributes.get("axis", 0)), sections, parts)
+    return OperationConverterResult(module, OnnxMapping(inputs=(inputs[0],), outputs=node.output_values))
+
+
+class LayerNorm(nn.Module):
+    """ONNX LayerNormalization with constant scale and bias, normalising over the axes from ``axis``
+    on at their sizes in the input at run time."""
+
+    def __init__(self, axis: int, epsilon: float, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.axis, self.epsilon = axis, epsilon
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape[self.axis :]
+        bias = None if self.bias is None else self.bias.expand(shape)
+        return nn.functional.layer_norm(x, shape, self.weight.expand(shape), bias, self.epsilon)
+
+
+_ONNX2TORCH_LAYER_NORM = _CONVERTER_REGISTRY[
+    OperationDescription(domain="", operation_type="LayerNormalization", version=17)
+]
+
+
+def _layer_norm_17(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """onnx2torch sizes its nn.LayerNorm from the graph's recorded shape, which reads a symbolic size
+    as 0 (swin_t from the legacy exporter: "normalized_shape = [0]"); with a size left symbolic the
+    sizes are taken from the input instead."""
+    inputs = node.input_values
+    info = graph.value_info.get(inputs[0])
+    sizes = [] if info is None else [d.dim_value for d in info.type.tensor_type.shape.dim]
+    axis = int(node.attributes.get("axis", -1))
+    constant = all(name in graph.initializers for name in inputs[1:] if name)
+    if not constant or (sizes and all(v > 0 for v in sizes[axis:])):
+        return _ONNX2TORCH_LAYER_NORM(node, graph)
+    weight = graph.initializers[inputs[1]].to_torch()
+    bias = graph.initializers[inputs[2]].to_torch() if len(inputs) > 2 and inputs[2] else None
+    module = LayerNorm(axis, float(node.attributes.get("epsilon", 1e-5)), weight, bias)
+    return OperationConverterResult(module, OnnxMapping(inputs=(inputs[0],), outputs=node.output_values))
+
+
+class PadAxes(nn.Module):
+    """ONNX Pad (opset 18 on) with ``axes``: the pads of the listed axes spread over all of them."""
+
+    def __init__(self, mode: str, axes: list[int]) -> None:
+        super().__init__()
+        self.mode, self.axes = mode, axes
+
+    def forward(self, x: torch.Tensor, pads: torch.Tensor, value: torch.Tensor | None = None) -> torch.Tensor:
+        rank, given = x.dim(), pads.tolist()
+        begin, end = [0] * rank, [0] * rank
+        for i, axis in enumerate(self.axes):
+            begin[axis % rank], end[axis % rank] = given[i], given[i + len(self.axes)]
+        # torch lists pads from the last axis: (last_begin, last_end, ..., first_begin, first_end)
+        torch_pads = [p for axis in reversed(range(rank)) for p in (begin[axis], end[axis])]
+        while len(torch_pads) > 2 and self.mode != "constant" and torch_pads[-2:] == [0, 0]:
+            torch_pads = torch_pads[:-2]  # reflect/replicate take the spatial axes' pads only
+        fill = 0.0 if value is None else float(value)
+        return nn.functional.pad(
+            x, torch_pads, mode=self.mode, value=fill if self.mode == "constant" else None
+        )
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
+
+
+def _pad_18(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """Pad from opset 18 (``axes``), 19 (``wrap`` mode) and 21 (new types): onnx2torch's opset-13
+    converter where no axes are given, which is what torch's exporters write."""
+    mode = str(node.attributes.get("mode", "constant"))
+    if mode not in _PAD_MODES:
+        raise NotImplementedError(f"Pad with mode '{mode}' (node '{node.name}')")
+    inputs = list(node.input_values)
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    if len(inputs) < 4:
+        converter = _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type="Pad", version=13)]
+        return converter(node, graph)
+    try:
+        axes = [int(a) for a in torch.as_tensor(get_const_value(inputs[3], graph)).reshape(-1).tolist()]
+    except KeyError:
+        raise NotImplementedError(f"Pad with axes computed at run time (node '{node.name}')") from None
+    runtime = tuple(name for name in inputs[:3] if name)
+    if len(runtime) < len(inputs[:3]):  # an empty constant_value between pads and axes
+        runtime = runtime[:2]
+    return OperationConverterResult(
+        PadAxes(_PAD_MODES[mode], axes), OnnxMapping(inputs=runtime, outputs=node.output_values)
+    )
+
+
+def _scatter_nd_18(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """Opset 18 adds the max and min reductions to ScatterND; without them it is the opset-16
+    operator (torch's dynamo exporter writes it for slice assignment: swin_t's attention mask)."""
+    reduction = node.attributes.get("reduction", "none")
+    if reduction not in ("none", b"none"):
+        raise NotImplementedError(f"ScatterND with reduction '{reduction}' (node '{node.name}')")
+    converter = _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type="ScatterND", version=16)]
+    return converter(node, graph)
+
+
 # ONNX gate order -> torch's: LSTM i,o,f,c -> i,f,g,o; GRU z,r,h -> r,z,n.
 _GATES = {"LSTM": (0, 2, 3, 1), "GRU": (1, 0, 2)}
 
@@ -177,16 +308,27 @@ _ADDED: dict[tuple[str, int], Any] = {
     ("GRU", 14): _recurrent,
     ("GRU", 7): _recurrent,
     ("AveragePool", 19): _average_pool_19,
+    ("Split", 18): _split_18,
+    ("Pad", 18): _pad_18,
+    ("Pad", 19): _pad_18,
+    ("Pad", 21): _pad_18,
+    ("ScatterND", 18): _scatter_nd_18,
     **{(op, 18): _reduce_with_axes_input for op in _REDUCTIONS_18},
     ("ReduceMax", 20): _reduce_with_axes_input,  # 20 adds bool inputs only
     ("ReduceMin", 20): _reduce_with_axes_input,
 }
 
 
+# onnx2torch's converters that this module replaces (a bug on models exported today).
+_REPLACED: dict[tuple[str, int], Any] = {("LayerNormalization", 17): _layer_norm_17}
+
+
 def _register() -> None:
     for (op, version), converter in _ADDED.items():
         if OperationDescription(domain="", operation_type=op, version=version) not in _CONVERTER_REGISTRY:
             add_converter(operation_type=op, version=version)(converter)
+    for (op, version), converter in _REPLACED.items():
+        _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type=op, version=version)] = converter
 
 
 _register()

@@ -255,6 +255,88 @@ def test_added_converters_match_onnxruntime(op: str, opset: int, attrs: dict) ->
     )
 
 
+@pytest.mark.parametrize(
+    ("axis", "parts", "sections"),
+    [(1, 3, None), (2, 4, None), (2, 3, None), (1, 2, [1, 2])],
+    ids=["even", "uneven-last-smaller", "even-spatial", "sections-input"],
+)
+def test_opset18_split_matches_onnxruntime(axis: int, parts: int, sections: list[int] | None) -> None:
+    """Split with ``num_outputs`` (opset 18), which torch's dynamo exporter writes for ``chunk``
+    (shufflenet_v2's channel split): onnx2torch has no opset-18 converter."""
+    names = [f"p{i}" for i in range(parts if sections is None else len(sections))]
+    inits, split_inputs, attrs = [], ["x"], {"axis": axis}
+    if sections is None:
+        attrs["num_outputs"] = parts
+    else:
+        inits.append(nh.from_array(np.array(sections, np.int64), "sections"))
+        split_inputs.append("sections")
+    # Each part scaled differently, so parts swapped or cut elsewhere would show.
+    nodes = [oh.make_node("Split", split_inputs, names, **attrs)]
+    for i, name in enumerate(names):
+        inits.append(nh.from_array(np.array(i + 1.0, np.float32), f"k{i}"))
+        nodes.append(oh.make_node("Mul", [name, f"k{i}"], [f"s{i}"]))
+    nodes.append(oh.make_node("Concat", [f"s{i}" for i in range(len(names))], ["y"], axis=axis))
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, inits, 18)
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), rtol=1e-6)
+
+
+@pytest.mark.parametrize("width", [6, "w"], ids=["known", "symbolic"])
+def test_layer_normalization_over_a_symbolic_size_matches_onnxruntime(width: int | str) -> None:
+    """onnx2torch sized its LayerNorm from the graph's recorded shape, reading a symbolic size as 0
+    (swin_t from the legacy exporter failed in every gradient method: "normalized_shape = [0]")."""
+    rng = np.random.default_rng(3)
+    inits = [
+        nh.from_array(rng.standard_normal(6).astype(np.float32), "scale"),
+        nh.from_array(rng.standard_normal(6).astype(np.float32), "bias"),
+    ]
+    nodes = [oh.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1, epsilon=1e-5)]
+    shape = [-1, 3, 6, width]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, shape)], None, inits, 17)
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(
+        graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    ("opset", "mode", "pads", "axes"),
+    [
+        (20, "constant", [0, 0, 1, 2, 0, 0, 3, 0], None),  # torch's dynamo exporter (swin_t)
+        (18, "constant", [1, 2, 0, 1], [2, -1]),
+        (19, "reflect", [0, 0, 1, 1, 0, 0, 2, 1], None),
+        (21, "edge", [2, 1, 0, 2], [-2, 3]),
+    ],
+    ids=["opset20", "axes", "reflect", "edge-axes-opset21"],
+)
+def test_pad_from_opset18_matches_onnxruntime(
+    opset: int, mode: str, pads: list[int], axes: list[int] | None
+) -> None:
+    inits = [nh.from_array(np.array(pads, np.int64), "pads")]
+    names = ["x", "pads"]
+    if axes is not None:
+        inits.append(nh.from_array(np.array(axes, np.int64), "axes"))
+        names += ["", "axes"]
+    nodes = [oh.make_node("Pad", names, ["y"], mode=mode)]
+    model = _model(
+        nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, inits, opset
+    )
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), rtol=1e-6)
+
+
+def test_opset18_scatter_nd_matches_onnxruntime() -> None:
+    """ScatterND at opset 18 (torch's dynamo exporter writes it for slice assignment)."""
+    indices = nh.from_array(np.array([[0, 1], [1, 2]], np.int64), "indices")
+    updates = nh.from_array(np.full((2, 6, 6), 7.0, np.float32), "updates")
+    nodes = [oh.make_node("ScatterND", ["x", "indices", "updates"], ["y"])]
+    model = _model(
+        nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 6])], None, [indices, updates], 18
+    )
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X))
+
+
 class _Recurrent(torch.nn.Module):
     def __init__(self, kind: str, bidirectional: bool) -> None:
         super().__init__()
