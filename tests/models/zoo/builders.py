@@ -103,6 +103,8 @@ IMAGE_ARCHS: dict[str, Callable[[], nn.Module]] = {
     "mobilenet_v3_small": _tv("mobilenet_v3_small"),
     "efficientnet_b0": _tv("efficientnet_b0"),
     "densenet121": _tv("densenet121"),
+    "shufflenet_v2_x0_5": _tv("shufflenet_v2_x0_5"),  # dynamo: Split with num_outputs (opset 18)
+    "swin_t": _tv("swin_t"),  # LayerNorm over symbolic sizes; dynamo: Pad-19, ScatterND-18
     "vit_b_16": _vit,
 }
 # Lighter stand-ins for checks where the operators matter, not the size (CI's opset 18-21 checks).
