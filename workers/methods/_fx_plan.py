@@ -36,7 +36,10 @@ AVGPOOL_TYPES: tuple[type[nn.Module], ...] = (
     nn.AdaptiveAvgPool3d,
 )
 _AVG_NAMES = {"OnnxGlobalAveragePool", "OnnxGlobalAveragePoolWithKnownInputShape"}
-_SHAPE_NAMES = {"Flatten", "OnnxFlatten", "OnnxReshape", "Identity", "OnnxCopyIdentity", "Dropout"}
+_SHAPE_NAMES = {
+    "Flatten", "OnnxFlatten", "FlattenAt", "OnnxReshape", "ReshapeAllowZero", "Identity", "OnnxCopyIdentity",
+    "Dropout",
+}  # fmt: skip
 _SHAPE_READERS = {"OnnxShape"}  # activation in, shape out: static
 _MAXPOOL = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
 SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, MaxPool, AvgPool"

@@ -6,6 +6,7 @@ imports this module). Each one is checked against onnxruntime in tests/unit/mode
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -299,6 +300,73 @@ _REDUCTIONS_18 = (
     "ReduceMin", "ReduceProd", "ReduceSumSquare",
 )  # fmt: skip
 
+
+class ReshapeAllowZero(nn.Module):
+    """ONNX Reshape with ``allowzero=1`` (what torch's dynamo exporter writes): a 0 in the shape is
+    a size of 0, as in torch.reshape (onnx2torch refuses the attribute)."""
+
+    def forward(self, x: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+        return torch.reshape(x, [int(v) for v in shape.tolist()])
+
+
+_ONNX2TORCH_RESHAPE = _CONVERTER_REGISTRY[
+    OperationDescription(domain="", operation_type="Reshape", version=14)
+]
+
+
+def _reshape_14(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """Reshape from opset 14: onnx2torch's converter unless ``allowzero=1`` survived normalisation
+    (a shape computed at run time, as for BERT's heads at a dynamic batch and sequence length)."""
+    if node.attributes.get("allowzero", 0) != 1:
+        return _ONNX2TORCH_RESHAPE(node, graph)
+    return OperationConverterResult(ReshapeAllowZero(), onnx_mapping_from_node(node))
+
+
+class FlattenAt(nn.Module):
+    """ONNX Flatten at any ``axis`` in [-rank, rank]: (product of the sizes before it, product of the
+    rest). onnx2torch's fails at axis = rank (transformers' BERT from the legacy exporter flattens
+    its (batch, sequence) mask at axis 2)."""
+
+    def __init__(self, axis: int) -> None:
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        axis = self.axis + x.dim() if self.axis < 0 else self.axis
+        return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+_ONNX2TORCH_FLATTEN = _CONVERTER_REGISTRY[
+    OperationDescription(domain="", operation_type="Flatten", version=13)
+]
+
+
+def _flatten(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    axis = int(node.attributes.get("axis", 1))
+    if axis == 1:  # onnx2torch's nn.Flatten: right at every rank
+        return _ONNX2TORCH_FLATTEN(node, graph)
+    return OperationConverterResult(FlattenAt(axis), onnx_mapping_from_node(node))
+
+
+def _same_as(version: int) -> Any:
+    """The converter of an operator's ``version``, for a later version that only admits more types."""
+
+    def convert(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+        description = OperationDescription(domain="", operation_type=node.operation_type, version=version)
+        return _CONVERTER_REGISTRY[description](node, graph)
+
+    return convert
+
+
+# Later versions that only add types (bfloat16, float8): transformers' BERT from either exporter
+# builds its attention mask with GreaterOrEqual-16 and IsNaN-20.
+_TYPES_ONLY = {
+    ("GreaterOrEqual", 16): 12,
+    ("LessOrEqual", 16): 12,
+    ("IsNaN", 20): 13,
+    ("IsInf", 20): 10,
+}
+
 # (operator, since-version) -> converter; what this module adds to onnx2torch.
 _ADDED: dict[tuple[str, int], Any] = {
     ("GlobalMaxPool", 1): _global_max_pool,
@@ -313,6 +381,7 @@ _ADDED: dict[tuple[str, int], Any] = {
     ("Pad", 19): _pad_18,
     ("Pad", 21): _pad_18,
     ("ScatterND", 18): _scatter_nd_18,
+    **{key: _same_as(version) for key, version in _TYPES_ONLY.items()},
     **{(op, 18): _reduce_with_axes_input for op in _REDUCTIONS_18},
     ("ReduceMax", 20): _reduce_with_axes_input,  # 20 adds bool inputs only
     ("ReduceMin", 20): _reduce_with_axes_input,
@@ -320,7 +389,11 @@ _ADDED: dict[tuple[str, int], Any] = {
 
 
 # onnx2torch's converters that this module replaces (a bug on models exported today).
-_REPLACED: dict[tuple[str, int], Any] = {("LayerNormalization", 17): _layer_norm_17}
+_REPLACED: dict[tuple[str, int], Any] = {
+    ("LayerNormalization", 17): _layer_norm_17,
+    ("Reshape", 14): _reshape_14,
+    **{("Flatten", version): _flatten for version in (9, 11, 13)},
+}
 
 
 def _register() -> None:

@@ -48,7 +48,7 @@ _TYPE_ONLY_UPDATES: dict[str, int] = {
     "Constant": 13,
     "ConstantOfShape": 9,
     "Cast": 13,  # 19 adds `saturate`, which only affects float8 targets.
-    "Reshape": 14,  # 19/21 add types; `allowzero` is normalised away in _normalise_graph.
+    "Reshape": 14,  # 19/21 add types; `allowzero`: _normalise_graph, onnx_converters._reshape_14.
 }
 
 
@@ -123,7 +123,7 @@ def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
 
 def _normalise_graph(model: onnx.ModelProto) -> onnx.ModelProto:
     """Plain initializers (see the module docstring); drop ``allowzero=1`` from Reshape nodes whose
-    constant shape has no zero (same semantics)."""
+    constant shape has no zero (same semantics; the others keep it and convert to torch.reshape)."""
     _lift_constants(model)
     constants = {init.name: init for init in model.graph.initializer}
     for node in model.graph.node:
@@ -135,11 +135,8 @@ def _normalise_graph(model: onnx.ModelProto) -> onnx.ModelProto:
         for attr in list(node.attribute):
             if attr.name == "allowzero" and attr.i == 1:
                 shape = constants.get(node.input[1])
-                if shape is None or (numpy_helper.to_array(shape) == 0).any():
-                    raise InvalidModel(
-                        f"Reshape node '{node.name}' uses allowzero=1 with a zero or non-constant shape; not supported"
-                    )
-                node.attribute.remove(attr)
+                if shape is not None and not (numpy_helper.to_array(shape) == 0).any():
+                    node.attribute.remove(attr)
     return model
 
 

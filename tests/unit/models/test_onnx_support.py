@@ -337,6 +337,56 @@ def test_opset18_scatter_nd_matches_onnxruntime() -> None:
     np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X))
 
 
+def test_reshape_with_allowzero_and_a_shape_computed_at_run_time_matches_onnxruntime() -> None:
+    """torch's dynamo exporter writes allowzero=1 on every Reshape; with a shape computed from the
+    input (BERT's heads at a dynamic batch and sequence) onnx2torch refused it."""
+    nodes = [
+        oh.make_node("Shape", ["x"], ["shape"]),
+        oh.make_node("Slice", ["shape", "zero", "two", "zero"], ["lead"]),
+        oh.make_node("Concat", ["lead", "minus_one"], ["target"], axis=0),
+        oh.make_node("Reshape", ["x", "target"], ["r"], allowzero=1),
+        oh.make_node("Mul", ["r", "r"], ["y"]),
+    ]
+    inits = [
+        nh.from_array(np.array([0], np.int64), "zero"),
+        nh.from_array(np.array([2], np.int64), "two"),
+        nh.from_array(np.array([-1], np.int64), "minus_one"),
+    ]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, inits, 19)
+    graph = onnx_to_torch(model)
+    out = graph(torch.from_numpy(X)).detach().numpy()
+    assert out.shape == (2, 3, 36)
+    np.testing.assert_allclose(out, _ort(model, X), rtol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [1, 2, 4, -1, 0])
+def test_flatten_at_any_axis_matches_onnxruntime(axis: int) -> None:
+    """onnx2torch's Flatten failed at axis = rank (transformers' BERT from the legacy exporter)."""
+    nodes = [oh.make_node("Flatten", ["x"], ["y"], axis=axis)]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, [], 13)
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X))
+
+
+def test_comparisons_and_nan_checks_of_newer_opsets_match_onnxruntime() -> None:
+    """GreaterOrEqual-16 and IsNaN-20 only admit more types; transformers' BERT builds its
+    attention mask with them (every gradient method was not applicable)."""
+    nodes = [
+        oh.make_node("GreaterOrEqual", ["x", "half"], ["ge"]),
+        oh.make_node("LessOrEqual", ["x", "half"], ["le"]),
+        oh.make_node("Div", ["x", "x"], ["ratio"]),  # 0/0: NaN where x is 0
+        oh.make_node("IsNaN", ["ratio"], ["nan"]),
+        oh.make_node("IsInf", ["ratio"], ["inf"]),
+        *[oh.make_node("Cast", [b], [b + "_f"], to=TensorProto.FLOAT) for b in ("ge", "le", "nan", "inf")],
+        oh.make_node("Sum", ["ge_f", "le_f", "nan_f", "inf_f", "x"], ["y"]),
+    ]
+    inits = [nh.from_array(np.array(0.5, np.float32), "half")]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, inits, 20)
+    x = np.where(np.abs(X) < 0.3, 0.0, X).astype(np.float32)
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(graph(torch.from_numpy(x)).detach().numpy(), _ort(model, x))
+
+
 class _Recurrent(torch.nn.Module):
     def __init__(self, kind: str, bidirectional: bool) -> None:
         super().__init__()
