@@ -18,7 +18,7 @@ from workers.interactions import (
 )
 from workers.players import Players, full_mask, subset_bits
 from workers.targets import Target
-from xaudit.contract.errors import ResourceExhausted
+from xaudit.contract.errors import InvalidInput, ResourceExhausted
 
 if TYPE_CHECKING:  # the model stack (torch, onnx) loads only when a model does
     from workers.models.base import ModelAdapter
@@ -105,6 +105,17 @@ def _calls(model: ModelAdapter, samples: int, m: int, rows: int) -> Iterator[_Ca
             yield bound, slice(s, s + 1), slice(start, start + rows)
 
 
+def _check_finite(values: np.ndarray) -> None:
+    """A NaN or infinite v(T) would reach every score and verdict as a number (or a JSON null)."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise InvalidInput(
+            f"the model's output is NaN or infinite on {int(bad.sum())} of {values.size} sub-inputs "
+            f"(inputs with some players set to the reference, {values.shape[1]} per sample); the "
+            "reference (--baseline) puts the model where it is not defined"
+        )
+
+
 def play(
     model: ModelAdapter,
     inputs: np.ndarray,
@@ -154,6 +165,7 @@ def play(
         done += len(cls)
         if progress:
             progress(done, total)
+    _check_finite(values)
     game_values = values[:, : len(subsets)]
     full = values[:, -1]
     if family is None:

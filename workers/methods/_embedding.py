@@ -159,7 +159,24 @@ def _spread_players(players: Players, dim: int) -> Players:
 def run_method(
     method: Method, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
 ) -> np.ndarray:
-    """``method.attribute``, at the embedding output for gradient methods on token inputs."""
+    """``method.attribute``, at the embedding output for gradient methods on token inputs. Attributions
+    with a NaN or an infinity make the method not applicable to this model: they would otherwise
+    reach a map, a score and a verdict as numbers."""
+    attributions = _attribute(method, ctx, inputs, baselines, classes)
+    finite = np.isfinite(attributions)
+    if not finite.all():
+        rows = int((~finite.reshape(len(finite), -1)).any(axis=1).sum())
+        raise NotApplicable(
+            method.name,
+            f"it gave non-finite attributions (NaN or infinity) for {rows} of {len(finite)} inputs on "
+            "this model's graph",
+        )
+    return attributions
+
+
+def _attribute(
+    method: Method, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
+) -> np.ndarray:
     view = getattr(ctx.model, "embedding", None)
     if view is None or not method.capabilities.gradients:
         return method.attribute(ctx, inputs, baselines, classes)
