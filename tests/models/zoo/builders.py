@@ -391,10 +391,55 @@ def bert_like(folder: Path, length: int = 8) -> ZooModel:
     )
 
 
+def hf_bert(folder: Path, exporter: str, length: int = 8) -> ZooModel:
+    """transformers' BertForSequenceClassification built from its config (random weights, no
+    download; initializer_range 0.3 instead of 0.02, else the logits are ~0.01 and every verdict
+    vacuous), exported as its users do: ``dynamo`` (torch.onnx.export's default exporter, batch and
+    sequence dynamic, from a two-row example) or ``legacy`` (opset 17, dynamic axes)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64, num_labels=3, initializer_range=0.3,
+    )  # fmt: skip
+    module = BertForSequenceClassification(config).eval()
+    gen = torch.Generator().manual_seed(11)
+    ids = torch.randint(1, 100, (2, length), generator=gen)
+    mask = torch.ones(2, length, dtype=torch.int64)
+    mask[0, -2:] = 0
+    types = torch.zeros(2, length, dtype=torch.int64)
+    types[:, length // 2 :] = 1
+    with torch.no_grad():
+        expected = module(input_ids=ids[:1], attention_mask=mask[:1], token_type_ids=types[:1]).logits.numpy()
+    path = folder / "model.onnx"
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+            torch.onnx.export(
+                module, (ids, mask, types), str(path), dynamo=True, input_names=names,
+                output_names=["logits"], dynamic_shapes=({0: batch, 1: sequence},) * 3, verbose=False,
+            )  # fmt: skip
+        else:
+            torch.onnx.export(
+                module, (ids, mask, types), str(path), dynamo=False, opset_version=17, input_names=names,
+                output_names=["logits"], dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "logits": {0: "batch"}},
+            )  # fmt: skip
+    inputs = {"input_ids": ids[:1].numpy(), "attention_mask": mask[:1].numpy(), "token_type_ids": types[:1].numpy()}
+    return ZooModel(
+        path, inputs, "input_ids", {n: 0 for n in names}, expected, players="tokens", extra=("--baseline", "token:0")
+    )
+
+
 CUSTOM: dict[str, Callable[[Path], ZooModel]] = {
     "speech_lstm": speech_lstm,
     "fixed_batch_cnn": fixed_batch_cnn,
     "onehot_bytes": onehot_bytes,
     "paddle_style": paddle_style,
     "bert_like": bert_like,
+    "hf_bert_dynamo": lambda folder: hf_bert(folder, "dynamo"),
+    "hf_bert_legacy": lambda folder: hf_bert(folder, "legacy"),
 }

@@ -114,6 +114,7 @@ def _judged(report: dict, check: dict) -> dict[str, str]:
                 said.startswith(("not applicable", "decided at audit time"))
                 or "background" in entry["reason"]
                 or ("failed on this model" in entry["reason"])
+                or ("non-finite attributions" in entry["reason"])  # found only by running it
             ), (entry["name"], said, entry["reason"])
         else:
             assert not check["methods"][entry["name"]].startswith("not applicable"), entry["name"]
@@ -148,6 +149,9 @@ def test_custom_models_inspect_and_audit(
         assert "integrated_gradients" not in reasons and "hard_sigmoid" in reasons["lrp_epsilon"]
     if name == "bert_like":
         assert check["embedding_tensor"] == "/word/Gather_output_0" and "integrated_gradients" not in reasons
+    if name.startswith("hf_bert"):  # transformers' own BERT: gradient methods at its embedding lookup
+        assert check["embedding_tensor"]
+        assert not {"integrated_gradients", "gradient_x_input", "saliency"} & set(reasons), reasons
     if name == "fixed_batch_cnn":  # declared (1, 3, 32, 32); the graph computes row by row
         assert check["fixed_batch"] == 1 and check["rebatched"]
         assert "integrated_gradients" not in reasons and "lrp_epsilon" not in reasons
