@@ -428,9 +428,19 @@ def hf_bert(folder: Path, exporter: str, length: int = 8) -> ZooModel:
                 module, (ids, mask, types), str(path), dynamo=False, opset_version=17, input_names=names,
                 output_names=["logits"], dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "logits": {0: "batch"}},
             )  # fmt: skip
-    inputs = {"input_ids": ids[:1].numpy(), "attention_mask": mask[:1].numpy(), "token_type_ids": types[:1].numpy()}
+    inputs = {
+        "input_ids": ids[:1].numpy(),
+        "attention_mask": mask[:1].numpy(),
+        "token_type_ids": types[:1].numpy(),
+    }
     return ZooModel(
-        path, inputs, "input_ids", {n: 0 for n in names}, expected, players="tokens", extra=("--baseline", "token:0")
+        path,
+        inputs,
+        "input_ids",
+        {n: 0 for n in names},
+        expected,
+        players="tokens",
+        extra=("--baseline", "token:0"),
     )
 
 
