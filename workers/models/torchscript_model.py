@@ -42,6 +42,7 @@ class TorchScriptModel(ModelAdapter):
         self._hookable: torch.nn.Module | None = None
         self._hookable_error: str | None = None
         self._example: np.ndarray | None = None
+        self.token_ids = False  # fed as int64 (check_sample decides)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         outs = []
@@ -49,10 +50,11 @@ class TorchScriptModel(ModelAdapter):
             for start in range(0, x.shape[0], self.batch_size):
                 chunk = torch.from_numpy(np.ascontiguousarray(x[start : start + self.batch_size], np.float32))
                 try:
-                    out = self._module(chunk.to(self.device))
+                    out = self._module(self._typed(chunk).to(self.device))
                 except Exception as exc:
                     raise InvalidInput(
-                        f"the model rejected an input of shape {tuple(x.shape[1:])}: {str(exc).splitlines()[0][:160]}"
+                        f"the model rejected an input of shape {tuple(x.shape[1:])}"
+                        f"{' (as int64 token ids)' if self.token_ids else ''}: {_cause(exc)}"
                     ) from None
                 if not isinstance(out, torch.Tensor):
                     raise InvalidModel("the TorchScript model must return one tensor")
@@ -61,10 +63,30 @@ class TorchScriptModel(ModelAdapter):
         return np.concatenate(outs)
 
     def check_sample(self, x: np.ndarray) -> None:
+        """Run the example once. A module declares no input types: whole-number inputs it refuses as
+        float32 (an embedding's ids) are fed as int64 from then on."""
         self._example = x[:1].astype(np.float32)
-        self.predict(self._example)
+        try:
+            self.predict(self._example)
+        except InvalidInput as as_floats:
+            if not np.array_equal(x, np.round(x)):
+                raise
+            self.token_ids = True
+            try:
+                self.predict(self._example)
+            except InvalidInput:
+                self.token_ids = False
+                raise as_floats from None
+
+    def _typed(self, chunk: torch.Tensor) -> torch.Tensor:
+        return chunk.to(torch.int64) if self.token_ids else chunk
 
     def torch_differentiable(self) -> torch.nn.Module:
+        if self.token_ids:
+            raise InvalidModel(
+                "the TorchScript model takes integer token ids; gradient methods need the embedding's "
+                "output, which xaudit finds in an ONNX export of the model (torch.onnx.export)"
+            )
         return self._module
 
     def torch_hookable(self, method: str) -> torch.nn.Module:
@@ -83,6 +105,8 @@ class TorchScriptModel(ModelAdapter):
 
         if self._example is None:
             return None, "has no example input to trace the export"
+        if self.token_ids:
+            return None, "takes integer token ids (export the model to ONNX: xaudit finds its embedding)"
         buffer = io.BytesIO()
         example = torch.from_numpy(self._example)
         printed: list[str] = []
@@ -112,3 +136,11 @@ class TorchScriptModel(ModelAdapter):
         for p in graph.parameters():
             p.requires_grad_(False)
         return graph, None
+
+
+def _cause(exc: Exception) -> str:
+    """The line of a TorchScript interpreter error that names the cause (its first line only says
+    that an operation failed in the interpreter)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    causes = [line for line in lines if "Error:" in line]
+    return (causes[-1] if causes else lines[0] if lines else type(exc).__name__)[:200]
