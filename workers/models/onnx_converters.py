@@ -348,25 +348,6 @@ def _flatten(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     return OperationConverterResult(FlattenAt(axis), onnx_mapping_from_node(node))
 
 
-def _same_as(version: int) -> Any:
-    """The converter of an operator's ``version``, for a later version that only admits more types."""
-
-    def convert(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
-        description = OperationDescription(domain="", operation_type=node.operation_type, version=version)
-        return _CONVERTER_REGISTRY[description](node, graph)
-
-    return convert
-
-
-# Later versions that only add types (bfloat16, float8): transformers' BERT from either exporter
-# builds its attention mask with GreaterOrEqual-16 and IsNaN-20.
-_TYPES_ONLY = {
-    ("GreaterOrEqual", 16): 12,
-    ("LessOrEqual", 16): 12,
-    ("IsNaN", 20): 13,
-    ("IsInf", 20): 10,
-}
-
 # (operator, since-version) -> converter; what this module adds to onnx2torch.
 _ADDED: dict[tuple[str, int], Any] = {
     ("GlobalMaxPool", 1): _global_max_pool,
@@ -381,7 +362,6 @@ _ADDED: dict[tuple[str, int], Any] = {
     ("Pad", 19): _pad_18,
     ("Pad", 21): _pad_18,
     ("ScatterND", 18): _scatter_nd_18,
-    **{key: _same_as(version) for key, version in _TYPES_ONLY.items()},
     **{(op, 18): _reduce_with_axes_input for op in _REDUCTIONS_18},
     ("ReduceMax", 20): _reduce_with_axes_input,  # 20 adds bool inputs only
     ("ReduceMin", 20): _reduce_with_axes_input,

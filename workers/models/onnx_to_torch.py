@@ -37,7 +37,8 @@ __all__ = ["onnx_to_torch", "unconvertible_nodes"]
 
 logger = logging.getLogger(__name__)
 
-# Operators whose versions 19-21 differ from the last onnx2torch-supported one only in types.
+# Operators whose later versions (the ones opsets 19-21 use) differ from the last onnx2torch-supported
+# one only in types.
 _TYPE_ONLY_UPDATES: dict[str, int] = {
     "Flatten": 13,
     "Equal": 13,  # 19 adds string inputs
@@ -49,6 +50,11 @@ _TYPE_ONLY_UPDATES: dict[str, int] = {
     "ConstantOfShape": 9,
     "Cast": 13,  # 19 adds `saturate`, which only affects float8 targets.
     "Reshape": 14,  # 19/21 add types; `allowzero`: _normalise_graph, onnx_converters._reshape_14.
+    # transformers' BERT builds its attention mask with GreaterOrEqual-16 and IsNaN-20.
+    "GreaterOrEqual": 12,  # 16 adds bfloat16
+    "LessOrEqual": 12,
+    "IsNaN": 13,  # 20 adds float8
+    "IsInf": 10,
 }
 
 
