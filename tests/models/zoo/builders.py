@@ -360,42 +360,61 @@ class _TinyBert(nn.Module):
         return self.classifier(torch.tanh(self.pooler(h[:, 0])))
 
 
+_BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _bert_batch(rows: int, length: int, vocab: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """Token ids, an attention mask hiding the first row's last two tokens, and two segments."""
+    ids = torch.randint(1, vocab, (rows, length), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones(rows, length, dtype=torch.int64)
+    mask[0, -2:] = 0
+    types = torch.zeros(rows, length, dtype=torch.int64)
+    types[:, length // 2 :] = 1
+    return ids, mask, types
+
+
+def _export_bert(module: nn.Module, example: tuple[torch.Tensor, ...], path: Path, exporter: str) -> None:
+    """``dynamo`` (batch and sequence dynamic) or ``legacy`` (opset 17, dynamic axes)."""
+    names = list(_BERT_INPUTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+            torch.onnx.export(
+                module, example, str(path), dynamo=True, input_names=names,
+                output_names=["logits"], dynamic_shapes=({0: batch, 1: sequence},) * 3, verbose=False,
+            )  # fmt: skip
+        else:
+            torch.onnx.export(
+                module, example, str(path), dynamo=False, opset_version=17, input_names=names,
+                output_names=["logits"], dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "logits": {0: "batch"}},
+            )  # fmt: skip
+
+
+def _bert_zoo(path: Path, example: tuple[torch.Tensor, ...], expected: np.ndarray) -> ZooModel:
+    """The exported model with its example's first row, explained on the token ids."""
+    inputs = {name: t[:1].numpy() for name, t in zip(_BERT_INPUTS, example, strict=True)}
+    return ZooModel(
+        path, inputs, "input_ids", dict.fromkeys(_BERT_INPUTS, 0), expected, players="tokens",
+        extra=("--baseline", "token:0"),
+    )  # fmt: skip
+
+
 def bert_like(folder: Path, length: int = 8) -> ZooModel:
     folder.mkdir(parents=True, exist_ok=True)
     module = _seeded(_TinyBert(), 9)
-    gen = torch.Generator().manual_seed(10)
-    ids = torch.randint(1, 30, (1, length), generator=gen)
-    mask = torch.ones(1, length, dtype=torch.int64)
-    mask[0, -2:] = 0
-    types = torch.zeros(1, length, dtype=torch.int64)
-    types[0, length // 2 :] = 1
+    example = _bert_batch(1, length, vocab=30, seed=10)
     with torch.no_grad():
-        expected = module(ids, mask, types).numpy()
-    path = folder / "model.onnx"
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module, (ids, mask, types), str(path), dynamo=False, opset_version=17, input_names=names,
-            output_names=["logits"], dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "logits": {0: "batch"}},
-        )  # fmt: skip
-    inputs = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()}
-    return ZooModel(
-        path,
-        inputs,
-        "input_ids",
-        {n: 0 for n in names},
-        expected,
-        players="tokens",
-        extra=("--baseline", "token:0"),
-    )
+        expected = module(*example).numpy()
+    _export_bert(module, example, folder / "model.onnx", "legacy")
+    return _bert_zoo(folder / "model.onnx", example, expected)
 
 
 def hf_bert(folder: Path, exporter: str, length: int = 8) -> ZooModel:
     """transformers' BertForSequenceClassification built from its config (random weights, no
     download; initializer_range 0.3 instead of 0.02, else the logits are ~0.01 and every verdict
-    vacuous), exported as its users do: ``dynamo`` (torch.onnx.export's default exporter, batch and
-    sequence dynamic, from a two-row example) or ``legacy`` (opset 17, dynamic axes)."""
+    vacuous), exported as its users do: ``dynamo`` (torch.onnx.export's default exporter, from a
+    two-row example) or ``legacy``."""
     from transformers import BertConfig, BertForSequenceClassification
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -405,43 +424,11 @@ def hf_bert(folder: Path, exporter: str, length: int = 8) -> ZooModel:
         max_position_embeddings=64, num_labels=3, initializer_range=0.3,
     )  # fmt: skip
     module = BertForSequenceClassification(config).eval()
-    gen = torch.Generator().manual_seed(11)
-    ids = torch.randint(1, 100, (2, length), generator=gen)
-    mask = torch.ones(2, length, dtype=torch.int64)
-    mask[0, -2:] = 0
-    types = torch.zeros(2, length, dtype=torch.int64)
-    types[:, length // 2 :] = 1
+    example = _bert_batch(2, length, vocab=100, seed=11)
     with torch.no_grad():
-        expected = module(input_ids=ids[:1], attention_mask=mask[:1], token_type_ids=types[:1]).logits.numpy()
-    path = folder / "model.onnx"
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if exporter == "dynamo":
-            batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
-            torch.onnx.export(
-                module, (ids, mask, types), str(path), dynamo=True, input_names=names,
-                output_names=["logits"], dynamic_shapes=({0: batch, 1: sequence},) * 3, verbose=False,
-            )  # fmt: skip
-        else:
-            torch.onnx.export(
-                module, (ids, mask, types), str(path), dynamo=False, opset_version=17, input_names=names,
-                output_names=["logits"], dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "logits": {0: "batch"}},
-            )  # fmt: skip
-    inputs = {
-        "input_ids": ids[:1].numpy(),
-        "attention_mask": mask[:1].numpy(),
-        "token_type_ids": types[:1].numpy(),
-    }
-    return ZooModel(
-        path,
-        inputs,
-        "input_ids",
-        {n: 0 for n in names},
-        expected,
-        players="tokens",
-        extra=("--baseline", "token:0"),
-    )
+        expected = module(*(t[:1] for t in example)).logits.numpy()
+    _export_bert(module, example, folder / "model.onnx", exporter)
+    return _bert_zoo(folder / "model.onnx", example, expected)
 
 
 CUSTOM: dict[str, Callable[[Path], ZooModel]] = {
