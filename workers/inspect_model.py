@@ -189,8 +189,11 @@ def _torchscript(data: bytes, path: str) -> ModelCheck:
                 "decided at audit time: needs a hookable graph, made by exporting the scripted module "
                 f"to ONNX with the given input{needs}"
             )
-        elif caps.gradients:
-            check.methods[name] = f"runs: the scripted module's autograd{needs}"
+        elif caps.gradients:  # TorchScript declares no input type: ids are found with the input
+            check.methods[name] = (
+                f"runs: the scripted module's autograd, on float inputs (integer token ids: not "
+                f"applicable, decided at audit time){needs}"
+            )
         else:
             check.methods[name] = f"runs: forward passes only{needs}"
     del model
