@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -152,7 +153,7 @@ def play(
     needs_full = order < n
     evaluated = np.concatenate([subsets, grand]) if needs_full else subsets
     values = np.empty((len(inputs), len(evaluated)))
-    rows = model.rows_per_call(int(np.prod(inputs.shape[1:])))
+    rows = model.rows_per_call(math.prod(inputs.shape[1:]))  # math.prod: np.prod of a tuple costs ~25 us
     # once: (m, n) bool; every subset in bitmask order is the same table for every call at this n
     exact_table = family is None and not needs_full and n <= MAX_EXACT_PLAYERS
     bits = all_subset_bits(n) if exact_table else subset_bits(evaluated, n)

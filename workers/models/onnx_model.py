@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import onnxruntime as ort
@@ -65,7 +66,7 @@ class OnnxModel(ModelAdapter):
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
-        step = self._fixed_batch or self.rows_per_call(int(np.prod(x.shape[1:])))
+        step = self._fixed_batch or self.rows_per_call(math.prod(x.shape[1:]))
         outs = []
         for start in range(0, x.shape[0], step):
             chunk = x[start : start + step]
@@ -75,7 +76,8 @@ class OnnxModel(ModelAdapter):
             out = self._session.run([self.info.output_name], {self.info.input_name: chunk})[0]
             outs.append(out.reshape(out.shape[0], -1)[:rows])
         count_forward(x.shape[0], len(outs))
-        return np.concatenate(outs).astype(np.float32)
+        out = outs[0] if len(outs) == 1 else np.concatenate(outs)
+        return out.astype(np.float32, copy=False)
 
     def _graph(self) -> torch.nn.Module:
         if self._torch_error is not None:  # converted once: every gradient method gets the same answer
