@@ -182,9 +182,7 @@ def _pad_18(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
         axes = [int(a) for a in torch.as_tensor(get_const_value(inputs[3], graph)).reshape(-1).tolist()]
     except KeyError:
         raise NotImplementedError(f"Pad with axes computed at run time (node '{node.name}')") from None
-    runtime = tuple(name for name in inputs[:3] if name)
-    if len(runtime) < len(inputs[:3]):  # an empty constant_value between pads and axes
-        runtime = runtime[:2]
+    runtime = tuple(name for name in inputs[:3] if name)  # data, pads and a constant_value if given
     return OperationConverterResult(
         PadAxes(_PAD_MODES[mode], axes), OnnxMapping(inputs=runtime, outputs=node.output_values)
     )
