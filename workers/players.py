@@ -151,7 +151,8 @@ def parse_players(
         else:
             raise InvalidInput(
                 f"no default players for an input of shape {sample_shape} with {size} elements; "
-                "pass --players (grid:RxC, groups:FILE.json or mask:FILE.npy)"
+                "pass --players (windows:K for a signal or sequence, grid:RxC for an image, "
+                "groups:FILE.json or mask:FILE.npy)"
             )
     elif kind == "grid":
         players = _grid(spec, sample_shape)
