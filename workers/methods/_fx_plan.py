@@ -5,8 +5,9 @@ only. Libraries such as Zennit silently fall back to the gradient for any other 
 would give a wrong answer without a word; :func:`plan_graph` refuses such graphs instead, naming
 the operator. Node kinds on the input's path ("activations"):
 
-- ``affine``: Linear, Conv1d/2d/3d;  ``avgpool``: average pooling (a linear map with W >= 0);
-- ``relu``;  ``shape``: Flatten, Reshape, Identity, eval-mode Dropout;  ``maxpool``;
+- ``affine``: Linear, Conv1d/2d/3d;  ``avgpool``: average pooling, or a mean over non-batch axes
+  (a linear map with W >= 0);
+- ``relu``;  ``shape``: Flatten, Reshape, (Un)Squeeze, Identity, eval-mode Dropout;  ``maxpool``;
 - ``input``: the one placeholder.
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
@@ -38,11 +39,14 @@ AVGPOOL_TYPES: tuple[type[nn.Module], ...] = (
 _AVG_NAMES = {"OnnxGlobalAveragePool", "OnnxGlobalAveragePoolWithKnownInputShape"}
 _SHAPE_NAMES = {
     "Flatten", "OnnxFlatten", "FlattenAt", "OnnxReshape", "ReshapeAllowZero", "Identity", "OnnxCopyIdentity",
-    "Dropout",
+    "Dropout", "OnnxSqueezeStaticAxes", "OnnxSqueezeDynamicAxes", "OnnxUnsqueezeStaticAxes",
+    "OnnxUnsqueezeDynamicAxes",
 }  # fmt: skip
+# torch's dynamo exporter writes adaptive average pooling as Unsqueeze -> ReduceMean -> Squeeze.
+_MEAN = "OnnxReduceStaticAxes[mean]"
 _SHAPE_READERS = {"OnnxShape"}  # activation in, shape out: static
 _MAXPOOL = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
-SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, MaxPool, AvgPool"
+SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean"
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ def _operator_name(node: fx.Node, module: nn.Module | None) -> str:
 def _kind(module: nn.Module | None, name: str) -> Kind | None:
     if isinstance(module, AFFINE_TYPES):
         return "affine"
-    if isinstance(module, AVGPOOL_TYPES) or name in _AVG_NAMES:
+    if isinstance(module, AVGPOOL_TYPES) or name in _AVG_NAMES or _is_row_mean(module, name):
         return "avgpool"
     if isinstance(module, nn.ReLU):
         return "relu"
@@ -85,6 +89,12 @@ def _kind(module: nn.Module | None, name: str) -> Kind | None:
     if isinstance(module, _MAXPOOL):
         return "maxpool"
     return None
+
+
+def _is_row_mean(module: nn.Module | None, name: str) -> bool:
+    """A mean over given axes other than the batch axis: a linear map with W >= 0 within each row."""
+    axes = list(getattr(module, "axes", None) or [])
+    return name == _MEAN and bool(axes) and 0 not in axes
 
 
 def plan_graph(graph: nn.Module, method: str, family: str) -> Plan:
