@@ -15,6 +15,7 @@ from torch import nn
 from workers.light_imports import onnx2torch as _light_onnx2torch
 
 _light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
+from onnx2torch.node_converters.pad import _ONNX_TO_TORCH_MODE, OnnxPadDynamic, _onnx_to_torch_mode  # noqa: E402
 from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes  # noqa: E402
 from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter  # noqa: E402
 from onnx2torch.onnx_graph import OnnxGraph  # noqa: E402
@@ -26,7 +27,17 @@ from onnx2torch.utils.common import (  # noqa: E402
     onnx_mapping_from_node,
 )
 
-__all__: list[str] = []  # importing the module registers the converters
+__all__ = ["registered"]  # importing the module registers the converters
+
+
+def _description(op: str, version: int) -> OperationDescription:
+    return OperationDescription(domain="", operation_type=op, version=version)
+
+
+def registered(op: str, version: int) -> Any:
+    """The converter registered for ``op`` (default domain) at ``version``, as the registry holds it
+    now: onnx2torch's own until this module's _REPLACED is applied."""
+    return _CONVERTER_REGISTRY[_description(op, version)]
 
 
 class GlobalMaxPool(nn.Module):
@@ -65,8 +76,7 @@ def _average_pool_19(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResu
     dilations = node.attributes.get("dilations")
     if dilations is not None and any(int(d) != 1 for d in dilations):
         raise NotImplementedError(f"AveragePool with dilations {list(dilations)} (node '{node.name}')")
-    converter = _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type="AveragePool", version=11)]
-    return converter(node, graph)
+    return registered("AveragePool", 11)(node, graph)
 
 
 class Split(nn.Module):
@@ -119,9 +129,7 @@ class LayerNorm(nn.Module):
         return nn.functional.layer_norm(x, shape, self.weight.expand(shape), bias, self.epsilon)
 
 
-_ONNX2TORCH_LAYER_NORM = _CONVERTER_REGISTRY[
-    OperationDescription(domain="", operation_type="LayerNormalization", version=17)
-]
+_ONNX2TORCH_LAYER_NORM = registered("LayerNormalization", 17)
 
 
 def _layer_norm_17(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
@@ -142,49 +150,40 @@ def _layer_norm_17(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult
 
 
 class PadAxes(nn.Module):
-    """ONNX Pad (opset 18 on) with ``axes``: the pads of the listed axes spread over all of them."""
+    """ONNX Pad (opset 18 on) with ``axes``: the listed axes' pads spread over every axis, then
+    onnx2torch's own Pad (ONNX pad order and modes to torch's)."""
 
     def __init__(self, mode: str, axes: list[int]) -> None:
         super().__init__()
-        self.mode, self.axes = mode, axes
+        self.axes = axes
+        self.pad = OnnxPadDynamic(mode=_onnx_to_torch_mode(mode))
 
     def forward(self, x: torch.Tensor, pads: torch.Tensor, value: torch.Tensor | None = None) -> torch.Tensor:
-        rank, given = x.dim(), pads.tolist()
-        begin, end = [0] * rank, [0] * rank
+        rank, given, k = x.dim(), pads.tolist(), len(self.axes)
+        full = [0] * (2 * rank)  # ONNX order: every axis' begin, then every axis' end
         for i, axis in enumerate(self.axes):
-            begin[axis % rank], end[axis % rank] = given[i], given[i + len(self.axes)]
-        # torch lists pads from the last axis: (last_begin, last_end, ..., first_begin, first_end)
-        torch_pads = [p for axis in reversed(range(rank)) for p in (begin[axis], end[axis])]
-        while len(torch_pads) > 2 and self.mode != "constant" and torch_pads[-2:] == [0, 0]:
-            torch_pads = torch_pads[:-2]  # reflect/replicate take the spatial axes' pads only
-        fill = 0.0 if value is None else float(value)
-        return nn.functional.pad(
-            x, torch_pads, mode=self.mode, value=fill if self.mode == "constant" else None
-        )
-
-
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
+            full[axis % rank], full[rank + axis % rank] = given[i], given[k + i]
+        return self.pad(x, torch.tensor(full), 0.0 if value is None else float(value))
 
 
 def _pad_18(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     """Pad from opset 18 (``axes``), 19 (``wrap`` mode) and 21 (new types): onnx2torch's opset-13
     converter where no axes are given, which is what torch's exporters write."""
     mode = str(node.attributes.get("mode", "constant"))
-    if mode not in _PAD_MODES:
+    if mode not in _ONNX_TO_TORCH_MODE:
         raise NotImplementedError(f"Pad with mode '{mode}' (node '{node.name}')")
     inputs = list(node.input_values)
     while inputs and not inputs[-1]:
         inputs.pop()
     if len(inputs) < 4:
-        converter = _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type="Pad", version=13)]
-        return converter(node, graph)
+        return registered("Pad", 13)(node, graph)
     try:
         axes = [int(a) for a in torch.as_tensor(get_const_value(inputs[3], graph)).reshape(-1).tolist()]
     except KeyError:
         raise NotImplementedError(f"Pad with axes computed at run time (node '{node.name}')") from None
     runtime = tuple(name for name in inputs[:3] if name)  # data, pads and a constant_value if given
     return OperationConverterResult(
-        PadAxes(_PAD_MODES[mode], axes), OnnxMapping(inputs=runtime, outputs=node.output_values)
+        PadAxes(mode, axes), OnnxMapping(inputs=runtime, outputs=node.output_values)
     )
 
 
@@ -194,8 +193,7 @@ def _scatter_nd_18(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult
     reduction = node.attributes.get("reduction", "none")
     if reduction not in ("none", b"none"):
         raise NotImplementedError(f"ScatterND with reduction '{reduction}' (node '{node.name}')")
-    converter = _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type="ScatterND", version=16)]
-    return converter(node, graph)
+    return registered("ScatterND", 16)(node, graph)
 
 
 # ONNX gate order -> torch's: LSTM i,o,f,c -> i,f,g,o; GRU z,r,h -> r,z,n.
@@ -307,14 +305,13 @@ class ReshapeAllowZero(nn.Module):
         return torch.reshape(x, [int(v) for v in shape.tolist()])
 
 
-_ONNX2TORCH_RESHAPE = _CONVERTER_REGISTRY[
-    OperationDescription(domain="", operation_type="Reshape", version=14)
-]
+_ONNX2TORCH_RESHAPE = registered("Reshape", 14)
 
 
 def _reshape_14(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
-    """Reshape from opset 14: onnx2torch's converter unless ``allowzero=1`` survived normalisation
-    (a shape computed at run time, as for BERT's heads at a dynamic batch and sequence length)."""
+    """Reshape from opset 14: onnx2torch's converter, which refuses ``allowzero=1``; with it (every
+    Reshape of torch's dynamo exporter, constant or computed shape) torch.reshape, whose 0 is a size
+    of 0 as allowzero means."""
     if node.attributes.get("allowzero", 0) != 1:
         return _ONNX2TORCH_RESHAPE(node, graph)
     return OperationConverterResult(ReshapeAllowZero(), onnx_mapping_from_node(node))
@@ -334,9 +331,7 @@ class FlattenAt(nn.Module):
         return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
-_ONNX2TORCH_FLATTEN = _CONVERTER_REGISTRY[
-    OperationDescription(domain="", operation_type="Flatten", version=13)
-]
+_ONNX2TORCH_FLATTEN = registered("Flatten", 13)
 
 
 def _flatten(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
@@ -376,10 +371,10 @@ _REPLACED: dict[tuple[str, int], Any] = {
 
 def _register() -> None:
     for (op, version), converter in _ADDED.items():
-        if OperationDescription(domain="", operation_type=op, version=version) not in _CONVERTER_REGISTRY:
+        if _description(op, version) not in _CONVERTER_REGISTRY:
             add_converter(operation_type=op, version=version)(converter)
     for (op, version), converter in _REPLACED.items():
-        _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type=op, version=version)] = converter
+        _CONVERTER_REGISTRY[_description(op, version)] = converter
 
 
 _register()

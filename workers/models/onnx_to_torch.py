@@ -31,7 +31,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
     get_converter,
 )
 
-import workers.models.onnx_converters  # noqa: E402, F401  (registers the converters onnx2torch lacks)
+from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 
 __all__ = ["onnx_to_torch", "unconvertible_nodes"]
 
@@ -49,7 +49,7 @@ _TYPE_ONLY_UPDATES: dict[str, int] = {
     "Constant": 13,
     "ConstantOfShape": 9,
     "Cast": 13,  # 19 adds `saturate`, which only affects float8 targets.
-    "Reshape": 14,  # 19/21 add types; `allowzero`: _normalise_graph, onnx_converters._reshape_14.
+    "Reshape": 14,  # 19/21 add types; `allowzero`: onnx_converters._reshape_14.
     # transformers' BERT builds its attention mask with GreaterOrEqual-16 and IsNaN-20.
     "GreaterOrEqual": 12,  # 16 adds bfloat16
     "LessOrEqual": 12,
@@ -60,7 +60,7 @@ _TYPE_ONLY_UPDATES: dict[str, int] = {
 
 def _register_type_only_updates() -> None:
     for op, old in _TYPE_ONLY_UPDATES.items():
-        converter = _CONVERTER_REGISTRY[OperationDescription(domain="", operation_type=op, version=old)]
+        converter = registered(op, old)
         for opset in (19, 20, 21):
             since = defs.get_schema(op, opset).since_version
             if OperationDescription(domain="", operation_type=op, version=since) not in _CONVERTER_REGISTRY:
@@ -127,25 +127,6 @@ def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
     return list(found.values())
 
 
-def _normalise_graph(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Plain initializers (see the module docstring); drop ``allowzero=1`` from Reshape nodes whose
-    constant shape has no zero (same semantics; the others keep it and convert to torch.reshape)."""
-    _lift_constants(model)
-    constants = {init.name: init for init in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            constants[node.output[0]] = node.attribute[0].t
-    for node in model.graph.node:
-        if node.op_type != "Reshape":
-            continue
-        for attr in list(node.attribute):
-            if attr.name == "allowzero" and attr.i == 1:
-                shape = constants.get(node.input[1])
-                if shape is not None and not (numpy_helper.to_array(shape) == 0).any():
-                    node.attribute.remove(attr)
-    return model
-
-
 def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
     """A torch.fx GraphModule equivalent to ``model``, in eval mode, float32."""
     copy = onnx.ModelProto()
@@ -154,7 +135,8 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
     if missing:
         raise InvalidModel(f"no torch conversion for operator {', '.join(missing)}")
     try:
-        module = convert(_normalise_graph(copy))
+        _lift_constants(copy)
+        module = convert(copy)
     except InvalidModel:
         raise
     except Exception as exc:  # onnx2torch raises anything from deep inside its converters
