@@ -5,14 +5,12 @@ still refused."""
 
 from __future__ import annotations
 
-import io
-import warnings
-
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from tests.models import to_onnx
 from workers.methods import AttributionContext, get_method
 from workers.methods._fx_plan import plan_graph
 from workers.methods._modified_backward import RelevanceGraph
@@ -33,14 +31,7 @@ def _audio_cnn() -> nn.Module:
 
 
 def _dynamo(module: nn.Module) -> bytes:
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module, (X,), buffer, dynamo=True, input_names=["input"],
-            dynamic_shapes=({0: torch.export.Dim("batch")},), verbose=False,
-        )  # fmt: skip
-    return buffer.getvalue()
+    return to_onnx(module, X, opset=18, dynamo=True)
 
 
 @pytest.fixture(scope="module")
