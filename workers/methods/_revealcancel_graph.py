@@ -30,7 +30,7 @@ import torch
 from torch import fx, nn
 
 from workers.methods._fx_plan import Plan, Step, evaluate, plan_graph
-from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_transposes
+from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_maps
 from workers.methods._revealcancel_rules import (
     Pair,
     Reveal,
@@ -170,11 +170,12 @@ class RevealCancelGraph:
                 delta[node] = dx
             elif step.kind in _SPLIT_SOURCES:
                 assert src is not None
+                maps = self._maps_at(node, delta[src])
                 if node in self.split_nodes:
-                    split[node] = (affine_split(self.maps[node], delta[src]), node)
+                    split[node] = (affine_split(maps, delta[src]), node)
                     delta[node] = split[node][0].total
                 else:
-                    delta[node] = self.maps[node].linear(delta[src])
+                    delta[node] = maps.linear(delta[src])
             elif step.kind == "relu":
                 assert src is not None
                 if src in split:
@@ -226,7 +227,7 @@ class RevealCancelGraph:
                 return collapse(pair, delta[node])
             assert src is not None
             if step.kind in _SPLIT_SOURCES:
-                give(src, Pair(affine_backward(self._transposes(node, delta[src]), delta[src], pair)))
+                give(src, Pair(affine_backward(self._maps_at(node, delta[src]), delta[src], pair)))
             elif step.kind == "relu":
                 d = collapse(pair, delta[node])
                 rule = reveal.pop(node)  # its buffers become the source's multipliers
@@ -241,12 +242,13 @@ class RevealCancelGraph:
                 give(src, Pair(grad))
         return torch.zeros_like(delta[self._input])  # no path reached the input
 
-    def _transposes(self, node: fx.Node, like: torch.Tensor) -> AffineMaps:
+    def _maps_at(self, node: fx.Node, like: torch.Tensor) -> AffineMaps:
+        """The maps of ``node`` for inputs shaped like ``like``: dense products where cheaper."""
         if len(like) < _DENSE_MIN_ROWS:  # a dense product costs its whole matrix per row
             return self.maps[node]
         key = (node, like.shape[1:])
         if key not in self._dense:
-            self._dense[key] = dense_transposes(self.maps[node], like)
+            self._dense[key] = dense_maps(self.maps[node], like)
         return self._dense[key]
 
     def _shape_apply(self, step: Step, env: dict[fx.Node, Any], value: torch.Tensor) -> torch.Tensor:

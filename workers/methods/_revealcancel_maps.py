@@ -1,5 +1,5 @@
 """Each affine layer of a RevealCancel plan as the maps its rules need: W, |W| and their transposes,
-at one dtype, with a convolution's transposes as dense products where that is cheaper."""
+at one dtype, with a small convolution's maps as dense products where that is cheaper."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["AffineMaps", "Transpose", "affine_maps", "dense_transposes"]
+__all__ = ["AffineMaps", "Transpose", "affine_maps", "dense_maps"]
 
 LinearMap = Callable[[torch.Tensor], torch.Tensor]
 # (g, like) -> W^T g shaped like the layer's input ``like``.
@@ -22,17 +22,17 @@ _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 # single-threaded BLAS product beats the input-gradient kernel by about that much on small layers.
 _DENSE_ELEMENTS = 2**20
 _DENSE_RATIO = 8
-# Larger inputs' matrices go in bands of the first spatial axis (each band meets few outputs): half
-# the multiplications of the whole matrix for a 3x3 convolution on 8x8 maps, measured 1.5x faster.
-_BANDS = 4
-_BAND_MIN_INPUTS = 256
+# oneDNN's convolution vectorises over input channels: with fewer than this many per group (a first
+# layer on one or three channels) its forward pass ran 1.6x slower than the dense product here.
+_FEW_CHANNELS = 4
 
 
 @dataclass(frozen=True)
 class AffineMaps:
     """An affine layer at one dtype: ``full`` with bias, ``linear`` (W) and ``magnitude`` (|W|) without,
     and their transposes (vector-Jacobian products). Average pooling (W >= 0) is used as it is:
-    its |W| is W and its transposes come from autograd. ``fan_in``: terms per output (0: unknown)."""
+    its |W| is W and its transposes come from autograd. ``fan_in``: terms per output (0: unknown);
+    ``dense_forward``: W and |W| too are cheaper as dense products (few input channels)."""
 
     full: LinearMap
     linear: LinearMap
@@ -40,6 +40,7 @@ class AffineMaps:
     linear_t: Transpose
     magnitude_t: Transpose
     fan_in: int = 0
+    dense_forward: bool = False
 
 
 def _autograd_transpose(fn: LinearMap) -> Transpose:
@@ -98,64 +99,44 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
         _conv_transpose(module, weight) or _autograd_transpose(linear),
         _conv_transpose(module, magnitude) or _autograd_transpose(absolute),
         weight[0].numel(),
+        module.in_channels // module.groups < _FEW_CHANNELS,
     )
 
 
-def dense_transposes(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:
-    """``maps`` of a convolution on inputs shaped like ``like`` (k, ...) with both transposes as
-    products with its dense matrix (read off by probing with unit inputs), where that is cheaper
-    (_DENSE_RATIO); ``maps`` itself otherwise. |W|'s matrix is |W's matrix|: each (input, output)
-    pair of a convolution meets one kernel tap at most."""
+def dense_maps(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:
+    """``maps`` of a convolution on inputs shaped like ``like`` (k, ...) with both transposes, and where
+    ``maps.dense_forward`` W and |W| too, as products with its dense matrix (read off by probing with
+    unit inputs), where that is cheaper (_DENSE_RATIO); ``maps`` itself otherwise. |W|'s matrix is
+    |W's matrix|: each (input, output) pair of a convolution meets one kernel tap at most. The dense
+    product sums the same terms as the kernel (the others are exact zeros), so the rounding bounds of
+    the rules hold unchanged."""
     n_in = like[0].numel()
     if maps.fan_in in (0, n_in) or n_in > _DENSE_RATIO * maps.fan_in:  # (n_in: a Linear already is)
         return maps
     probe = torch.eye(n_in, dtype=like.dtype, device=like.device).reshape(n_in, *like.shape[1:])
-    rows = maps.linear(probe).reshape(n_in, -1)  # row i: the outputs of unit input i
+    outputs = maps.linear(probe)  # row i: the outputs of unit input i
+    rows = outputs.reshape(n_in, -1)
     if rows.numel() > _DENSE_ELEMENTS:
         return maps
-    bands = _bands(rows, tuple(like.shape[1:]))
-    if bands is None:
-        return replace(maps, linear_t=_product(rows), magnitude_t=_product(rows.abs()))
-    return replace(maps, linear_t=_banded(rows, *bands), magnitude_t=_banded(rows.abs(), *bands))
+    magnitude = rows.abs()
+    dense = replace(maps, linear_t=_transpose(rows), magnitude_t=_transpose(magnitude))
+    if not maps.dense_forward:
+        return dense
+    shape = outputs.shape[1:]
+    return replace(dense, linear=_forward(rows, shape), magnitude=_forward(magnitude, shape))
 
 
-def _product(matrix: torch.Tensor) -> Transpose:
+def _transpose(matrix: torch.Tensor) -> Transpose:
     def transpose(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         return F.linear(g.reshape(len(g), -1), matrix).reshape(like.shape)
 
     return transpose
 
 
-def _bands(
-    rows: torch.Tensor, sample_shape: tuple[int, ...]
-) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor] | None:
-    """The dense matrix cut into _BANDS bands of the input's first spatial axis, each with only the
-    outputs it meets (a convolution's receptive fields are local): (inputs, outputs) per band and
-    the permutation back to input order; None where that does not save half the multiplications
-    (or the input is small, where the gathers cost more than they save)."""
-    n_in = rows.shape[0]
-    if len(sample_shape) < 2 or n_in < _BAND_MIN_INPUTS:
-        return None
-    index = torch.arange(n_in, device=rows.device).reshape(sample_shape)
-    size = sample_shape[1]
-    bands = []
-    for b in range(_BANDS):
-        inputs = index[:, b * size // _BANDS : (b + 1) * size // _BANDS].reshape(-1)
-        if len(inputs):
-            bands.append((inputs, (rows[inputs] != 0).any(dim=0).nonzero().flatten()))
-    if 2 * sum(len(i) * len(o) for i, o in bands) > rows.numel():
-        return None
-    return bands, torch.argsort(torch.cat([i for i, _ in bands]))
+def _forward(matrix: torch.Tensor, shape: torch.Size) -> LinearMap:
+    by_output = matrix.t().contiguous()  # F.linear's (out, in) layout
 
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.reshape(len(x), -1), by_output).reshape(len(x), *shape)
 
-def _banded(
-    matrix: torch.Tensor, bands: list[tuple[torch.Tensor, torch.Tensor]], order: torch.Tensor
-) -> Transpose:
-    blocks = [(outputs, matrix[inputs][:, outputs].contiguous()) for inputs, outputs in bands]
-
-    def transpose(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        flat = g.reshape(len(g), -1)
-        parts = [F.linear(flat.index_select(1, outputs), block) for outputs, block in blocks]
-        return torch.cat(parts, dim=1).index_select(1, order).reshape(like.shape)
-
-    return transpose
+    return forward

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the catalogue loads no torch
 
 __all__ = ["DeepLiftRevealCancel", "target_seed"]
 
-CHUNK = 512  # most rows per pass: the audit's calls (2 samples x 256 sub-inputs) in one pass
+CHUNK = 1024  # most rows per pass: an audit call (up to 1,024 sub-inputs) in one pass
 # Float32 elements held at once (about 1 GiB): a pass keeps ~8 copies of every node's values
 # (the difference, its parts and spread, the ReLU's buffers, multipliers on the way back).
 _BUDGET = 2**28

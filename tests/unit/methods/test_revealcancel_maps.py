@@ -1,4 +1,4 @@
-"""RevealCancel's layer maps: the dense and banded transposes of a convolution are its input gradient."""
+"""RevealCancel's layer maps: a convolution's dense products are its forward pass and its input gradient."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import pytest
 import torch
 from torch import nn
 
-from workers.methods import _revealcancel_maps as maps_module
-from workers.methods._revealcancel_maps import affine_maps, dense_transposes
+from workers.methods._revealcancel_maps import affine_maps, dense_maps
 
 CONVS = {
-    # (module, sample shape): the digits CNN's layers (dense; banded), a strided and dilated one,
-    # grouped channels, a banded 1-d convolution, and one too large for a dense matrix.
+    # (module, sample shape): the digits CNN's layers (one input channel: a dense forward pass too),
+    # a strided and dilated one, grouped channels, a 1-d convolution, and one too large for a dense
+    # matrix.
     "first": (nn.Conv2d(1, 8, 3, padding=1), (1, 8, 8)),
     "second": (nn.Conv2d(8, 16, 3, stride=2, padding=1), (8, 8, 8)),
     "dilated": (nn.Conv2d(4, 6, 3, stride=2, padding=2, dilation=2), (4, 6, 6)),
@@ -27,7 +27,10 @@ def test_transposes_are_the_input_gradient(name: str) -> None:
     module, shape = CONVS[name]
     x = torch.randn(5, *shape)
     plain = affine_maps(module, torch.float32)
-    fast = dense_transposes(plain, x)
+    fast = dense_maps(plain, x)
+    for forward, weight in ((fast.linear, module.weight), (fast.magnitude, module.weight.abs())):
+        want = module._conv_forward(x, weight.detach(), None)
+        torch.testing.assert_close(forward(x), want, rtol=1e-5, atol=1e-5)
     g = torch.randn_like(plain.linear(x))
     for transpose, weight in ((fast.linear_t, module.weight), (fast.magnitude_t, module.weight.abs())):
         u = x.clone().requires_grad_(True)
@@ -36,19 +39,12 @@ def test_transposes_are_the_input_gradient(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "kind"),
-    [("first", "dense"), ("second", "banded"), ("conv1d", "banded"), ("large", "kernel")],
+    ("name", "transposes", "forward"),
+    [("first", True, True), ("second", True, False), ("grouped", True, True), ("large", False, False)],
 )
-def test_which_transposes_a_layer_gets(monkeypatch: pytest.MonkeyPatch, name: str, kind: str) -> None:
+def test_which_maps_a_layer_gets(name: str, transposes: bool, forward: bool) -> None:
     module, shape = CONVS[name]
-    seen = []
-    for helper in ("_product", "_banded"):
-        original = getattr(maps_module, helper)
-
-        def spy(*args: object, original: object = original, helper: str = helper) -> object:
-            seen.append(helper)
-            return original(*args)  # type: ignore[operator]
-
-        monkeypatch.setattr(maps_module, helper, spy)
-    dense_transposes(affine_maps(module, torch.float32), torch.randn(2, *shape))
-    assert set(seen) == {"dense": {"_product"}, "banded": {"_banded"}, "kernel": set()}[kind]
+    plain = affine_maps(module, torch.float32)
+    fast = dense_maps(plain, torch.randn(2, *shape))
+    assert (fast.linear_t is not plain.linear_t) == (fast.magnitude_t is not plain.magnitude_t) == transposes
+    assert (fast.linear is not plain.linear) == (fast.magnitude is not plain.magnitude) == forward
