@@ -110,7 +110,8 @@ def sigmoid_mlp(seed: int = 0) -> nn.Module:
 
 
 def residual_mlp(seed: int = 0) -> nn.Module:
-    """x + relu(Linear(x)) on 4 features: a residual add, which the rule plans refuse."""
+    """x + relu(Linear(x)) on 4 features: a residual add as the output (RevealCancel refuses any sum,
+    LRP one after the last layer)."""
     return _randomise(_Residual(), seed)
 
 

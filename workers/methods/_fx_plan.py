@@ -8,7 +8,9 @@ the operator. Node kinds on the input's path ("activations"):
 - ``affine``: Linear, Conv1d/2d/3d;  ``avgpool``: average pooling, or a mean over non-batch axes
   (a linear map with W >= 0);
 - ``relu``;  ``shape``: Flatten, Reshape, (Un)Squeeze, Identity, eval-mode Dropout;  ``maxpool``;
-- ``input``: the one placeholder.
+- ``input``: the one placeholder;
+- ``merge`` (only where the caller asks, LRP): a sum or concatenation of activations, such as a
+  residual connection; see :func:`plan_graph`.
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
@@ -25,7 +27,7 @@ from xaudit.contract.errors import NotApplicable
 
 __all__ = ["AFFINE_TYPES", "AVGPOOL_TYPES", "SUPPORTED", "Plan", "Step", "evaluate", "plan_graph"]
 
-Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "static"]
+Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "static"]
 
 AFFINE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 AVGPOOL_TYPES: tuple[type[nn.Module], ...] = (
@@ -46,7 +48,10 @@ _SHAPE_NAMES = {
 _MEAN = "OnnxReduceStaticAxes[mean]"
 _SHAPE_READERS = {"OnnxShape"}  # activation in, shape out: static
 _MAXPOOL = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
+# Sums and concatenations of activations (onnx2torch's Add and Concat; torch's own in traced graphs).
+_MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "OnnxConcat", "add", "cat", "concat"}
 SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean"
+MERGES = "Add and Concat of activations"
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,8 @@ class Step:
     node: fx.Node
     kind: Kind
     module: nn.Module | None
-    source: fx.Node | None  # the one activation argument (None for input and static nodes)
+    source: fx.Node | None  # the (first) activation argument (None for input and static nodes)
+    sources: tuple[fx.Node, ...] = ()  # a merge's activation arguments, all of them
 
 
 @dataclass(frozen=True)
@@ -97,9 +103,16 @@ def _is_row_mean(module: nn.Module | None, name: str) -> bool:
     return name == _MEAN and bool(axes) and 0 not in axes
 
 
-def plan_graph(graph: nn.Module, method: str, family: str) -> Plan:
+def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
-    input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel")."""
+    input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
+
+    ``merges``: admit sums and concatenations whose every tensor argument is an activation. Only a
+    pass whose backward quantity is a modified gradient (relevance = value x quantity, LRP's
+    :mod:`workers.methods._modified_backward`) may: there the plain gradient of a sum hands each
+    summand the share a_i / z of the sum's relevance (the proportional rule Zennit's canonizers give
+    residual sums), and that of a concatenation hands each part its own slice. A pass that carries
+    relevance itself (Zennit's hooks) would hand every summand all of it."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
@@ -123,17 +136,47 @@ def plan_graph(graph: nn.Module, method: str, family: str) -> Plan:
         if not inputs or name in _SHAPE_READERS or node.target == "size" or node.target is getattr:
             steps.append(Step(node, "static", module, None))
             continue
+        if merges and name in _MERGE_NAMES and _all_active(node, active):
+            steps.append(Step(node, "merge", module, inputs[0], tuple(dict.fromkeys(inputs))))
+            active.add(node)
+            continue
         kind = _kind(module, name) if len(inputs) == 1 else None
         if kind is None:
+            supported = f"{SUPPORTED}, {MERGES}" if merges else SUPPORTED
             raise NotApplicable(
                 method,
-                f"operator {name} (node '{node.name}') has no {family} rule here; supported: {SUPPORTED}",
+                f"operator {name} (node '{node.name}') has no {family} rule here; supported: {supported}",
             )
         steps.append(Step(node, kind, module, inputs[0]))
         active.add(node)
     if output is None or output not in active:
         raise NotApplicable(method, "the model's output does not depend on its input")
+    if merges:
+        _refuse_merge_at_output(steps, output, method)
     return Plan(graph, tuple(steps), output)
+
+
+def _refuse_merge_at_output(steps: list[Step], output: fx.Node, method: str) -> None:
+    """Relevance enters at the output and is split by layer rules; a merge between the output and
+    the last layer (``x + f(x)`` as the model's output) has no rule to split it."""
+    by_node = {step.node: step for step in steps}
+    step = by_node[output]
+    while step.kind not in ("affine", "avgpool", "input"):
+        if step.kind == "merge":
+            raise NotApplicable(
+                method,
+                f"the sum or concatenation '{step.node.name}' comes after the last Linear/Conv layer; "
+                "relevance at the output has no rule to split there",
+            )
+        assert step.source is not None
+        step = by_node[step.source]
+
+
+def _all_active(node: fx.Node, active: set[fx.Node]) -> bool:
+    """Every argument of ``node`` that is a graph value is an activation (at least two of them): a
+    constant summand or slice would take relevance that never reaches the input."""
+    values = _leaves((node.args, node.kwargs))
+    return len(values) >= 2 and all(v in active for v in values)
 
 
 def evaluate(plan: Plan, x: torch.Tensor, affine: dict[fx.Node, Any] | None = None) -> dict[fx.Node, Any]:

@@ -1,5 +1,5 @@
 """LRP rules as modified gradients: each rule rewrites one layer's output so that its value is
-unchanged and its gradient is the rule's (docs/science.md, LRP and Deep Taylor).
+unchanged and its gradient is the rule's (docs/science.md 5.8).
 
 :mod:`workers.methods._modified_backward` carries a modified gradient ``g`` with relevance
 ``R = value * g`` between rule layers (ReLU, reshapes and max-pooling pass it, as they pass

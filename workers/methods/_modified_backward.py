@@ -1,10 +1,15 @@
-"""LRP and Deep Taylor as one forward and one backward pass over the fx plan (docs/science.md, LRP).
+"""LRP and Deep Taylor as one forward and one backward pass over the fx plan (docs/science.md 5.8).
 
 Each Linear/Conv/pooling layer on the output's path is replaced by its rule's modified output
 (:mod:`workers.methods._lrp_rules`): the same value, the rule's gradient. ReLU, reshapes and
 max-pooling keep their gradient, as they do under Zennit. One ``torch.autograd.grad`` then gives a
 modified gradient ``g`` with relevance ``x * g``: Zennit's result without its per-layer hooks,
 re-run forwards and nested backward passes.
+
+Residual sums and concatenations keep their gradient too: below the topmost rule layer the backward
+quantity is ``g = R / value``, so a sum z = a + b hands a and b the relevance ``a * g`` and ``b * g``,
+shares a / z and b / z of z's (the proportional rule, Zennit's Norm on the Sum its ResNet canonizer
+inserts), and relevance reaching one value along two paths adds up (docs/science.md 5.8).
 """
 
 from __future__ import annotations
@@ -41,12 +46,27 @@ _PASS_SIGN = ("relu", "shape", "maxpool", "avgpool")  # x >= 0 in, x >= 0 out
 
 
 def _path(plan: Plan) -> list[Step]:
-    """The steps from the input to the output (the plan admits one activation argument per node)."""
+    """The steps the output depends on, in execution order (merges have several sources)."""
     by_node = {step.node: step for step in plan.steps}
-    path = [by_node[plan.output]]
-    while path[-1].source is not None:
-        path.append(by_node[path[-1].source])
-    return path[::-1]
+    needed, stack = set(), [plan.output]
+    while stack:
+        node = stack.pop()
+        if node not in needed:
+            needed.add(node)
+            step = by_node[node]
+            stack.extend(step.sources or ([step.source] if step.source is not None else []))
+    return [step for step in plan.steps if step.node in needed]
+
+
+def _top_layer(plan: Plan, layers: dict[fx.Node, Any]) -> fx.Node:
+    """The rule layer that receives relevance itself: the first one below the output (plan_graph
+    refuses a merge on the way, which would hand each branch all of it)."""
+    by_node = {step.node: step for step in plan.steps}
+    step = by_node[plan.output]
+    while step.node not in layers:
+        assert step.source is not None and step.kind != "merge"
+        step = by_node[step.source]
+    return step.node
 
 
 class RelevanceGraph:
@@ -61,21 +81,23 @@ class RelevanceGraph:
     @classmethod
     def build(cls, plan: Plan, rules: Rules) -> RelevanceGraph | None:
         index = {s.node: i for i, s in enumerate(s for s in plan.steps if s.kind == "affine")}
-        path = _path(plan)
         nonneg: set[fx.Node] = set()
+        reshaped_input: set[fx.Node] = set()  # the input and reshapes of it
         layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]] = {}
-        reshaped_input = True  # every step so far only reshapes the input
-        for step in path:
+        for step in _path(plan):
+            if step.kind == "input" or (step.kind == "shape" and step.source in reshaped_input):
+                reshaped_input.add(step.node)
             if step.kind == "relu" or (step.kind in _PASS_SIGN and step.source in nonneg):
+                nonneg.add(step.node)
+            if step.kind == "merge" and all(source in nonneg for source in step.sources):
                 nonneg.add(step.node)
             if step.kind in ("affine", "avgpool"):
                 rule = rules(index[step.node]) if step.kind == "affine" else _NORM
-                if rule.needs_input_layer and not reshaped_input:
+                if rule.needs_input_layer and step.source not in reshaped_input:
                     return None
                 layers[step.node] = (step.module, rule, False, step.source in nonneg)
-            reshaped_input = reshaped_input and step.kind in ("input", "shape")
         if layers:  # the topmost rule layer receives relevance, not the modified gradient
-            top = list(layers)[-1]
+            top = _top_layer(plan, layers)
             module, rule, _, sign = layers[top]
             layers[top] = (module, rule, True, sign)
         return cls(plan, layers)
@@ -104,9 +126,10 @@ def lrp_relevance(
     ctx: AttributionContext, method: str, rules: Rules, inputs: np.ndarray, classes: np.ndarray
 ) -> np.ndarray:
     """Input relevance (k, *shape) float32 for the target class of each row; Zennit where the plan
-    has a rule this pass cannot write (the result is the same, only slower)."""
+    has a rule this pass cannot write (the result is the same, only slower; Zennit refuses merges)."""
     graph = ctx.model.torch_hookable(method)
-    plan = plan_graph(graph, method, "LRP")  # Zennit would silently use the gradient elsewhere
+    # Zennit would silently use the gradient at other operators
+    plan = plan_graph(graph, method, "LRP", merges=True)
     modified = RelevanceGraph.build(plan, rules)
     if modified is None:
         from workers.methods._zennit import lrp_relevance as zennit_relevance

@@ -1,5 +1,5 @@
 """DeepLIFT with the Rescale rule as one forward at the inputs, one at the distinct references, and
-one backward pass over the fx plan (docs/science.md, DeepLIFT).
+one backward pass over the fx plan (docs/science.md 5.8).
 
 Each ReLU keeps its value and takes Captum's multiplier as its gradient:
 ``(relu(z) - relu(z0)) / (z - z0)``, or the ReLU's gradient where ``|z - z0| < 1e-10`` (Captum's

@@ -90,7 +90,7 @@ def affine_backward(maps: AffineMaps, delta_in: torch.Tensor, out: Pair) -> torc
     + [da=0] W^T (g+ + g-)/2.
 
     An input with no difference feeds neither part, but a change in it would (the published rule:
-    the mean of the two, see docs/science.md). With a plain pair this is the ordinary gradient
+    the mean of the two, see docs/science.md 5.8). With a plain pair this is the ordinary gradient
     W^T g (linear layers not followed by a ReLU). Two transposed passes instead of four: with
     g+/- = mean +/- half_diff, the multiplier is W^T mean + sign(da) |W|^T half_diff.
     """

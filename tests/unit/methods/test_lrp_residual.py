@@ -1,0 +1,156 @@
+"""LRP, LRP-alpha-beta and Deep Taylor through residual sums and concatenations.
+
+The reference is Zennit run the way its authors run residual networks: on the torch model, with
+its ResNet canonizer (batch norms merged into the convolutions, each residual sum made a ``Sum``
+layer that gets the Norm rule, i.e. the proportional split). xaudit runs on the ONNX export, where
+the sum is a plain Add and the batch norms were folded by the exporter.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.models import residual_mlp
+from tests.unit.methods._context import context
+from workers.methods import get_method
+from workers.methods._lrp_rules import AlphaBeta, Epsilon, LayerRule, ZBox
+from xaudit.contract.errors import NotApplicable
+
+CLASSES = np.array([0, 1, 3])
+
+
+def _small_resnet() -> nn.Module:
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    torch.manual_seed(0)
+    model = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=4).eval()
+    with torch.no_grad():  # batch norms that are not the identity, so that folding them matters
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.1, 0.1)
+    return model
+
+
+class _Concatenated(nn.Module):
+    """A DenseNet-style block: the stem's maps beside two convolutions of them, concatenated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.left = nn.Conv2d(4, 3, 3, padding=1)
+        self.right = nn.Conv2d(4, 2, 1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Linear(9, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.stem(x))
+        joined = torch.relu(torch.cat([h, self.left(h), self.right(h)], dim=1))
+        return self.head(self.pool(joined).flatten(1))
+
+
+def _inputs() -> torch.Tensor:
+    return torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
+def _rules(name: str, x: torch.Tensor) -> tuple[dict[str, float], Callable[[int], LayerRule]]:
+    low, high = float(x.min()), float(x.max())
+    return {
+        "lrp_epsilon": ({}, lambda i: Epsilon(1e-6)),
+        "lrp_alpha_beta": ({}, lambda i: AlphaBeta(2.0, 1.0)),
+        "deep_taylor": (
+            {"low": low, "high": high},
+            lambda i: ZBox(low, high) if i == 0 else AlphaBeta(1.0, 0.0, zero_bias=True),
+        ),
+    }[name]
+
+
+def _zennit(
+    model: nn.Module, first: nn.Module, x: torch.Tensor, rule: Callable[[int], LayerRule]
+) -> np.ndarray:
+    from zennit.attribution import Gradient
+    from zennit.core import Composite
+    from zennit.layer import Sum
+    from zennit.rules import Norm
+    from zennit.torchvision import ResNetCanonizer
+
+    def mapping(ctx: dict, name: str, module: nn.Module) -> object:
+        if isinstance(module, nn.Conv2d | nn.Linear):
+            return rule(0 if module is first else 1).zennit()
+        return Norm() if isinstance(module, Sum | nn.AdaptiveAvgPool2d) else None
+
+    composite = Composite(module_map=mapping, canonizers=[ResNetCanonizer()])
+    classes = torch.as_tensor(CLASSES)[:, None]
+    with Gradient(model=model, composite=composite) as attributor:
+        _, relevance = attributor(
+            x.clone().requires_grad_(True),
+            lambda out: torch.zeros_like(out).scatter_(1, classes, 1.0) * out.detach(),
+        )
+    return relevance.detach().numpy()
+
+
+def _ours(name: str, model: nn.Module, x: torch.Tensor, params: dict[str, float]) -> np.ndarray:
+    ctx = context(model, x[:1], params=params)
+    return get_method(name).attribute(ctx, x.numpy(), np.zeros_like(x.numpy()), CLASSES)
+
+
+# LRP-epsilon with epsilon 1e-6 divides by pre-activations near zero, where the exporter's folded
+# batch norms and Zennit's merged ones differ by float32 rounding: a looser bound there.
+TOLERANCE = {"lrp_epsilon": 1e-3, "lrp_alpha_beta": 2e-4, "deep_taylor": 2e-4}
+
+
+@pytest.mark.parametrize("name", sorted(TOLERANCE))
+def test_a_resnet_equals_zennit_with_its_resnet_canonizer(name: str) -> None:
+    model, x = _small_resnet(), _inputs()
+    params, rule = _rules(name, x)
+    ours = _ours(name, model, x, params)
+    reference = copy.deepcopy(model)
+    want = _zennit(reference, reference.conv1, x, rule)
+    assert np.abs(ours - want).max() <= TOLERANCE[name] * np.abs(want).max()
+
+
+@pytest.mark.parametrize("name", sorted(TOLERANCE))
+def test_a_concatenation_hands_each_part_its_slice(name: str) -> None:
+    torch.manual_seed(2)
+    model, x = _Concatenated().eval(), _inputs()
+    params, rule = _rules(name, x)
+    ours = _ours(name, model, x, params)
+    reference = copy.deepcopy(model)
+    want = _zennit(reference, reference.stem, x, rule)
+    assert np.abs(ours - want).max() <= TOLERANCE[name] * np.abs(want).max()
+
+
+def test_deep_taylor_conserves_the_score_through_residual_sums() -> None:
+    model, x = _small_resnet(), _inputs()
+    params, _ = _rules("deep_taylor", x)
+    relevance = _ours("deep_taylor", model, x, params)
+    with torch.no_grad():
+        scores = model(x).numpy()[np.arange(3), CLASSES]
+    np.testing.assert_allclose(relevance.reshape(3, -1).sum(axis=1), scores, rtol=1e-4)
+
+
+def test_a_sum_after_the_last_layer_is_refused() -> None:
+    # x + relu(Linear(x)) as the output: the output's relevance would have no rule to split it.
+    x = torch.randn(2, 4)
+    with pytest.raises(NotApplicable, match="'add' comes after the last Linear/Conv layer"):
+        get_method("lrp_epsilon").attribute(
+            context(residual_mlp().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(2, np.int64)
+        )
+
+
+def test_revealcancel_still_refuses_residual_sums() -> None:
+    model, x = _small_resnet(), _inputs()[:1]
+    with pytest.raises(
+        NotApplicable, match=r"operator OnnxBinaryMathOperation\[add\].* no RevealCancel rule"
+    ):
+        get_method("deeplift_revealcancel").attribute(
+            context(model, x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(1, np.int64)
+        )
