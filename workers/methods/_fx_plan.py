@@ -49,7 +49,8 @@ _MEAN = "OnnxReduceStaticAxes[mean]"
 _SHAPE_READERS = {"OnnxShape"}  # activation in, shape out: static
 _MAXPOOL = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
 # Sums and concatenations of activations (onnx2torch's Add and Concat; torch's own in traced graphs).
-_MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "OnnxConcat", "add", "cat", "concat"}
+_CONCAT_NAMES = {"OnnxConcat", "cat", "concat"}
+_MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
 SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean"
 MERGES = "Add and Concat of activations"
 
@@ -136,7 +137,7 @@ def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False)
         if not inputs or name in _SHAPE_READERS or node.target == "size" or node.target is getattr:
             steps.append(Step(node, "static", module, None))
             continue
-        if merges and name in _MERGE_NAMES and _all_active(node, active):
+        if merges and name in _MERGE_NAMES and _all_active(node, active, name):
             steps.append(Step(node, "merge", module, inputs[0], tuple(dict.fromkeys(inputs))))
             active.add(node)
             continue
@@ -172,11 +173,13 @@ def _refuse_merge_at_output(steps: list[Step], output: fx.Node, method: str) -> 
         step = by_node[step.source]
 
 
-def _all_active(node: fx.Node, active: set[fx.Node]) -> bool:
-    """Every argument of ``node`` that is a graph value is an activation (at least two of them): a
-    constant summand or slice would take relevance that never reaches the input."""
+def _all_active(node: fx.Node, active: set[fx.Node], name: str) -> bool:
+    """Every argument of ``node`` that is a graph value is an activation: a constant summand or slice
+    would take relevance that never reaches the input. (A sum needs two; a concatenation of one
+    tensor, as DenseNet's first layers write it, is the identity.)"""
     values = _leaves((node.args, node.kwargs))
-    return len(values) >= 2 and all(v in active for v in values)
+    least = 1 if name in _CONCAT_NAMES else 2
+    return len(values) >= least and all(v in active for v in values)
 
 
 def evaluate(plan: Plan, x: torch.Tensor, affine: dict[fx.Node, Any] | None = None) -> dict[fx.Node, Any]:

@@ -154,3 +154,24 @@ def test_revealcancel_still_refuses_residual_sums() -> None:
         get_method("deeplift_revealcancel").attribute(
             context(model, x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(1, np.int64)
         )
+
+
+class _Batched(nn.Module):
+    """DenseNet's first layer: a concatenation of one tensor, then a batch norm (no rule)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 3, padding=1)
+        self.norm = nn.BatchNorm2d(2)
+        self.head = nn.Linear(2 * 32 * 32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(torch.cat([torch.relu(self.conv(x))], dim=1)).flatten(1))
+
+
+def test_a_concatenation_of_one_tensor_passes_and_the_refusal_names_the_next_operator() -> None:
+    x = _inputs()[:1]
+    with pytest.raises(NotApplicable, match=r"operator BatchNorm2d .* has no LRP rule"):
+        get_method("lrp_epsilon").attribute(
+            context(_Batched().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(1, np.int64)
+        )
