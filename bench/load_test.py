@@ -31,11 +31,10 @@ from service.store import JobStore
 from tests.integration.conftest import start_serve, start_worker, stop_process
 from tests.integration.security._infra import RedisServer, fresh_postgres, rss_bytes
 from tests.integration.service._helpers import TERMINAL, inputs, mlp_onnx, request, stub, upload
+from xaudit.contract.units import MiB
 from xaudit.v1 import audit_pb2
 
 __all__ = ["LoadResult", "run_load"]
-
-MiB = 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from xaudit.contract.names import DEFAULT_ADDRESS
+from xaudit.contract.units import MiB
 
 __all__ = [
     "DEFAULT_LISTEN",
     "DEFAULT_TENANT",
-    "MiB",
     "ServerConfig",
     "default_home",
     "embedded_broker_url",
 ]
 
-MiB = 1024 * 1024
 DEFAULT_LISTEN = DEFAULT_ADDRESS
 DEFAULT_TENANT = "default"
 

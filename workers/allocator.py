@@ -15,11 +15,12 @@ import ctypes
 import logging
 import platform
 
+from xaudit.contract.units import MiB
+
 __all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory"]
 
 logger = logging.getLogger(__name__)
 
-MiB = 1024 * 1024
 MMAP_THRESHOLD = 32 * MiB  # blocks below it come from the heap, not from fresh pages
 TRIM_THRESHOLD = 128 * MiB  # free memory kept at the heap's top before it is given back
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)

@@ -76,12 +76,12 @@ from xaudit.contract.errors import (
     error_for_code,
 )
 from xaudit.contract.spec import JobSpec
+from xaudit.contract.units import MiB
 
 __all__ = ["SandboxLimits", "allow_unconfined", "isolated_formats", "prewarm", "run_sandboxed"]
 
 logger = logging.getLogger(__name__)
 
-MiB = 1024 * 1024
 # Codes a child may report; anything else is reported as a crash of the model.
 _CHILD_CODES = (
     "INVALID_ARGUMENT",

@@ -20,10 +20,9 @@ from workers.sandbox_wire import METRIC_OPS, NO_CONFINEMENT, encode_result, writ
 from xaudit.contract.errors import FailedPrecondition, XauditError
 from xaudit.contract.process import die_with_parent
 from xaudit.contract.spec import JobSpec
+from xaudit.contract.units import MiB
 
 __all__ = ["child_main"]
-
-MiB = 1024 * 1024
 
 
 # -- metrics: recorded here, counted by the worker -------------------------------------------------

@@ -69,9 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from service.config import MiB, ServerConfig
+    from service.config import ServerConfig
     from service.metrics import start_service_metrics
     from service.run import ServeOptions, serve
+    from xaudit.contract.units import MiB
 
     changes: dict[str, object] = {"listen": args.listen, "reflection": not args.no_reflection}
     for key, value in (

@@ -14,12 +14,11 @@ import pytest
 
 from clients.client import Job, ModelRef, XauditClient, default_server
 from xaudit.contract import errors
+from xaudit.contract.units import MiB
 from xaudit.v1 import audit_pb2
 
 # The scripted service of conftest.py and its address.
 Scripted = tuple[Any, str]
-
-MiB = 1 << 20
 
 
 def test_upload_streams_metadata_then_1mib_chunks(scripted: Scripted, tmp_path: Path) -> None:
