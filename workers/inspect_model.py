@@ -96,8 +96,7 @@ def _methods(model: ModelAdapter, check: ModelCheck) -> None:
                 embedding = getattr(model, "embedding", None)
                 graph_model: ModelAdapter = embedding.head if embedding is not None else model
                 if name in _RULE_FAMILIES:
-                    family = _RULE_FAMILIES[name]
-                    plan_graph(graph_model.torch_hookable(name), name, family, merges=family == "LRP")
+                    plan_graph(graph_model.torch_hookable(name), name, _RULE_FAMILIES[name], merges=True)
                 elif name == "grad_cam":
                     from workers.methods.grad_cam import conv_layers
 

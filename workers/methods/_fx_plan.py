@@ -25,7 +25,7 @@ from torch import fx, nn
 
 from xaudit.contract.errors import NotApplicable
 
-__all__ = ["AFFINE_TYPES", "AVGPOOL_TYPES", "SUPPORTED", "Plan", "Step", "evaluate", "plan_graph"]
+__all__ = ["AFFINE_TYPES", "AVGPOOL_TYPES", "SUPPORTED", "Plan", "Step", "evaluate", "merge_parts", "plan_graph"]
 
 Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "static"]
 
@@ -108,12 +108,13 @@ def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False)
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
 
-    ``merges``: admit sums and concatenations whose every tensor argument is an activation. Only a
-    pass whose backward quantity is a modified gradient (relevance = value x quantity, LRP's
-    :mod:`workers.methods._modified_backward`) may: there the plain gradient of a sum hands each
-    summand the share a_i / z of the sum's relevance (the proportional rule Zennit's canonizers give
-    residual sums), and that of a concatenation hands each part its own slice. A pass that carries
-    relevance itself (Zennit's hooks) would hand every summand all of it."""
+    ``merges``: admit sums and concatenations whose every tensor argument is an activation, for a
+    pass that has a rule for them. LRP's (:mod:`workers.methods._modified_backward`) carries a
+    modified gradient (relevance = value x quantity): the plain gradient of a sum hands each summand
+    the share a_i / z of the sum's relevance (the proportional rule Zennit's canonizers give residual
+    sums), that of a concatenation each part its own slice; a pass that carries relevance itself
+    (Zennit's hooks) would hand every summand all of it. RevealCancel's treats a sum as one linear
+    layer with the summands' own terms (:mod:`workers.methods._revealcancel_graph`)."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
@@ -152,14 +153,14 @@ def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False)
         active.add(node)
     if output is None or output not in active:
         raise NotApplicable(method, "the model's output does not depend on its input")
-    if merges:
+    if merges and family == "LRP":
         _refuse_merge_at_output(steps, output, method)
     return Plan(graph, tuple(steps), output)
 
 
 def _refuse_merge_at_output(steps: list[Step], output: fx.Node, method: str) -> None:
-    """Relevance enters at the output and is split by layer rules; a merge between the output and
-    the last layer (``x + f(x)`` as the model's output) has no rule to split it."""
+    """LRP: relevance enters at the output and is split by layer rules; a merge between the output
+    and the last layer (``x + f(x)`` as the model's output) has no rule to split it."""
     by_node = {step.node: step for step in steps}
     step = by_node[output]
     while step.kind not in ("affine", "avgpool", "input"):
@@ -171,6 +172,22 @@ def _refuse_merge_at_output(steps: list[Step], output: fx.Node, method: str) -> 
             )
         assert step.source is not None
         step = by_node[step.source]
+
+
+def merge_parts(step: Step) -> tuple[list[fx.Node], int | None]:
+    """A merge's activation arguments in order (repeats kept) and its concatenation axis (None: a
+    sum)."""
+    node = step.node
+    parts = _leaves((node.args, node.kwargs))
+    if step.module is not None and _operator_name(node, step.module) in _CONCAT_NAMES:
+        axis = getattr(step.module, "axis", None)
+        assert isinstance(axis, int)
+        return parts, axis
+    if node.target in (torch.cat, torch.concat):
+        dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else 0)
+        assert isinstance(dim, int)
+        return parts, dim
+    return parts, None
 
 
 def _all_active(node: fx.Node, active: set[fx.Node], name: str) -> bool:

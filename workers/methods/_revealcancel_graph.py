@@ -11,6 +11,12 @@ pass walks the nodes in reverse and applies one rule per node kind (see
 - relu: the RevealCancel multipliers, from the split of its input (an affine output, possibly
   through flatten/reshape; otherwise the elementwise sign split, where RevealCancel is Rescale);
 - shape: pass differences, splits and multipliers through;
+- merge (a sum or concatenation of activations, e.g. a residual connection): a sum is one linear
+  layer whose terms are the summands' own terms (an affine summand's split, any other summand's
+  difference split by its sign), which is how DeepLIFT's linear rule treats ``W a + x`` written as
+  one layer; a concatenation concatenates the parts' differences and splits and hands each part
+  its slice of the multipliers (DeepLIFT's reference implementation). Graphs with merges run in
+  float64 throughout: the float32 rounding checks below are written for chains;
 - maxpool: the plain gradient at the input. This is *not* summation-to-delta: with a non-zero
   reference a max-pooling network's attributions need not add up to f(x) - f(x0), and the audit
   is meant to show it.
@@ -29,7 +35,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from workers.methods._fx_plan import Plan, Step, evaluate, plan_graph
+from workers.methods._fx_plan import Plan, Step, evaluate, merge_parts, plan_graph
 from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_maps
 from workers.methods._revealcancel_rules import (
     Pair,
@@ -95,8 +101,11 @@ class RevealCancelGraph:
     """A validated plan over ``graph``; :meth:`reference` then :meth:`multipliers` per chunk of rows."""
 
     def __init__(self, graph: nn.Module, method: str, dtype: torch.dtype) -> None:
-        self.plan: Plan = plan_graph(graph, method, "RevealCancel")
+        self.plan: Plan = plan_graph(graph, method, "RevealCancel", merges=True)
         self.dtype = dtype
+        self.has_merges = any(step.kind == "merge" for step in self.plan.steps)
+        if self.has_merges and dtype != torch.float64:
+            raise ValueError("a graph with sums or concatenations runs in float64")
         steps = {step.node: step for step in self.plan.steps}
         self._input = next(step.node for step in self.plan.steps if step.kind == "input")
         self.maps: dict[fx.Node, AffineMaps] = {}
@@ -115,18 +124,28 @@ class RevealCancelGraph:
         self.sign_read: set[fx.Node] = set()
         for step in self.plan.steps:
             if step.kind == "relu":
-                chain = _through_shapes(steps, step.source)
-                if steps[chain[-1]].kind in _SPLIT_SOURCES:
-                    self.split_nodes.update(chain)
-                    self.sign_read.add(_through_shapes(steps, steps[chain[-1]].source)[-1])
-                else:
-                    self.sign_read.add(chain[-1])
+                self._needs_split(steps, step.source)
         self._per_row: dict[tuple[tuple[int, ...], torch.device], int] = {}
         self._dense: dict[tuple[fx.Node, torch.Size], AffineMaps] = {}
         self._tolerance = {
             node: min(_MAX_TOLERANCE, _ROUNDING * maps.fan_in) if maps.fan_in else _MAX_TOLERANCE
             for node, maps in self.maps.items()
         }
+
+    def _needs_split(self, steps: dict[fx.Node, Step], node: fx.Node | None) -> None:
+        """A ReLU (or a merge a ReLU reads) reads the split of ``node``: mark the affine outputs
+        behind it (through shapes and merges) that make one, and the differences whose sign splits."""
+        chain = _through_shapes(steps, node)
+        end = steps[chain[-1]]
+        if end.kind in _SPLIT_SOURCES:
+            self.split_nodes.update(chain)
+            self.sign_read.add(_through_shapes(steps, end.source)[-1])
+        elif end.kind == "merge":
+            self.split_nodes.update(chain)
+            for part in end.sources:
+                self._needs_split(steps, part)
+        else:
+            self.sign_read.add(chain[-1])
 
     def reference(self, x0: torch.Tensor, rows: torch.Tensor) -> Reference:
         """The forward pass at the distinct references ``x0`` (float64: one row per sample, so it
@@ -161,7 +180,8 @@ class RevealCancelGraph:
             return value[first : first + 1] if same else value[ref.rows]
 
         delta: dict[fx.Node, Any] = {}
-        split: dict[fx.Node, tuple[Split, fx.Node]] = {}  # parts, the affine node that made them
+        # parts, the affine node that made them (None: a merge of several)
+        split: dict[fx.Node, tuple[Split, fx.Node | None]] = {}
         reveal: dict[fx.Node, Reveal] = {}
         at_x: dict[fx.Node, torch.Tensor] = {}  # max-pooling inputs at x
         for step in self.plan.steps:
@@ -179,9 +199,9 @@ class RevealCancelGraph:
             elif step.kind == "relu":
                 assert src is not None
                 if src in split:
-                    parts, made_by = split.pop(src)
+                    parts, made_by = split[src]
                     resolve = shaky is not None and node in self.sign_read
-                    tolerance = self._tolerance[made_by] if resolve else None
+                    tolerance = self._tolerance[made_by] if resolve and made_by is not None else None
                 else:  # the sign split of a difference that is exact or checked where it was made
                     parts, tolerance = sign_split(delta[src]), None
                 reveal[node] = reveal_cancel(at_rows(src), parts, tolerance)
@@ -193,10 +213,14 @@ class RevealCancelGraph:
                 assert src is not None and step.module is not None
                 at_x[src] = at_rows(src) + delta[src]
                 delta[node] = step.module(at_x[src]) - at_rows(node)
+            elif step.kind == "merge":
+                delta[node] = _run(self.plan, step, delta)
+                if node in self.split_nodes:
+                    split[node] = (self._merged_split(step, split, delta), None)
             else:  # static and shape nodes: evaluated on the differences (same shapes as values)
                 delta[node] = _run(self.plan, step, delta)
                 if step.kind == "shape" and src in split:
-                    parts, made_by = split.pop(src)
+                    parts, made_by = split[src]
                     split[node] = (parts.map(partial(self._shape_apply, step, delta)), made_by)
 
         output = self.plan.output
@@ -234,6 +258,9 @@ class RevealCancelGraph:
                 give(src, Pair(rule.mean.mul_(d), rule.half_diff.mul_(d)))
             elif step.kind == "shape":
                 give(src, pair.map(partial(torch.reshape, shape=delta[src].shape)))
+            elif step.kind == "merge":
+                for part, share in _merge_shares(step, pair, delta):
+                    give(part, share)
             else:  # maxpool: the gradient at x
                 assert step.module is not None
                 u = at_x[src].detach().requires_grad_(True)
@@ -251,6 +278,20 @@ class RevealCancelGraph:
             self._dense[key] = dense_maps(self.maps[node], like)
         return self._dense[key]
 
+    def _merged_split(
+        self, step: Step, split: dict[fx.Node, tuple[Split, fx.Node | None]], delta: dict[fx.Node, Any]
+    ) -> Split:
+        """The split of a merge: the module applied to its parts' splits field by field (an affine
+        part's own split, any other part's difference split by its sign)."""
+        parts = {part: split[part][0] if part in split else sign_split(delta[part]) for part in step.sources}
+
+        def field(name: str) -> torch.Tensor:
+            values = {part: getattr(parts[part], name) for part in parts}
+            result: torch.Tensor = _run(self.plan, step, values)
+            return result
+
+        return Split(field("pos"), field("neg"), field("total"), field("spread"))
+
     def _shape_apply(self, step: Step, env: dict[fx.Node, Any], value: torch.Tensor) -> torch.Tensor:
         """Run a shape node on ``value`` in place of its activation argument."""
         args = fx.node.map_arg(step.node.args, lambda n: value if n is step.source else env[n])
@@ -258,3 +299,26 @@ class RevealCancelGraph:
         assert step.module is not None
         result: torch.Tensor = step.module(*args, **kwargs)
         return result
+
+
+def _merge_shares(step: Step, pair: Pair, delta: dict[fx.Node, Any]) -> list[tuple[fx.Node, Pair]]:
+    """Each part of a merge with its multipliers: the whole pair for a summand (summed over any axis
+    it was broadcast along), its slice for a part of a concatenation."""
+    parts, axis = merge_parts(step)
+    if axis is None:
+        return [(part, pair.map(partial(_summed_to, shape=delta[part].shape))) for part in parts]
+    sizes = [delta[part].shape[axis] for part in parts]
+    slices = zip(*(torch.split(t, sizes, dim=axis) for t in _pair_fields(pair)), strict=True)
+    return [(part, _pair_of(fields, pair)) for part, fields in zip(parts, slices, strict=True)]
+
+
+def _summed_to(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    return t.sum_to_size(shape)
+
+
+def _pair_fields(pair: Pair) -> list[torch.Tensor]:
+    return [pair.mean] if pair.half_diff is None else [pair.mean, pair.half_diff]
+
+
+def _pair_of(fields: tuple[torch.Tensor, ...], like: Pair) -> Pair:
+    return Pair(fields[0]) if like.half_diff is None else Pair(fields[0], fields[1])

@@ -5,7 +5,8 @@ The rules live in :mod:`workers.methods._revealcancel_rules`, the graph walk in
 :mod:`workers.methods._revealcancel_graph`. The reference pass runs in float64 once per distinct
 reference row (the audit's sub-inputs of one sample share one), the difference and multiplier
 passes in float32 (why that is enough: the rules' docstrings); the few rows where float32 cannot
-tell a ReLU's difference from zero, whose sign routes the multipliers, are redone in float64.
+tell a ReLU's difference from zero, whose sign routes the multipliers, are redone in float64. A
+graph with sums or concatenations (residual connections) runs in float64 throughout.
 Attributions are (x - x0) times the input multipliers.
 """
 
@@ -81,15 +82,17 @@ class DeepLiftRevealCancel(Method):
 
         self.params(ctx)  # refuses unknown parameters (there are none)
         graph = ctx.model.torch_hookable(self.name)
-        plan = _plan(graph, self.name, torch.float32)
+        plan = _plan(graph, self.name, None)
         device = ctx.model.device
         per_row = plan.elements_per_row(tuple(inputs.shape[1:]), device)
-        chunk = max(1, min(CHUNK, _BUDGET // (_COPIES * per_row)))
+        wide = 2 if plan.dtype == torch.float64 else 1  # _BUDGET counts float32 elements
+        chunk = max(1, min(CHUNK, _BUDGET // (_COPIES * per_row * wide)))
         firsts, rows = distinct_references(torch.as_tensor(baselines, device=device))
         x0 = firsts.to(torch.float64)  # float32 to float64 is exact
         ref = plan.reference(x0, rows)
         # x - x0 rounded once to float32 (a float32 subtraction is the exact difference, rounded).
-        dx_all = torch.as_tensor(np.subtract(inputs, baselines, dtype=np.float32), device=device)
+        dtype = np.float64 if plan.dtype == torch.float64 else np.float32
+        dx_all = torch.as_tensor(np.subtract(inputs, baselines, dtype=dtype), device=device)
         c_all = torch.as_tensor(classes, dtype=torch.long, device=device)
         out = np.empty(inputs.shape, dtype=np.float32)
         redo: list[torch.Tensor] = []
@@ -114,10 +117,23 @@ class DeepLiftRevealCancel(Method):
         return out
 
 
-def _plan(graph: Any, method: str, dtype: torch.dtype) -> RevealCancelGraph:
+def _plan(graph: Any, method: str, dtype: torch.dtype | None) -> RevealCancelGraph:
+    """The plan of ``graph`` in ``dtype``; None: float32, or float64 for a graph with sums or
+    concatenations (docs/science.md 5.8)."""
+    import torch
+
     from workers.methods._revealcancel_graph import RevealCancelGraph
 
     plans = _PLANS.setdefault(graph, {})
+    if dtype is None:
+        exact = plans.get(torch.float64)
+        if torch.float32 in plans or (exact is not None and exact.has_merges):
+            dtype = torch.float32 if torch.float32 in plans else torch.float64
+        else:
+            from workers.methods._fx_plan import plan_graph
+
+            steps = plan_graph(graph, method, "RevealCancel", merges=True).steps
+            dtype = torch.float64 if any(step.kind == "merge" for step in steps) else torch.float32
     if dtype not in plans:
         plans[dtype] = RevealCancelGraph(graph, method, dtype)
     return plans[dtype]

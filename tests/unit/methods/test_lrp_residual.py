@@ -146,16 +146,6 @@ def test_a_sum_after_the_last_layer_is_refused() -> None:
         )
 
 
-def test_revealcancel_still_refuses_residual_sums() -> None:
-    model, x = _small_resnet(), _inputs()[:1]
-    with pytest.raises(
-        NotApplicable, match=r"operator OnnxBinaryMathOperation\[add\].* no RevealCancel rule"
-    ):
-        get_method("deeplift_revealcancel").attribute(
-            context(model, x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(1, np.int64)
-        )
-
-
 class _Batched(nn.Module):
     """DenseNet's first layer: a concatenation of one tensor, then a batch norm (no rule)."""
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.models import CNN_SHAPE, MLP_FEATURES, maxpool_cnn, relu_cnn, relu_mlp, residual_mlp, sigmoid_mlp
+from tests.models import CNN_SHAPE, MLP_FEATURES, maxpool_cnn, relu_cnn, relu_mlp, sigmoid_mlp
 from tests.unit.methods._context import Dense, context, dense_layers
 from workers.methods import get_method
 from workers.targets import Target
@@ -175,7 +175,7 @@ def test_differs_from_rescale_where_contributions_cancel() -> None:
     np.testing.assert_allclose(rescale, [[3.0, -2.0]], rtol=1e-5)
 
 
-@pytest.mark.parametrize(("model", "operator"), [(sigmoid_mlp(), "Sigmoid"), (residual_mlp(), "add")])
+@pytest.mark.parametrize(("model", "operator"), [(sigmoid_mlp(), "Sigmoid")])
 def test_unsupported_operators_are_named(model: nn.Module, operator: str) -> None:
     x = torch.randn(2, 4)
     with pytest.raises(NotApplicable, match=operator) as info:

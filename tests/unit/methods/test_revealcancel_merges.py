@@ -1,0 +1,177 @@
+"""DeepLIFT RevealCancel through sums and concatenations, against the same computation written as
+one layer.
+
+The rule under test (docs/science.md 5.8): a sum is one linear layer whose terms are the summands'
+own terms, and a concatenation concatenates its parts. Each model below has a twin without the
+merge whose layers compute the same function with the same terms, so the two must give the same
+attributions: ``conv_a(h) + conv_b(g)`` is one convolution of ``cat(h, g)`` with the weights side
+by side, ``conv(h) + h`` is one convolution of ``cat(h, h)`` with an identity kernel beside W, and
+``cat(conv_a(h), conv_b(h))`` is one convolution with the filters stacked. The twins run in
+float32 with the float64 redo, the merged models in float64: they agree to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.unit.methods._context import context
+from workers.methods import get_method
+
+SHAPE = (2, 6, 6)
+CLASSES = np.array([0, 1, 2, 1])
+
+
+def _attribute(model: nn.Module, x: torch.Tensor, x0: torch.Tensor) -> np.ndarray:
+    ctx = context(model.eval(), x[:1])
+    return get_method("deeplift_revealcancel").attribute(ctx, x.numpy(), x0.numpy(), CLASSES)
+
+
+def _conv(cin: int, cout: int, generator: torch.Generator) -> nn.Conv2d:
+    conv = nn.Conv2d(cin, cout, 3, padding=1)
+    with torch.no_grad():
+        conv.weight.copy_(torch.randn(conv.weight.shape, generator=generator) * 0.5)
+        assert conv.bias is not None
+        conv.bias.copy_(torch.randn(conv.bias.shape, generator=generator) * 0.1)
+    return conv
+
+
+class _Head(nn.Module):
+    def __init__(self, channels: int, generator: torch.Generator) -> None:
+        super().__init__()
+        self.conv = _conv(channels, 3, generator)
+        self.fc = nn.Linear(3 * 36, 3)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.randn(self.fc.weight.shape, generator=generator) * 0.2)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(y)).flatten(1))
+
+
+class _TwoBranchSum(nn.Module):
+    """relu(conv_a(h) + conv_b(g)) with h, g two ReLU branches of the input."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.first, self.second = _conv(2, 3, g), _conv(2, 3, g)
+        self.a, self.b, self.head = _conv(3, 4, g), _conv(3, 4, g), _Head(4, g)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, g = torch.relu(self.first(x)), torch.relu(self.second(x))
+        return self.head(torch.relu(self.a(h) + self.b(g)))
+
+    def twin(self) -> nn.Module:
+        joined = nn.Conv2d(6, 4, 3, padding=1)
+        with torch.no_grad():
+            joined.weight.copy_(torch.cat([self.a.weight, self.b.weight], dim=1))
+            joined.bias.copy_(self.a.bias + self.b.bias)
+        return _Joined(self.first, self.second, joined, self.head)
+
+
+class _Joined(nn.Module):
+    def __init__(self, first: nn.Module, second: nn.Module, joined: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.first, self.second, self.joined, self.head = first, second, joined, head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.first(x))
+        g = torch.relu(self.second(x)) if self.second is not None else h
+        return self.head(torch.relu(self.joined(torch.cat([h, g], dim=1))))
+
+
+class _Residual(nn.Module):
+    """relu(conv(h) + h): a ResNet block's identity skip."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.first, self.conv, self.head = _conv(2, 3, g), _conv(3, 3, g), _Head(3, g)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.first(x))
+        return self.head(torch.relu(self.conv(h) + h))
+
+    def twin(self) -> nn.Module:
+        joined = nn.Conv2d(6, 3, 3, padding=1)
+        identity = torch.zeros(3, 3, 3, 3)
+        identity[torch.arange(3), torch.arange(3), 1, 1] = 1.0  # the centre tap: y_c = h_c
+        with torch.no_grad():
+            joined.weight.copy_(torch.cat([self.conv.weight, identity], dim=1))
+            joined.bias.copy_(self.conv.bias)
+        return _Joined(self.first, None, joined, self.head)  # type: ignore[arg-type]
+
+
+class _Concatenated(nn.Module):
+    """relu(cat(conv_a(h), conv_b(h))): an Inception-style block."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.first, self.a, self.b, self.head = _conv(2, 3, g), _conv(3, 2, g), _conv(3, 3, g), _Head(5, g)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.first(x))
+        return self.head(torch.relu(torch.cat([self.a(h), self.b(h)], dim=1)))
+
+    def twin(self) -> nn.Module:
+        stacked = nn.Conv2d(3, 5, 3, padding=1)
+        with torch.no_grad():
+            stacked.weight.copy_(torch.cat([self.a.weight, self.b.weight]))
+            stacked.bias.copy_(torch.cat([self.a.bias, self.b.bias]))
+        return _Stacked(self.first, stacked, self.head)
+
+
+class _Stacked(nn.Module):
+    def __init__(self, first: nn.Module, stacked: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.first, self.stacked, self.head = first, stacked, head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.stacked(torch.relu(self.first(x)))))
+
+
+MODELS = {"two_branch_sum": _TwoBranchSum, "identity_skip": _Residual, "concatenation": _Concatenated}
+
+
+@pytest.mark.parametrize("reference", ["zeros", "random"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_merge_equals_its_one_layer_twin(name: str, reference: str) -> None:
+    model = MODELS[name](seed=3)
+    x = torch.randn(4, *SHAPE, generator=torch.Generator().manual_seed(4))
+    x0 = (
+        torch.zeros_like(x)
+        if reference == "zeros"
+        else torch.randn(x.shape, generator=torch.Generator().manual_seed(5))
+    )
+    with torch.no_grad():  # the twin computes the same function
+        torch.testing.assert_close(model.twin()(x), model(x), rtol=1e-5, atol=1e-5)
+    merged = _attribute(model, x, x0)
+    twin = _attribute(model.twin(), x, x0)
+    scale = np.abs(twin).max()
+    assert np.abs(merged - twin).max() <= 1e-4 * scale
+    # and it is DeepLIFT: the attributions add up to f(x) - f(x0)
+    with torch.no_grad():
+        delta = (model(x) - model(x0)).numpy()[np.arange(4), CLASSES]
+    np.testing.assert_allclose(merged.reshape(4, -1).sum(axis=1), delta, rtol=1e-6, atol=1e-6)
+
+
+def test_a_torchvision_resnet_runs_and_adds_up_with_a_zero_reference() -> None:
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    torch.manual_seed(0)
+    model = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=4).eval()
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    ctx = context(model, x[:1])
+    classes = np.array([0, 3])
+    attributions = get_method("deeplift_revealcancel").attribute(
+        ctx, x.numpy(), np.zeros_like(x.numpy()), classes
+    )
+    assert np.isfinite(attributions).all()
+    # Max pooling takes the gradient (not summation-to-delta in general); with the stem's ReLU and
+    # a zero reference it still adds up here to well within the scale of the scores.
+    with torch.no_grad():
+        delta = (model(x) - model(torch.zeros_like(x))).numpy()[np.arange(2), classes]
+    np.testing.assert_allclose(attributions.reshape(2, -1).sum(axis=1), delta, rtol=0.05, atol=1e-3)
