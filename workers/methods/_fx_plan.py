@@ -25,7 +25,16 @@ from torch import fx, nn
 
 from xaudit.contract.errors import NotApplicable
 
-__all__ = ["AFFINE_TYPES", "AVGPOOL_TYPES", "SUPPORTED", "Plan", "Step", "evaluate", "merge_parts", "plan_graph"]
+__all__ = [
+    "AFFINE_TYPES",
+    "AVGPOOL_TYPES",
+    "SUPPORTED",
+    "Plan",
+    "Step",
+    "evaluate",
+    "merge_parts",
+    "plan_graph",
+]
 
 Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "static"]
 

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workers.methods._dense_conv import affine_with_dense_backward
 from workers.methods._reroute import rerouted
 
 if TYPE_CHECKING:
@@ -42,14 +43,18 @@ def _over(numerator: torch.Tensor | float, denominator: torch.Tensor) -> torch.T
     return torch.div(numerator, denominator, out=denominator)
 
 
+AFFINE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
 def _affine(
     module: nn.Module, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    """``module`` (Linear or Conv) with other parameters."""
+    """``module`` (Linear or Conv) with other parameters (a small convolution's input gradient as a
+    dense product: workers.methods._dense_conv)."""
     if isinstance(module, nn.Linear):
         return F.linear(a, weight, bias)
     assert isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d)
-    return module._conv_forward(a, weight, bias)
+    return affine_with_dense_backward(module, a, weight, bias)
 
 
 def _parameters(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -112,7 +117,7 @@ class Epsilon(LayerRule):
     def modified(
         self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
     ) -> torch.Tensor:
-        z = module(a)
+        z = module(a) if not isinstance(module, AFFINE) else _affine(module, a, *_parameters(module))
         value = z.detach()
         scale = _over(1.0 if top else value, stabilize(value, self.epsilon))
         z.register_hook(scale.mul)  # the gradient W^T (k g): only the scale changes

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from workers.methods._dense_conv import MIN_ROWS
 from workers.methods._fx_plan import Plan, Step, evaluate, merge_parts, plan_graph
 from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_maps
 from workers.methods._revealcancel_rules import (
@@ -56,7 +57,6 @@ SeedFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # and its row is redone in float64. Layers of unknown fan-in (pooling) use the largest tolerance.
 _ROUNDING = 2**-23
 _MAX_TOLERANCE = 1e-4
-_DENSE_MIN_ROWS = 32
 _SPLIT_SOURCES = ("affine", "avgpool")
 
 
@@ -271,7 +271,7 @@ class RevealCancelGraph:
 
     def _maps_at(self, node: fx.Node, like: torch.Tensor) -> AffineMaps:
         """The maps of ``node`` for inputs shaped like ``like``: dense products where cheaper."""
-        if len(like) < _DENSE_MIN_ROWS:  # a dense product costs its whole matrix per row
+        if len(like) < MIN_ROWS:  # a dense product costs its whole matrix per row
             return self.maps[node]
         key = (node, like.shape[1:])
         if key not in self._dense:

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workers.methods._dense_conv import dense_matrix
+
 __all__ = ["AffineMaps", "Transpose", "affine_maps", "dense_maps"]
 
 LinearMap = Callable[[torch.Tensor], torch.Tensor]
@@ -17,11 +19,6 @@ LinearMap = Callable[[torch.Tensor], torch.Tensor]
 Transpose = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-# A convolution's transposes become one matrix product when its dense matrix is small and not much
-# larger than the kernel's work: n_in / fan_in is how many times more multiplications it does, and a
-# single-threaded BLAS product beats the input-gradient kernel by about that much on small layers.
-_DENSE_ELEMENTS = 2**20
-_DENSE_RATIO = 8
 # oneDNN's convolution vectorises over input channels: with fewer than this many per group (a first
 # layer on one or three channels) its forward pass ran 1.6x slower than the dense product here.
 _FEW_CHANNELS = 4
@@ -105,24 +102,19 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
 
 def dense_maps(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:
     """``maps`` of a convolution on inputs shaped like ``like`` (k, ...) with both transposes, and where
-    ``maps.dense_forward`` W and |W| too, as products with its dense matrix (read off by probing with
-    unit inputs), where that is cheaper (_DENSE_RATIO); ``maps`` itself otherwise. |W|'s matrix is
+    ``maps.dense_forward`` W and |W| too, as products with its dense matrix, where that is cheaper;
+    ``maps`` itself otherwise. |W|'s matrix is
     |W's matrix|: each (input, output) pair of a convolution meets one kernel tap at most. The dense
     product sums the same terms as the kernel (the others are exact zeros), so the rounding bounds of
-    the rules hold unchanged."""
-    n_in = like[0].numel()
-    if maps.fan_in in (0, n_in) or n_in > _DENSE_RATIO * maps.fan_in:  # (n_in: a Linear already is)
-        return maps
-    probe = torch.eye(n_in, dtype=like.dtype, device=like.device).reshape(n_in, *like.shape[1:])
-    outputs = maps.linear(probe)  # row i: the outputs of unit input i
-    rows = outputs.reshape(n_in, -1)
-    if rows.numel() > _DENSE_ELEMENTS:
+    the rules hold unchanged (where it is cheaper: workers.methods._dense_conv)."""
+    rows = dense_matrix(maps.linear, like, maps.fan_in)
+    if rows is None:
         return maps
     magnitude = rows.abs()
     dense = replace(maps, linear_t=_transpose(rows), magnitude_t=_transpose(magnitude))
     if not maps.dense_forward:
         return dense
-    shape = outputs.shape[1:]
+    shape = maps.linear(like[:1]).shape[1:]
     return replace(dense, linear=_forward(rows, shape), magnitude=_forward(magnitude, shape))
 
 

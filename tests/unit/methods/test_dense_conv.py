@@ -1,0 +1,57 @@
+"""Small convolutions' input gradients as dense products: the same gradient as the kernel's, and
+the rule methods that use them give the same relevance either way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.models import CNN_SHAPE, relu_cnn
+from tests.unit.methods._context import context
+from workers.methods import _dense_conv, get_method
+from workers.methods._dense_conv import MIN_ROWS, affine_with_dense_backward, dense_matrix
+
+CONVS = {
+    # (module, sample shape, dense?): small layers, strided, dilated, grouped, 1-d; one too wide.
+    "first": (nn.Conv2d(1, 8, 3, padding=1), (1, 8, 8), True),
+    "strided": (nn.Conv2d(8, 16, 3, stride=2, padding=1), (8, 8, 8), True),
+    "dilated": (nn.Conv2d(4, 6, 3, stride=2, padding=2, dilation=2), (4, 6, 6), True),
+    "grouped": (nn.Conv2d(4, 8, 3, padding=1, groups=2), (4, 4, 4), True),
+    "conv1d": (nn.Conv1d(16, 8, 3, padding=1), (16, 20), True),
+    "wide": (nn.Conv2d(2, 4, 3, padding=1), (2, 16, 16), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_the_gradient_is_the_kernels(name: str) -> None:
+    torch.manual_seed(0)
+    module, shape, dense = CONVS[name]
+    x = torch.randn(MIN_ROWS + 3, *shape)
+    weight, bias = module.weight.detach(), module.bias.detach()
+    assert (
+        dense_matrix(lambda u: module._conv_forward(u, weight, None), x, weight[0].numel()) is not None
+    ) == dense
+    a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    ours = affine_with_dense_backward(module, a, weight, bias)
+    want = module._conv_forward(b, weight, bias)
+    torch.testing.assert_close(ours, want)
+    g = torch.randn_like(want)
+    (got,) = torch.autograd.grad(ours, a, g)
+    (expected,) = torch.autograd.grad(want, b, g)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
+def test_rule_methods_give_the_same_relevance_with_the_kernel(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = relu_cnn(3)
+    x = torch.randn(2 * MIN_ROWS, *CNN_SHAPE, generator=torch.Generator().manual_seed(1))
+    refs, classes = np.zeros_like(x.numpy()), np.arange(2 * MIN_ROWS) % 3
+    ctx = context(model, x[:1])
+    dense = get_method(name).attribute(ctx, x.numpy(), refs, classes)
+    monkeypatch.setattr(_dense_conv, "MIN_ROWS", 10**9)  # every call takes the kernel
+    kernel = get_method(name).attribute(ctx, x.numpy(), refs, classes)
+    np.testing.assert_allclose(dense, kernel, rtol=1e-4, atol=1e-5 * np.abs(kernel).max())
