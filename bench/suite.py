@@ -240,6 +240,17 @@ def section_game(repeats: int, device: str = "cpu") -> None:
 # --- methods ---------------------------------------------------------------------------------------
 
 
+def _plain_torch(data: bytes, device: Any) -> Any:
+    """The ONNX model converted to torch as xaudit converts it, without its dense input gradients."""
+    from workers.models.onnx_to_torch import onnx_to_torch
+    from xaudit.contract.onnx_checks import parse_onnx
+
+    graph = onnx_to_torch(parse_onnx(data)).to(device)
+    for p in graph.parameters():
+        p.requires_grad_(False)
+    return graph
+
+
 def section_methods(repeats: int, device: str = "cpu") -> None:
     import numpy as np
     import torch
@@ -265,7 +276,7 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     from workers.game import masked_samples
 
     masked = masked_samples(subset_bits(subsets, players.n), x, base, players)
-    graph = model.torch_differentiable()
+    graph = _plain_torch(data, model.device)
     points = torch.from_numpy(masked).to(model.device)
     cls = torch.as_tensor(np.repeat(classes, len(subsets)), device=model.device)
 
@@ -284,7 +295,9 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     print(
         "(reference: zeros; distribution methods: one background sample). Floor: one forward+backward of the"
     )
-    print("same torch graph over the same rows in one batch, times the method's nominal passes per row.")
+    print("torch graph converted from the same ONNX model, with torch's own kernels (not xaudit's dense")
+    print("input gradients for small convolutions, workers/models/dense_conv.py), over the same rows in one")
+    print("batch, times the method's nominal passes per row.")
     print()
     print("| method | passes/row | method s | floor s | method / floor throughput |")
     print("|---|---:|---:|---:|---:|")

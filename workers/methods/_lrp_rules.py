@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.methods._dense_conv import affine_with_dense_backward
 from workers.methods._reroute import rerouted
+from workers.models.dense_conv import affine_with_dense_backward
 
 if TYPE_CHECKING:
     from zennit.core import Hook
@@ -50,7 +50,7 @@ def _affine(
     module: nn.Module, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """``module`` (Linear or Conv) with other parameters (a small convolution's input gradient as a
-    dense product: workers.methods._dense_conv)."""
+    dense product: workers.models.dense_conv)."""
     if isinstance(module, nn.Linear):
         return F.linear(a, weight, bias)
     assert isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d)

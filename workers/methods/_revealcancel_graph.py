@@ -35,7 +35,6 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from workers.methods._dense_conv import MIN_ROWS
 from workers.methods._fx_plan import Plan, Step, evaluate, merge_parts, plan_graph
 from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_maps
 from workers.methods._revealcancel_rules import (
@@ -48,6 +47,7 @@ from workers.methods._revealcancel_rules import (
     reveal_cancel,
     sign_split,
 )
+from workers.models.dense_conv import MIN_ROWS
 
 __all__ = ["Reference", "RevealCancelGraph", "SeedFn"]
 

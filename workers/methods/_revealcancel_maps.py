@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.methods._dense_conv import dense_matrix
+from workers.models.dense_conv import dense_matrix
 
 __all__ = ["AffineMaps", "Transpose", "affine_maps", "dense_maps"]
 
@@ -106,7 +106,7 @@ def dense_maps(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:
     ``maps`` itself otherwise. |W|'s matrix is
     |W's matrix|: each (input, output) pair of a convolution meets one kernel tap at most. The dense
     product sums the same terms as the kernel (the others are exact zeros), so the rounding bounds of
-    the rules hold unchanged (where it is cheaper: workers.methods._dense_conv)."""
+    the rules hold unchanged (where it is cheaper: workers.models.dense_conv)."""
     rows = dense_matrix(maps.linear, like, maps.fan_in)
     if rows is None:
         return maps

@@ -11,6 +11,7 @@ import torch
 
 from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from workers.models.dense_conv import dense_gradients
 from workers.models.onnx_to_torch import onnx_to_torch
 from workers.threads import ort_session_options
 from xaudit.contract.errors import InvalidModel
@@ -84,7 +85,8 @@ class OnnxModel(ModelAdapter):
             raise self._torch_error
         if self._torch is None:
             try:
-                self._torch = onnx_to_torch(self._proto).to(self.device)
+                # small convolutions' input gradients as dense products (workers.models.dense_conv)
+                self._torch = dense_gradients(onnx_to_torch(self._proto)).to(self.device)
             except InvalidModel as exc:
                 self._torch_error = exc
                 raise

@@ -8,10 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from tests.models import CNN_SHAPE, relu_cnn
+from tests.models import CNN_SHAPE, relu_cnn, to_onnx
 from tests.unit.methods._context import context
-from workers.methods import _dense_conv, get_method
-from workers.methods._dense_conv import MIN_ROWS, affine_with_dense_backward, dense_matrix
+from workers.methods import get_method
+from workers.models import dense_conv
+from workers.models.dense_conv import MIN_ROWS, affine_with_dense_backward, dense_matrix
 
 CONVS = {
     # (module, sample shape, dense?): small layers, strided, dilated, grouped, 1-d; one too wide.
@@ -52,6 +53,28 @@ def test_rule_methods_give_the_same_relevance_with_the_kernel(
     refs, classes = np.zeros_like(x.numpy()), np.arange(2 * MIN_ROWS) % 3
     ctx = context(model, x[:1])
     dense = get_method(name).attribute(ctx, x.numpy(), refs, classes)
-    monkeypatch.setattr(_dense_conv, "MIN_ROWS", 10**9)  # every call takes the kernel
+    monkeypatch.setattr(dense_conv, "MIN_ROWS", 10**9)  # every call takes the kernel
     kernel = get_method(name).attribute(ctx, x.numpy(), refs, classes)
     np.testing.assert_allclose(dense, kernel, rtol=1e-4, atol=1e-5 * np.abs(kernel).max())
+
+
+def test_converted_onnx_graphs_take_the_dense_gradient_with_the_same_result() -> None:
+    from workers.models import load_model
+    from workers.models.dense_conv import DenseGradientConv2d
+    from workers.models.onnx_to_torch import onnx_to_torch
+    from xaudit.contract.onnx_checks import parse_onnx
+
+    torch.manual_seed(2)
+    data = to_onnx(relu_cnn(5), torch.randn(1, *CNN_SHAPE))
+    graph = load_model(data, "onnx", "cpu").torch_differentiable()
+    convs = [m for m in graph.modules() if isinstance(m, nn.Conv2d)]
+    assert convs and all(isinstance(m, DenseGradientConv2d) for m in convs)  # still Conv2d to hooks
+    plain = onnx_to_torch(parse_onnx(data))
+    x = torch.randn(2 * MIN_ROWS, *CNN_SHAPE)
+    grads = []
+    for g in (graph, plain):
+        u = x.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(g(u)[:, 0].sum(), u)
+        grads.append(grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+    assert convs[1]._dense_cache["matrix"] is not None  # the dense path ran (and keeps its matrix)
