@@ -96,7 +96,9 @@ def _methods(model: ModelAdapter, check: ModelCheck) -> None:
                 embedding = getattr(model, "embedding", None)
                 graph_model: ModelAdapter = embedding.head if embedding is not None else model
                 if name in _RULE_FAMILIES:
-                    plan_graph(graph_model.torch_hookable(name), name, _RULE_FAMILIES[name], merges=True)
+                    family = _RULE_FAMILIES[name]
+                    graph = graph_model.torch_hookable(name)
+                    plan_graph(graph, name, family, merges=True, moves=family == "LRP")
                 elif name == "grad_cam":
                     from workers.methods.grad_cam import conv_layers
 

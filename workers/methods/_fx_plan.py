@@ -9,8 +9,10 @@ the operator. Node kinds on the input's path ("activations"):
   (a linear map with W >= 0);
 - ``relu``;  ``shape``: Flatten, Reshape, (Un)Squeeze, Identity, eval-mode Dropout;  ``maxpool``;
 - ``input``: the one placeholder;
-- ``merge`` (only where the caller asks, LRP): a sum or concatenation of activations, such as a
-  residual connection; see :func:`plan_graph`.
+- ``merge`` (only where the caller asks): a sum or concatenation of activations, such as a
+  residual connection; see :func:`plan_graph`;
+- ``move`` (only where the caller asks, LRP): Transpose, Slice, Split and taking one of its parts:
+  data movement, whose gradient routes relevance to where each value came from.
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
@@ -36,7 +38,7 @@ __all__ = [
     "plan_graph",
 ]
 
-Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "static"]
+Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "move", "static"]
 
 AFFINE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 AVGPOOL_TYPES: tuple[type[nn.Module], ...] = (
@@ -60,8 +62,11 @@ _MAXPOOL = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
 # Sums and concatenations of activations (onnx2torch's Add and Concat; torch's own in traced graphs).
 _CONCAT_NAMES = {"OnnxConcat", "cat", "concat"}
 _MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
+# Data movement: a permutation, a slice, the parts of a split (ShuffleNet's channel shuffle and split).
+_MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSplit13", "Split", "getitem"}
 SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean"
 MERGES = "Add and Concat of activations"
+MOVES = "Transpose, Slice, Split"
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ def _is_row_mean(module: nn.Module | None, name: str) -> bool:
     return name == _MEAN and bool(axes) and 0 not in axes
 
 
-def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False) -> Plan:
+def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False, moves: bool = False) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
 
@@ -123,7 +128,11 @@ def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False)
     the share a_i / z of the sum's relevance (the proportional rule Zennit's canonizers give residual
     sums), that of a concatenation each part its own slice; a pass that carries relevance itself
     (Zennit's hooks) would hand every summand all of it. RevealCancel's treats a sum as one linear
-    layer with the summands' own terms (:mod:`workers.methods._revealcancel_graph`)."""
+    layer with the summands' own terms (:mod:`workers.methods._revealcancel_graph`).
+
+    ``moves``: admit data movement (Transpose, Slice, Split) for a pass that differentiates through
+    it (LRP's: relevance follows each value to where it came from; a slice's dropped values get
+    none). RevealCancel's pass moves differences by shape alone and does not ask."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
@@ -152,8 +161,10 @@ def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False)
             active.add(node)
             continue
         kind = _kind(module, name) if len(inputs) == 1 else None
+        if kind is None and moves and len(inputs) == 1 and name in _MOVE_NAMES:
+            kind = "move"
         if kind is None:
-            supported = f"{SUPPORTED}, {MERGES}" if merges else SUPPORTED
+            supported = ", ".join([SUPPORTED, *([MERGES] if merges else []), *([MOVES] if moves else [])])
             raise NotApplicable(
                 method,
                 f"operator {name} (node '{node.name}') has no {family} rule here; supported: {supported}",

@@ -42,7 +42,7 @@ def rows_per_pass(inputs: np.ndarray) -> int:
 # The rule of the i-th Linear/Conv layer in execution order (Zennit's composite's index).
 Rules = Callable[[int], LayerRule]
 _NORM = Epsilon(1e-6)  # average pooling: LRP-0 with Zennit's stabiliser (its Norm rule)
-_PASS_SIGN = ("relu", "shape", "maxpool", "avgpool")  # x >= 0 in, x >= 0 out
+_PASS_SIGN = ("relu", "shape", "move", "maxpool", "avgpool")  # x >= 0 in, x >= 0 out
 
 
 def _path(plan: Plan) -> list[Step]:
@@ -129,7 +129,7 @@ def lrp_relevance(
     has a rule this pass cannot write (the result is the same, only slower; Zennit refuses merges)."""
     graph = ctx.model.torch_hookable(method)
     # Zennit would silently use the gradient at other operators
-    plan = plan_graph(graph, method, "LRP", merges=True)
+    plan = plan_graph(graph, method, "LRP", merges=True, moves=True)
     modified = RelevanceGraph.build(plan, rules)
     if modified is None:
         from workers.methods._zennit import lrp_relevance as zennit_relevance

@@ -74,7 +74,10 @@ def _rules(name: str, x: torch.Tensor) -> tuple[dict[str, float], Callable[[int]
 
 
 def _zennit(
-    model: nn.Module, first: nn.Module, x: torch.Tensor, rule: Callable[[int], LayerRule]
+    model: nn.Module,
+    first: nn.Module,
+    x: torch.Tensor,
+    rule: Callable[[int], LayerRule],
 ) -> np.ndarray:
     from zennit.attribution import Gradient
     from zennit.core import Composite
@@ -165,3 +168,35 @@ def test_a_concatenation_of_one_tensor_passes_and_the_refusal_names_the_next_ope
         get_method("lrp_epsilon").attribute(
             context(_Batched().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(1, np.int64)
         )
+
+
+class _Shuffled(nn.Module):
+    """A ShuffleNet v2 unit: split the channels, convolve one half, concatenate, shuffle the channels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.branch = nn.Conv2d(2, 2, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.stem(x))
+        kept, convolved = h.chunk(2, dim=1)
+        joined = torch.cat([kept, torch.relu(self.branch(convolved))], dim=1)
+        b, _, height, width = joined.shape
+        shuffled = joined.view(b, 2, 2, height, width).transpose(1, 2).reshape(b, 4, height, width)
+        return self.head(self.pool(shuffled).flatten(1))
+
+
+@pytest.mark.parametrize("name", sorted(TOLERANCE))
+def test_a_channel_split_and_shuffle_move_relevance_with_the_values(name: str) -> None:
+    # Slice (or Split), Transpose and Reshape are data movement: the gradient routes relevance to
+    # where each value came from, as Zennit's does on the torch model.
+    torch.manual_seed(4)
+    model, x = _Shuffled().eval(), _inputs()
+    params, rule = _rules(name, x)
+    ours = _ours(name, model, x, params)
+    reference = copy.deepcopy(model)
+    want = _zennit(reference, reference.stem, x, rule)
+    assert np.abs(ours - want).max() <= TOLERANCE[name] * np.abs(want).max()
