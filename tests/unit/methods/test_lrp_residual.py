@@ -110,64 +110,9 @@ def _ours(name: str, model: nn.Module, x: torch.Tensor, params: dict[str, float]
 TOLERANCE = {"lrp_epsilon": 1e-3, "lrp_alpha_beta": 2e-4, "deep_taylor": 2e-4}
 
 
-@pytest.mark.parametrize("name", sorted(TOLERANCE))
-def test_a_resnet_equals_zennit_with_its_resnet_canonizer(name: str) -> None:
-    model, x = _small_resnet(), _inputs()
-    params, rule = _rules(name, x)
-    ours = _ours(name, model, x, params)
-    reference = copy.deepcopy(model)
-    want = _zennit(reference, reference.conv1, x, rule)
-    assert np.abs(ours - want).max() <= TOLERANCE[name] * np.abs(want).max()
-
-
-@pytest.mark.parametrize("name", sorted(TOLERANCE))
-def test_a_concatenation_hands_each_part_its_slice(name: str) -> None:
+def _concatenated() -> nn.Module:
     torch.manual_seed(2)
-    model, x = _Concatenated().eval(), _inputs()
-    params, rule = _rules(name, x)
-    ours = _ours(name, model, x, params)
-    reference = copy.deepcopy(model)
-    want = _zennit(reference, reference.stem, x, rule)
-    assert np.abs(ours - want).max() <= TOLERANCE[name] * np.abs(want).max()
-
-
-def test_deep_taylor_conserves_the_score_through_residual_sums() -> None:
-    model, x = _small_resnet(), _inputs()
-    params, _ = _rules("deep_taylor", x)
-    relevance = _ours("deep_taylor", model, x, params)
-    with torch.no_grad():
-        scores = model(x).numpy()[np.arange(3), CLASSES]
-    np.testing.assert_allclose(relevance.reshape(3, -1).sum(axis=1), scores, rtol=1e-4)
-
-
-def test_a_sum_after_the_last_layer_is_refused() -> None:
-    # x + relu(Linear(x)) as the output: the output's relevance would have no rule to split it.
-    x = torch.randn(2, 4)
-    with pytest.raises(NotApplicable, match="'add' comes after the last Linear/Conv layer"):
-        get_method("lrp_epsilon").attribute(
-            context(residual_mlp().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(2, np.int64)
-        )
-
-
-class _Batched(nn.Module):
-    """DenseNet's first layer: a concatenation of one tensor, then a batch norm (no rule)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 2, 3, padding=1)
-        self.norm = nn.BatchNorm2d(2)
-        self.head = nn.Linear(2 * 32 * 32, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.norm(torch.cat([torch.relu(self.conv(x))], dim=1)).flatten(1))
-
-
-def test_a_concatenation_of_one_tensor_passes_and_the_refusal_names_the_next_operator() -> None:
-    x = _inputs()[:1]
-    with pytest.raises(NotApplicable, match=r"operator BatchNorm2d .* has no LRP rule"):
-        get_method("lrp_epsilon").attribute(
-            context(_Batched().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(1, np.int64)
-        )
+    return _Concatenated().eval()
 
 
 class _Shuffled(nn.Module):
@@ -189,14 +134,69 @@ class _Shuffled(nn.Module):
         return self.head(self.pool(shuffled).flatten(1))
 
 
-@pytest.mark.parametrize("name", sorted(TOLERANCE))
-def test_a_channel_split_and_shuffle_move_relevance_with_the_values(name: str) -> None:
-    # Slice (or Split), Transpose and Reshape are data movement: the gradient routes relevance to
-    # where each value came from, as Zennit's does on the torch model.
+def _shuffled() -> nn.Module:
     torch.manual_seed(4)
-    model, x = _Shuffled().eval(), _inputs()
+    return _Shuffled().eval()
+
+
+# (model, its first layer's attribute): a residual network; a concatenation, which hands each part
+# its slice; a channel split and shuffle (Slice or Split, Transpose, Reshape), through which the
+# gradient routes relevance to where each value came from.
+ZENNIT_CASES: dict[str, tuple[Callable[[], nn.Module], str]] = {
+    "resnet": (_small_resnet, "conv1"),
+    "concatenation": (_concatenated, "stem"),
+    "channel_shuffle": (_shuffled, "stem"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ZENNIT_CASES))
+@pytest.mark.parametrize("name", sorted(TOLERANCE))
+def test_equals_zennit_on_the_torch_model(name: str, case: str) -> None:
+    build, first = ZENNIT_CASES[case]
+    model, x = build(), _inputs()
     params, rule = _rules(name, x)
     ours = _ours(name, model, x, params)
     reference = copy.deepcopy(model)
-    want = _zennit(reference, reference.stem, x, rule)
+    want = _zennit(reference, getattr(reference, first), x, rule)
     assert np.abs(ours - want).max() <= TOLERANCE[name] * np.abs(want).max()
+
+
+def test_deep_taylor_conserves_the_score_through_residual_sums() -> None:
+    model, x = _small_resnet(), _inputs()
+    params, _ = _rules("deep_taylor", x)
+    relevance = _ours("deep_taylor", model, x, params)
+    with torch.no_grad():
+        scores = model(x).numpy()[np.arange(3), CLASSES]
+    np.testing.assert_allclose(relevance.reshape(3, -1).sum(axis=1), scores, rtol=1e-4)
+
+
+class _Batched(nn.Module):
+    """DenseNet's first layer: a concatenation of one tensor, then a batch norm (no rule)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 3, padding=1)
+        self.norm = nn.BatchNorm2d(2)
+        self.head = nn.Linear(2 * 32 * 32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(torch.cat([torch.relu(self.conv(x))], dim=1)).flatten(1))
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "refusal"),
+    [
+        # x + relu(Linear(x)) as the output: the output's relevance would have no rule to split it.
+        (residual_mlp, (4,), "'add' comes after the last Linear/Conv layer"),
+        # a concatenation of one tensor passes; the refusal names the operator after it
+        (_Batched, (3, 32, 32), r"operator BatchNorm2d .* has no LRP rule"),
+    ],
+)
+def test_what_has_no_rule_is_refused(
+    model: Callable[[], nn.Module], shape: tuple[int, ...], refusal: str
+) -> None:
+    x = torch.randn(2, *shape)
+    with pytest.raises(NotApplicable, match=refusal):
+        get_method("lrp_epsilon").attribute(
+            context(model().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(2, np.int64)
+        )
