@@ -43,9 +43,6 @@ def _over(numerator: torch.Tensor | float, denominator: torch.Tensor) -> torch.T
     return torch.div(numerator, denominator, out=denominator)
 
 
-AFFINE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
-
-
 def _affine(
     module: nn.Module, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
@@ -117,7 +114,7 @@ class Epsilon(LayerRule):
     def modified(
         self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
     ) -> torch.Tensor:
-        z = module(a) if not isinstance(module, AFFINE) else _affine(module, a, *_parameters(module))
+        z = module(a)
         value = z.detach()
         scale = _over(1.0 if top else value, stabilize(value, self.epsilon))
         z.register_hook(scale.mul)  # the gradient W^T (k g): only the scale changes

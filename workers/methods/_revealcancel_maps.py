@@ -102,11 +102,11 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
 
 def dense_maps(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:
     """``maps`` of a convolution on inputs shaped like ``like`` (k, ...) with both transposes, and where
-    ``maps.dense_forward`` W and |W| too, as products with its dense matrix, where that is cheaper;
-    ``maps`` itself otherwise. |W|'s matrix is
-    |W's matrix|: each (input, output) pair of a convolution meets one kernel tap at most. The dense
-    product sums the same terms as the kernel (the others are exact zeros), so the rounding bounds of
-    the rules hold unchanged (where it is cheaper: workers.models.dense_conv)."""
+    ``maps.dense_forward`` W and |W| too, as products with its dense matrix, where that is cheaper
+    (workers.models.dense_conv); ``maps`` itself otherwise. |W|'s matrix is |W's matrix|: each
+    (input, output) pair of a convolution meets one kernel tap at most. The dense product sums the
+    same terms as the kernel (the others are exact zeros), so the rounding bounds of the rules hold
+    unchanged."""
     rows = dense_matrix(maps.linear, like, maps.fan_in)
     if rows is None:
         return maps

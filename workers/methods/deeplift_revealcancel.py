@@ -126,14 +126,10 @@ def _plan(graph: Any, method: str, dtype: torch.dtype | None) -> RevealCancelGra
 
     plans = _PLANS.setdefault(graph, {})
     if dtype is None:
-        exact = plans.get(torch.float64)
-        if torch.float32 in plans or (exact is not None and exact.has_merges):
-            dtype = torch.float32 if torch.float32 in plans else torch.float64
-        else:
-            from workers.methods._fx_plan import plan_graph
+        from workers.methods._fx_plan import plan_graph
 
-            steps = plan_graph(graph, method, "RevealCancel", merges=True).steps
-            dtype = torch.float64 if any(step.kind == "merge" for step in steps) else torch.float32
+        steps = plan_graph(graph, method, "RevealCancel", merges=True).steps
+        dtype = torch.float64 if any(step.kind == "merge" for step in steps) else torch.float32
     if dtype not in plans:
         plans[dtype] = RevealCancelGraph(graph, method, dtype)
     return plans[dtype]

@@ -58,15 +58,25 @@ def test_rule_methods_give_the_same_relevance_with_the_kernel(
     np.testing.assert_allclose(dense, kernel, rtol=1e-4, atol=1e-5 * np.abs(kernel).max())
 
 
-def test_converted_onnx_graphs_take_the_dense_gradient_with_the_same_result() -> None:
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_converted_graphs_take_the_dense_gradient_with_the_same_result(fmt: str) -> None:
+    # Both conversions: an ONNX model's graph, and a TorchScript model's hookable graph (exported
+    # to ONNX at audit time).
+    from tests.models import to_torchscript
     from workers.models import load_model
     from workers.models.dense_conv import DenseGradientConv2d
     from workers.models.onnx_to_torch import onnx_to_torch
     from xaudit.contract.onnx_checks import parse_onnx
 
     torch.manual_seed(2)
-    data = to_onnx(relu_cnn(5), torch.randn(1, *CNN_SHAPE))
-    graph = load_model(data, "onnx", "cpu").torch_differentiable()
+    module, example = relu_cnn(5), torch.randn(1, *CNN_SHAPE)
+    data = to_onnx(module, example)
+    if fmt == "onnx":
+        graph = load_model(data, "onnx", "cpu").torch_differentiable()
+    else:
+        scripted = load_model(to_torchscript(module, example), "torchscript", "cpu")
+        scripted.check_sample(example.numpy())  # the example the audit-time export traces
+        graph = scripted.torch_hookable("lrp_epsilon")
     convs = [m for m in graph.modules() if isinstance(m, nn.Conv2d)]
     assert convs and all(isinstance(m, DenseGradientConv2d) for m in convs)  # still Conv2d to hooks
     plain = onnx_to_torch(parse_onnx(data))
