@@ -19,6 +19,7 @@ Nodes that do not depend on the input (constants, shape arithmetic after ``Shape
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ __all__ = [
     "SUPPORTED",
     "Plan",
     "Step",
+    "below_output",
     "evaluate",
     "merge_parts",
     "plan_graph",
@@ -178,20 +180,27 @@ def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False,
     return Plan(graph, tuple(steps), output)
 
 
+def below_output(steps: Sequence[Step], output: fx.Node) -> Step:
+    """The first layer (affine or pooling), merge or input met walking down from ``output`` through
+    single-source steps: for LRP, the layer that receives the output's relevance itself."""
+    by_node = {step.node: step for step in steps}
+    step = by_node[output]
+    while step.kind not in ("affine", "avgpool", "input", "merge"):
+        assert step.source is not None
+        step = by_node[step.source]
+    return step
+
+
 def _refuse_merge_at_output(steps: list[Step], output: fx.Node, method: str) -> None:
     """LRP: relevance enters at the output and is split by layer rules; a merge between the output
     and the last layer (``x + f(x)`` as the model's output) has no rule to split it."""
-    by_node = {step.node: step for step in steps}
-    step = by_node[output]
-    while step.kind not in ("affine", "avgpool", "input"):
-        if step.kind == "merge":
-            raise NotApplicable(
-                method,
-                f"the sum or concatenation '{step.node.name}' comes after the last Linear/Conv layer; "
-                "relevance at the output has no rule to split there",
-            )
-        assert step.source is not None
-        step = by_node[step.source]
+    step = below_output(steps, output)
+    if step.kind == "merge":
+        raise NotApplicable(
+            method,
+            f"the sum or concatenation '{step.node.name}' comes after the last Linear/Conv layer; "
+            "relevance at the output has no rule to split there",
+        )
 
 
 def merge_parts(step: Step) -> tuple[list[fx.Node], int | None]:

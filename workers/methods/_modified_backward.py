@@ -22,7 +22,7 @@ import torch
 from torch import fx
 
 from workers.methods._base import AttributionContext, in_row_chunks
-from workers.methods._fx_plan import Plan, Step, evaluate, plan_graph
+from workers.methods._fx_plan import Plan, Step, below_output, evaluate, plan_graph
 from workers.methods._lrp_rules import Epsilon, LayerRule
 from workers.targets import Target
 
@@ -58,17 +58,6 @@ def _path(plan: Plan) -> list[Step]:
     return [step for step in plan.steps if step.node in needed]
 
 
-def _top_layer(plan: Plan, layers: dict[fx.Node, Any]) -> fx.Node:
-    """The rule layer that receives relevance itself: the first one below the output (plan_graph
-    refuses a merge on the way, which would hand each branch all of it)."""
-    by_node = {step.node: step for step in plan.steps}
-    step = by_node[plan.output]
-    while step.node not in layers:
-        assert step.source is not None and step.kind != "merge"
-        step = by_node[step.source]
-    return step.node
-
-
 class RelevanceGraph:
     """The plan with each rule layer's modified output; ``None`` from :meth:`build` where a rule
     cannot be written this way (a z-beta layer whose input is not a reshaped input)."""
@@ -97,7 +86,10 @@ class RelevanceGraph:
                     return None
                 layers[step.node] = (step.module, rule, False, step.source in nonneg)
         if layers:  # the topmost rule layer receives relevance, not the modified gradient
-            top = _top_layer(plan, layers)
+            # the rule layer that receives relevance itself (plan_graph refuses a merge on the way,
+            # which would hand each branch all of it)
+            top = below_output(plan.steps, plan.output).node
+            assert top in layers
             module, rule, _, sign = layers[top]
             layers[top] = (module, rule, True, sign)
         return cls(plan, layers)
