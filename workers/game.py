@@ -50,8 +50,14 @@ def masked_samples(
 ) -> np.ndarray:
     """The sub-inputs of several samples, (k * m, *shape): for each of the k samples (with its own
     reference), one row per membership row of ``bits`` (m, n), in one pass."""
-    masked = np.where(bits[None, :, players.labels], inputs[:, None], baselines[:, None])
-    return masked.reshape(-1, *inputs.shape[1:]).astype(np.float32, copy=False)
+    keep = bits[None, :, players.labels]  # (1, m, *shape): True where the element comes from the input
+    # Written into a C-ordered array: np.where's output takes its layout from the broadcast operands
+    # (strides of 0), and flattening that to rows copied it again, element by element (3.5x the
+    # whole masking at 8 players).
+    masked = np.empty((len(inputs), len(bits), *inputs.shape[1:]), dtype=np.float32)
+    np.copyto(masked, baselines[:, None])
+    np.copyto(masked, inputs[:, None], where=keep)
+    return masked.reshape(-1, *inputs.shape[1:])
 
 
 @dataclass(frozen=True)
