@@ -59,8 +59,10 @@ def test_only_thread_settings_reach_the_model(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv(name, "secret")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("XAUDIT_WORKER_CONCURRENCY", "2")  # the child shares the CPUs by it
+    monkeypatch.setenv("XAUDIT_THREADS", "1")  # --threads
     env = _child_env()
-    assert env == {"OMP_NUM_THREADS": "1", "XAUDIT_WORKER_CONCURRENCY": "2", "PATH": env["PATH"]} | {
+    expected = {"OMP_NUM_THREADS": "1", "XAUDIT_WORKER_CONCURRENCY": "2", "XAUDIT_THREADS": "1"}
+    assert env == expected | {"PATH": env["PATH"]} | {
         k: v
         for k, v in env.items()
         if k.startswith(("MKL_", "LC_", "LANG", "OPENBLAS_", "CUDA_", "TZ", "OMP_WAIT_POLICY"))
