@@ -1,6 +1,6 @@
 """DeepLIFT with the Rescale rule and DeepSHAP on a hookable graph: one modified backward pass over
 the fx plan (:mod:`workers.methods._rescale_graph`), Captum's DeepLift where the plan has no form for
-the graph (other operators, max-pooling)."""
+the graph (other operators)."""
 
 from __future__ import annotations
 

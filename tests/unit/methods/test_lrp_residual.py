@@ -17,44 +17,13 @@ import torch
 from torch import nn
 
 from tests.models import residual_mlp
+from tests.models.blocks import concatenated_block, shuffled_unit, small_resnet
 from tests.unit.methods._context import context
 from workers.methods import get_method
 from workers.methods._lrp_rules import AlphaBeta, Epsilon, LayerRule, ZBox
 from xaudit.contract.errors import NotApplicable
 
 CLASSES = np.array([0, 1, 3])
-
-
-def _small_resnet() -> nn.Module:
-    from torchvision.models.resnet import BasicBlock, ResNet
-
-    torch.manual_seed(0)
-    model = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=4).eval()
-    with torch.no_grad():  # batch norms that are not the identity, so that folding them matters
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.2, 0.2)
-                m.running_var.uniform_(0.5, 1.5)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.1, 0.1)
-    return model
-
-
-class _Concatenated(nn.Module):
-    """A DenseNet-style block: the stem's maps beside two convolutions of them, concatenated."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, 4, 3, padding=1)
-        self.left = nn.Conv2d(4, 3, 3, padding=1)
-        self.right = nn.Conv2d(4, 2, 1)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.head = nn.Linear(9, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.stem(x))
-        joined = torch.relu(torch.cat([h, self.left(h), self.right(h)], dim=1))
-        return self.head(self.pool(joined).flatten(1))
 
 
 def _inputs() -> torch.Tensor:
@@ -110,42 +79,13 @@ def _ours(name: str, model: nn.Module, x: torch.Tensor, params: dict[str, float]
 TOLERANCE = {"lrp_epsilon": 1e-3, "lrp_alpha_beta": 2e-4, "deep_taylor": 2e-4}
 
 
-def _concatenated() -> nn.Module:
-    torch.manual_seed(2)
-    return _Concatenated().eval()
-
-
-class _Shuffled(nn.Module):
-    """A ShuffleNet v2 unit: split the channels, convolve one half, concatenate, shuffle the channels."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, 4, 3, padding=1)
-        self.branch = nn.Conv2d(2, 2, 3, padding=1)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.head = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.stem(x))
-        kept, convolved = h.chunk(2, dim=1)
-        joined = torch.cat([kept, torch.relu(self.branch(convolved))], dim=1)
-        b, _, height, width = joined.shape
-        shuffled = joined.view(b, 2, 2, height, width).transpose(1, 2).reshape(b, 4, height, width)
-        return self.head(self.pool(shuffled).flatten(1))
-
-
-def _shuffled() -> nn.Module:
-    torch.manual_seed(4)
-    return _Shuffled().eval()
-
-
 # (model, its first layer's attribute): a residual network; a concatenation, which hands each part
 # its slice; a channel split and shuffle (Slice or Split, Transpose, Reshape), through which the
 # gradient routes relevance to where each value came from.
 ZENNIT_CASES: dict[str, tuple[Callable[[], nn.Module], str]] = {
-    "resnet": (_small_resnet, "conv1"),
-    "concatenation": (_concatenated, "stem"),
-    "channel_shuffle": (_shuffled, "stem"),
+    "resnet": (small_resnet, "conv1"),
+    "concatenation": (concatenated_block, "stem"),
+    "channel_shuffle": (shuffled_unit, "stem"),
 }
 
 
@@ -162,7 +102,7 @@ def test_equals_zennit_on_the_torch_model(name: str, case: str) -> None:
 
 
 def test_deep_taylor_conserves_the_score_through_residual_sums() -> None:
-    model, x = _small_resnet(), _inputs()
+    model, x = small_resnet(), _inputs()
     params, _ = _rules("deep_taylor", x)
     relevance = _ours("deep_taylor", model, x, params)
     with torch.no_grad():
