@@ -161,13 +161,16 @@ def test_cancel_a_queued_job_then_a_running_one(service: Service) -> None:
         ref = client.upload_model(MODEL)
         x = np.load(INPUTS)
         # Seeds of their own: a request equal to another test's would return that (finished) job.
-        # 256 quadrature steps: tens of seconds of work, checked for cancellation after every two samples.
+        # 16 samples at 1,024 quadrature steps: tens of seconds of work, checked for cancellation after
+        # every two samples, so it is still running when the `xaudit cancel` process has started (256
+        # steps on 4 samples once finished first on a loaded machine).
+        many = np.concatenate([x * scale for scale in (1.0, 0.9, 0.8, 0.7)]).astype(np.float32)
         first = client.submit_audit(
             ref,
-            inputs=x,
+            inputs=many,
             players="grid:2x4",
             methods="integrated_gradients,occlusion_1",
-            method_params={"integrated_gradients": {"steps": 256}},
+            method_params={"integrated_gradients": {"steps": 1024}},
             seed=21,
         )
         queued = client.submit_audit(ref, inputs=x, players="grid:2x4", methods="saliency", seed=22)
