@@ -11,8 +11,8 @@ the operator. Node kinds on the input's path ("activations"):
 - ``input``: the one placeholder;
 - ``merge`` (only where the caller asks): a sum or concatenation of activations, such as a
   residual connection; see :func:`plan_graph`;
-- ``move`` (only where the caller asks, LRP): Transpose, Slice, Split and taking one of its parts:
-  data movement, whose gradient routes relevance to where each value came from.
+- ``move`` (only where the caller asks): Transpose, Slice, Split and taking one of its parts:
+  data movement, whose gradient routes relevance or multipliers to where each value came from.
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
@@ -132,9 +132,10 @@ def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False,
     (Zennit's hooks) would hand every summand all of it. RevealCancel's treats a sum as one linear
     layer with the summands' own terms (:mod:`workers.methods._revealcancel_graph`).
 
-    ``moves``: admit data movement (Transpose, Slice, Split) for a pass that differentiates through
-    it (LRP's: relevance follows each value to where it came from; a slice's dropped values get
-    none). RevealCancel's pass moves differences by shape alone and does not ask."""
+    ``moves``: admit data movement (Transpose, Slice, Split) for a pass that takes it back by its
+    gradient (LRP's and DeepLIFT's: relevance or multipliers follow each value to where it came
+    from; a slice's dropped values get none). RevealCancel's moves differences and their parts
+    forward and its multipliers back the same way."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []

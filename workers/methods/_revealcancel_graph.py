@@ -15,8 +15,12 @@ pass walks the nodes in reverse and applies one rule per node kind (see
   layer whose terms are the summands' own terms (an affine summand's split, any other summand's
   difference split by its sign), which is how DeepLIFT's linear rule treats ``W a + x`` written as
   one layer; a concatenation concatenates the parts' differences and splits and hands each part
-  its slice of the multipliers (DeepLIFT's reference implementation). Graphs with merges run in
-  float64 throughout: the float32 rounding checks below are written for chains;
+  its slice of the multipliers (DeepLIFT's reference implementation);
+- move (Transpose, Slice, Split and its parts: ShuffleNet's channel shuffle and split): data
+  movement moves differences, splits and multipliers alike; the multipliers go back by the move's
+  adjoint (its gradient: each value's multiplier to where the value came from, none to what a
+  slice dropped). Graphs with merges or moves run in float64 throughout: the float32 rounding
+  checks below are written for chains;
 - maxpool: the plain gradient at the input. This is *not* summation-to-delta: with a non-zero
   reference a max-pooling network's attributions need not add up to f(x) - f(x0), and the audit
   is meant to show it.
@@ -52,12 +56,24 @@ from workers.models.dense_conv import MIN_ROWS
 __all__ = ["Reference", "RevealCancelGraph", "SeedFn"]
 
 SeedFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Moved = Callable[[torch.Tensor], torch.Tensor]  # a move node's value as a function of a tensor's
 # A float32 sum of n terms is off by at most about n * 2**-24 of the sum of their magnitudes (|W| |da|
 # for an affine output); a ReLU difference closer to zero than twice that may have the wrong sign,
 # and its row is redone in float64. Layers of unknown fan-in (pooling) use the largest tolerance.
 _ROUNDING = 2**-23
 _MAX_TOLERANCE = 1e-4
 _SPLIT_SOURCES = ("affine", "avgpool")
+_FLOAT64_KINDS = ("merge", "move")  # the float32 rounding checks are written for chains
+
+
+def revealcancel_plan(graph: nn.Module, method: str) -> Plan:
+    """The fx plan RevealCancel runs on (NotApplicable naming an operator it has no rule for)."""
+    return plan_graph(graph, method, "RevealCancel", merges=True, moves=True)
+
+
+def needs_float64(plan: Plan) -> bool:
+    """A graph with sums, concatenations or data movement runs in float64 (the module's docstring)."""
+    return any(step.kind in _FLOAT64_KINDS for step in plan.steps)
 
 
 @dataclass(frozen=True)
@@ -69,10 +85,11 @@ class Reference:
 
 
 def _through_shapes(steps: dict[fx.Node, Step], node: fx.Node | None) -> list[fx.Node]:
-    """``node`` and the shape nodes' sources behind it, up to the first node that is not a shape."""
+    """``node`` and the sources behind it through shape and move nodes, up to the first node that is
+    neither."""
     assert node is not None
     chain = [node]
-    while steps[chain[-1]].kind == "shape":
+    while steps[chain[-1]].kind in ("shape", "move"):
         source = steps[chain[-1]].source
         assert source is not None
         chain.append(source)
@@ -87,8 +104,14 @@ def _run(plan: Plan, step: Step, env: dict[fx.Node, Any]) -> Any:
         for part in str(node.target).split("."):
             value = getattr(value, part)
         return value
-    args = fx.node.map_arg(node.args, lambda n: env[n])
-    kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+    return _run_node(step, env.__getitem__)
+
+
+def _run_node(step: Step, lookup: Callable[[fx.Node], Any]) -> Any:
+    """A call node's value with its arguments looked up."""
+    node = step.node
+    args = fx.node.map_arg(node.args, lookup)
+    kwargs = fx.node.map_arg(node.kwargs, lookup)
     if node.op == "call_module":
         assert step.module is not None
         return step.module(*args, **kwargs)
@@ -101,12 +124,11 @@ class RevealCancelGraph:
     """A validated plan over ``graph``; :meth:`reference` then :meth:`multipliers` per chunk of rows."""
 
     def __init__(self, graph: nn.Module, method: str, dtype: torch.dtype) -> None:
-        self.plan: Plan = plan_graph(graph, method, "RevealCancel", merges=True)
+        self.plan: Plan = revealcancel_plan(graph, method)
         self.dtype = dtype
-        self.has_merges = any(step.kind == "merge" for step in self.plan.steps)
-        if self.has_merges and dtype != torch.float64:
-            raise ValueError("a graph with sums or concatenations runs in float64")
-        steps = {step.node: step for step in self.plan.steps}
+        if needs_float64(self.plan) and dtype != torch.float64:
+            raise ValueError("a graph with sums, concatenations or data movement runs in float64")
+        self._steps = steps = {step.node: step for step in self.plan.steps}
         self._input = next(step.node for step in self.plan.steps if step.kind == "input")
         self.maps: dict[fx.Node, AffineMaps] = {}
         self._exact: dict[fx.Node, Any] = {}
@@ -217,11 +239,18 @@ class RevealCancelGraph:
                 delta[node] = _run(self.plan, step, delta)
                 if node in self.split_nodes:
                     split[node] = (self._merged_split(step, split, delta), None)
+            elif step.kind == "move":  # linear: differences and their parts move like values
+                delta[node] = _run(self.plan, step, delta)
+                if not isinstance(delta[node], tuple | list):  # a Split's parts move one by one
+                    origin, move = self._moved(step, delta)
+                    if origin in split:
+                        parts, made_by = split[origin]
+                        split[node] = (parts.map(move), made_by)
             else:  # static and shape nodes: evaluated on the differences (same shapes as values)
                 delta[node] = _run(self.plan, step, delta)
                 if step.kind == "shape" and src in split:
                     parts, made_by = split[src]
-                    split[node] = (parts.map(partial(self._shape_apply, step, delta)), made_by)
+                    split[node] = (parts.map(partial(_substituted, step, delta)), made_by)
 
         output = self.plan.output
         k = len(dx)
@@ -261,6 +290,9 @@ class RevealCancelGraph:
             elif step.kind == "merge":
                 for part, share in _merge_shares(step, pair, delta):
                     give(part, share)
+            elif step.kind == "move":
+                origin, move = self._moved(step, delta)
+                give(origin, pair.map(partial(_adjoint, move, delta[origin])))
             else:  # maxpool: the gradient at x
                 assert step.module is not None
                 u = at_x[src].detach().requires_grad_(True)
@@ -292,13 +324,29 @@ class RevealCancelGraph:
 
         return Split(field("pos"), field("neg"), field("total"), field("spread"))
 
-    def _shape_apply(self, step: Step, env: dict[fx.Node, Any], value: torch.Tensor) -> torch.Tensor:
-        """Run a shape node on ``value`` in place of its activation argument."""
-        args = fx.node.map_arg(step.node.args, lambda n: value if n is step.source else env[n])
-        kwargs = fx.node.map_arg(step.node.kwargs, lambda n: value if n is step.source else env[n])
-        assert step.module is not None
-        result: torch.Tensor = step.module(*args, **kwargs)
-        return result
+    def _moved(self, step: Step, env: dict[fx.Node, Any]) -> tuple[fx.Node, Moved]:
+        """The tensor a move node's value comes from, and the move as a function of that tensor
+        (through a Split's tuple of parts to the tensor it split)."""
+        assert step.source is not None
+        move = partial(_substituted, step, env)
+        if isinstance(env[step.source], tuple | list):
+            origin, inner = self._moved(self._steps[step.source], env)
+            return origin, lambda value: move(inner(value))
+        return step.source, move
+
+
+def _substituted(step: Step, env: dict[fx.Node, Any], value: Any) -> Any:
+    """Run ``step``'s node on ``value`` in place of its activation argument (the rest from ``env``)."""
+    return _run_node(step, lambda n: value if n is step.source else env[n])
+
+
+def _adjoint(move: Moved, like: torch.Tensor, multipliers: torch.Tensor) -> torch.Tensor:
+    """The multipliers of a move's output taken back to its input (shaped like ``like``): the move's
+    gradient, the same at every point because a move is linear."""
+    with torch.enable_grad():
+        at = torch.zeros_like(like).requires_grad_(True)
+        (back,) = torch.autograd.grad(move(at), at, multipliers)
+    return back
 
 
 def _merge_shares(step: Step, pair: Pair, delta: dict[fx.Node, Any]) -> list[tuple[fx.Node, Pair]]:

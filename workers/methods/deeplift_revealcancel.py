@@ -118,18 +118,15 @@ class DeepLiftRevealCancel(Method):
 
 
 def _plan(graph: Any, method: str, dtype: torch.dtype | None) -> RevealCancelGraph:
-    """The plan of ``graph`` in ``dtype``; None: float32, or float64 for a graph with sums or
-    concatenations (docs/science.md 5.8)."""
+    """The plan of ``graph`` in ``dtype``; None: float32, or float64 for a graph with sums,
+    concatenations or data movement (docs/science.md 5.8)."""
     import torch
 
-    from workers.methods._revealcancel_graph import RevealCancelGraph
+    from workers.methods._revealcancel_graph import RevealCancelGraph, needs_float64, revealcancel_plan
 
     plans = _PLANS.setdefault(graph, {})
     if dtype is None:
-        from workers.methods._fx_plan import plan_graph
-
-        steps = plan_graph(graph, method, "RevealCancel", merges=True).steps
-        dtype = torch.float64 if any(step.kind == "merge" for step in steps) else torch.float32
+        dtype = torch.float64 if needs_float64(revealcancel_plan(graph, method)) else torch.float32
     if dtype not in plans:
         plans[dtype] = RevealCancelGraph(graph, method, dtype)
     return plans[dtype]

@@ -1,13 +1,15 @@
-"""DeepLIFT RevealCancel through sums and concatenations, against the same computation written as
-one layer.
+"""DeepLIFT RevealCancel through sums, concatenations and data movement, against the same
+computation written as one layer.
 
 The rule under test (docs/science.md 5.8): a sum is one linear layer whose terms are the summands'
 own terms, and a concatenation concatenates its parts. Each model below has a twin without the
 merge whose layers compute the same function with the same terms, so the two must give the same
 attributions: ``conv_a(h) + conv_b(g)`` is one convolution of ``cat(h, g)`` with the weights side
 by side, ``conv(h) + h`` is one convolution of ``cat(h, h)`` with an identity kernel beside W, and
-``cat(conv_a(h), conv_b(h))`` is one convolution with the filters stacked. The twins run in
-float32 with the float64 redo, the merged models in float64: they agree to float32 rounding.
+``cat(conv_a(h), conv_b(h))`` is one convolution with the filters stacked, and ShuffleNet's channel
+split and shuffle are zero weights and permuted weights in the convolutions that read them. The
+twins without merges run in float32 with the float64 redo, the others in float64: they agree to
+float32 rounding.
 """
 
 from __future__ import annotations
@@ -133,7 +135,61 @@ class _Stacked(nn.Module):
         return self.head(torch.relu(self.stacked(torch.relu(self.first(x)))))
 
 
-MODELS = {"two_branch_sum": _TwoBranchSum, "identity_skip": _Residual, "concatenation": _Concatenated}
+def _shuffle(t: torch.Tensor, groups: int = 2) -> torch.Tensor:
+    """ShuffleNet's channel shuffle: (b, g, c/g, h, w) -> transpose -> (b, c, h, w)."""
+    b, c, height, width = t.shape
+    return t.view(b, groups, c // groups, height, width).transpose(1, 2).reshape(b, c, height, width)
+
+
+class _ShuffleUnit(nn.Module):
+    """A ShuffleNet v2 unit: split the channels, convolve one half, concatenate, shuffle."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.first, self.branch, self.head = _conv(2, 4, g), _conv(2, 2, g), _Head(4, g)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.first(x))
+        kept, convolved = h.chunk(2, dim=1)
+        return self.head(_shuffle(torch.cat([kept, torch.relu(self.branch(convolved))], dim=1)))
+
+    def twin(self) -> nn.Module:
+        """No data movement: the branch convolves all of h with zero weights on the kept half, and
+        the head's first convolution reads cat(h, branch) with its weights moved to where the
+        shuffle took each channel from (zero for h's convolved half)."""
+        branch = nn.Conv2d(4, 2, 3, padding=1)
+        moved = self.head.conv.weight.new_zeros(3, 6, 3, 3)
+        source = _shuffle(torch.arange(4.0).view(1, 4, 1, 1)).flatten().long()  # shuffled j <- joined
+        where = torch.tensor([0, 1, 4, 5])  # joined channel k in cat(h, branch): h 0-1, branch 4-5
+        with torch.no_grad():
+            branch.weight.zero_()
+            branch.weight[:, 2:] = self.branch.weight
+            branch.bias.copy_(self.branch.bias)
+            moved[:, where[source]] = self.head.conv.weight
+            head = _Head(6, torch.Generator().manual_seed(0))
+            head.conv.weight.copy_(moved)
+            head.conv.bias.copy_(self.head.conv.bias)
+            head.fc.load_state_dict(self.head.fc.state_dict())
+        return _Unmoved(self.first, branch, head)
+
+
+class _Unmoved(nn.Module):
+    def __init__(self, first: nn.Module, branch: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.first, self.branch, self.head = first, branch, head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.first(x))
+        return self.head(torch.cat([h, torch.relu(self.branch(h))], dim=1))
+
+
+MODELS = {
+    "two_branch_sum": _TwoBranchSum,
+    "identity_skip": _Residual,
+    "concatenation": _Concatenated,
+    "channel_split_and_shuffle": _ShuffleUnit,
+}
 
 
 @pytest.mark.parametrize("reference", ["zeros", "random"])
