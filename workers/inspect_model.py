@@ -98,7 +98,7 @@ def _methods(model: ModelAdapter, check: ModelCheck) -> None:
                 if name in _RULE_FAMILIES:
                     family = _RULE_FAMILIES[name]
                     graph = graph_model.torch_hookable(name)
-                    plan_graph(graph, name, family, merges=True, moves=True)
+                    plan_graph(graph, name, family, merges=True, moves=True, scales=family != "LRP")
                 elif name == "grad_cam":
                     from workers.methods.grad_cam import conv_layers
 

@@ -1,13 +1,14 @@
-"""Graphs with merges and data movement, as real architectures write them: a small torchvision
-ResNet (residual sums, one overlapping max-pool), a DenseNet-style concatenation and a ShuffleNet
-unit (channel split, concatenation, shuffle). Seeded, in eval mode, on 3x32x32 inputs."""
+"""Graphs with merges, data movement and batch norms, as real architectures write them: a small
+torchvision ResNet (residual sums, one overlapping max-pool), a DenseNet-style concatenation, a
+DenseNet layer (a batch norm after the concatenation, which no exporter folds) and a ShuffleNet unit
+(channel split, concatenation, shuffle). Seeded, in eval mode, on 3x32x32 inputs."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-__all__ = ["BLOCK_SHAPE", "concatenated_block", "shuffled_unit", "small_resnet"]
+__all__ = ["BLOCK_SHAPE", "concatenated_block", "dense_layer", "shuffled_unit", "small_resnet"]
 
 BLOCK_SHAPE = (3, 32, 32)
 
@@ -49,6 +50,34 @@ class _Concatenated(nn.Module):
 def concatenated_block(seed: int = 2) -> nn.Module:
     torch.manual_seed(seed)
     return _Concatenated().eval()
+
+
+class _DenseLayer(nn.Module):
+    """DenseNet's layer: the features so far, concatenated, then batch norm, ReLU, convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.grow = nn.Conv2d(4, 2, 3, padding=1)
+        self.norm = nn.BatchNorm2d(6)
+        self.conv = nn.Conv2d(6, 3, 1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Linear(3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.stem(x))
+        joined = torch.cat([h, torch.relu(self.grow(h))], dim=1)
+        return self.head(self.pool(self.conv(torch.relu(self.norm(joined)))).flatten(1))
+
+
+def dense_layer(seed: int = 6) -> nn.Module:
+    torch.manual_seed(seed)
+    model = _DenseLayer().eval()
+    with torch.no_grad():  # statistics and some negative scales, so that the norm is no identity
+        model.norm.running_mean.uniform_(-0.3, 0.3)
+        model.norm.running_var.uniform_(0.5, 1.5)
+        model.norm.weight.uniform_(-1.0, 1.5)
+    return model
 
 
 class _Shuffled(nn.Module):

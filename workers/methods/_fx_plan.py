@@ -12,7 +12,10 @@ the operator. Node kinds on the input's path ("activations"):
 - ``merge`` (only where the caller asks): a sum or concatenation of activations, such as a
   residual connection; see :func:`plan_graph`;
 - ``move`` (only where the caller asks): Transpose, Slice, Split and taking one of its parts:
-  data movement, whose gradient routes relevance or multipliers to where each value came from.
+  data movement, whose gradient routes relevance or multipliers to where each value came from;
+- ``scale`` (only where the caller asks, DeepLIFT): an eval-mode batch norm, a per-channel
+  ``s x + b`` that no exporter could fold into a convolution (DenseNet's, after its
+  concatenations).
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
@@ -38,9 +41,10 @@ __all__ = [
     "evaluate",
     "merge_parts",
     "plan_graph",
+    "scale_and_shift",
 ]
 
-Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "move", "static"]
+Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "move", "scale", "static"]
 
 AFFINE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 AVGPOOL_TYPES: tuple[type[nn.Module], ...] = (
@@ -69,6 +73,8 @@ _MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSp
 SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean"
 MERGES = "Add and Concat of activations"
 MOVES = "Transpose, Slice, Split"
+SCALES = "BatchNorm"
+_SCALE_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
 @dataclass(frozen=True)
@@ -114,13 +120,45 @@ def _kind(module: nn.Module | None, name: str) -> Kind | None:
     return None
 
 
+def _is_scale(module: nn.Module | None) -> bool:
+    """A batch norm that normalises by its running statistics: a fixed per-channel s x + b."""
+    return (
+        isinstance(module, _SCALE_TYPES)
+        and not module.training
+        and module.running_mean is not None
+        and module.running_var is not None
+    )
+
+
+def scale_and_shift(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ``scale`` node's per-channel s and b (y = s x + b), shaped (C,)."""
+    assert isinstance(module, _SCALE_TYPES)
+    mean, var = module.running_mean, module.running_var
+    weight, bias = module.weight, module.bias
+    assert isinstance(mean, torch.Tensor) and isinstance(var, torch.Tensor)
+    s = torch.rsqrt(var + module.eps)
+    if isinstance(weight, torch.Tensor):
+        s = s * weight
+    b = -mean * s
+    if isinstance(bias, torch.Tensor):
+        b = b + bias
+    return s.detach(), b.detach()
+
+
 def _is_row_mean(module: nn.Module | None, name: str) -> bool:
     """A mean over given axes other than the batch axis: a linear map with W >= 0 within each row."""
     axes = list(getattr(module, "axes", None) or [])
     return name == _MEAN and bool(axes) and 0 not in axes
 
 
-def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False, moves: bool = False) -> Plan:
+def plan_graph(
+    graph: nn.Module,
+    method: str,
+    family: str,
+    merges: bool = False,
+    moves: bool = False,
+    scales: bool = False,
+) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
 
@@ -135,7 +173,11 @@ def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False,
     ``moves``: admit data movement (Transpose, Slice, Split) for a pass that takes it back by its
     gradient (LRP's and DeepLIFT's: relevance or multipliers follow each value to where it came
     from; a slice's dropped values get none). RevealCancel's moves differences and their parts
-    forward and its multipliers back the same way."""
+    forward and its multipliers back the same way.
+
+    ``scales``: admit eval-mode batch norms (per-channel ``s x + b``) for DeepLIFT, whose reference
+    implementation scales a difference's parts and multipliers by ``s`` (swapping them where
+    ``s < 0``): what folding the norm into the layers before it gives. LRP has no agreed rule."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
@@ -166,8 +208,11 @@ def plan_graph(graph: nn.Module, method: str, family: str, merges: bool = False,
         kind = _kind(module, name) if len(inputs) == 1 else None
         if kind is None and moves and len(inputs) == 1 and name in _MOVE_NAMES:
             kind = "move"
+        if kind is None and scales and len(inputs) == 1 and _is_scale(module):
+            kind = "scale"
         if kind is None:
-            supported = ", ".join([SUPPORTED, *([MERGES] if merges else []), *([MOVES] if moves else [])])
+            extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales
+            supported = ", ".join([SUPPORTED, *extra])
             raise NotApplicable(
                 method,
                 f"operator {name} (node '{node.name}') has no {family} rule here; supported: {supported}",

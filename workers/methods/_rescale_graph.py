@@ -6,8 +6,8 @@ Each ReLU keeps its value and takes Captum's multiplier as its gradient:
 ``eps``). Linear, Conv, pooling and reshapes are linear: their gradient is their multiplier. The
 target's softmax (probability, log-odds) is crossed by its gradient at the input, as Captum does
 through the wrapped model. Attributions are ``(x - x0) * multiplier``, Captum's DeepLift with
-``multiply_by_inputs=True``. Sums, concatenations and data movement (Transpose, Slice, Split) are
-linear too, and Captum passes them by the chain rule, as this pass does.
+``multiply_by_inputs=True``. Sums, concatenations, data movement (Transpose, Slice, Split) and
+eval-mode batch norms are linear too, and Captum passes them by the chain rule, as this pass does.
 
 Max-pooling passes its gradient: the max-pool mode of DeepLIFT's reference implementation (the
 only one it implements), of this package's RevealCancel, and what Captum's DeepLift delivers on
@@ -44,7 +44,7 @@ class RescaleGraph:
     @classmethod
     def build(cls, graph: nn.Module, method: str) -> RescaleGraph | None:
         try:
-            plan = plan_graph(graph, method, "DeepLIFT", merges=True, moves=True)
+            plan = plan_graph(graph, method, "DeepLIFT", merges=True, moves=True, scales=True)
         except NotApplicable:
             return None
         return cls(plan)

@@ -21,6 +21,9 @@ pass walks the nodes in reverse and applies one rule per node kind (see
   adjoint (its gradient: each value's multiplier to where the value came from, none to what a
   slice dropped). Graphs with merges or moves run in float64 throughout: the float32 rounding
   checks below are written for chains;
+- scale (an eval-mode batch norm, s x + b): differences, parts and multipliers scaled by s, the
+  parts and multipliers swapped where s < 0 (DeepLIFT's reference implementation; the same as
+  folding s into the layers before it);
 - maxpool: the plain gradient at the input. This is *not* summation-to-delta: with a non-zero
   reference a max-pooling network's attributions need not add up to f(x) - f(x0), and the audit
   is meant to show it.
@@ -39,7 +42,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from workers.methods._fx_plan import Plan, Step, evaluate, merge_parts, plan_graph
+from workers.methods._fx_plan import Plan, Step, evaluate, merge_parts, plan_graph, scale_and_shift
 from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_maps
 from workers.methods._revealcancel_rules import (
     Pair,
@@ -49,6 +52,8 @@ from workers.methods._revealcancel_rules import (
     affine_split,
     collapse,
     reveal_cancel,
+    scaled_pair,
+    scaled_split,
     sign_split,
 )
 from workers.models.dense_conv import MIN_ROWS
@@ -68,7 +73,7 @@ _FLOAT64_KINDS = ("merge", "move")  # the float32 rounding checks are written fo
 
 def revealcancel_plan(graph: nn.Module, method: str) -> Plan:
     """The fx plan RevealCancel runs on (NotApplicable naming an operator it has no rule for)."""
-    return plan_graph(graph, method, "RevealCancel", merges=True, moves=True)
+    return plan_graph(graph, method, "RevealCancel", merges=True, moves=True, scales=True)
 
 
 def needs_float64(plan: Plan) -> bool:
@@ -85,11 +90,11 @@ class Reference:
 
 
 def _through_shapes(steps: dict[fx.Node, Step], node: fx.Node | None) -> list[fx.Node]:
-    """``node`` and the sources behind it through shape and move nodes, up to the first node that is
-    neither."""
+    """``node`` and the sources behind it through shape, move and scale nodes, up to the first node
+    that is none of them."""
     assert node is not None
     chain = [node]
-    while steps[chain[-1]].kind in ("shape", "move"):
+    while steps[chain[-1]].kind in ("shape", "move", "scale"):
         source = steps[chain[-1]].source
         assert source is not None
         chain.append(source)
@@ -132,11 +137,17 @@ class RevealCancelGraph:
         self._input = next(step.node for step in self.plan.steps if step.kind == "input")
         self.maps: dict[fx.Node, AffineMaps] = {}
         self._exact: dict[fx.Node, Any] = {}
+        self._scales: dict[fx.Node, torch.Tensor] = {}  # a scale node's s, (C,)
         for step in self.plan.steps:
             if step.kind in _SPLIT_SOURCES:
                 assert step.module is not None
                 self.maps[step.node] = affine_maps(step.module, dtype)
                 self._exact[step.node] = affine_maps(step.module, torch.float64).full
+            elif step.kind == "scale":
+                assert step.module is not None
+                scale, shift = scale_and_shift(step.module)
+                self._scales[step.node] = scale.to(dtype)
+                self._exact[step.node] = partial(_scaled, scale.double(), shift.double())
         # Nodes whose split a ReLU reads (an affine output, possibly through shape nodes): only they
         # pay for the second (|W| |da|) pass and hand non-plain multipliers back.
         self.split_nodes: set[fx.Node] = set()
@@ -239,6 +250,13 @@ class RevealCancelGraph:
                 delta[node] = _run(self.plan, step, delta)
                 if node in self.split_nodes:
                     split[node] = (self._merged_split(step, split, delta), None)
+            elif step.kind == "scale":  # s x + b: the shift has no difference
+                assert src is not None
+                scale = self._scale(node, delta[src])
+                delta[node] = delta[src] * scale
+                if src in split:
+                    parts, made_by = split[src]
+                    split[node] = (scaled_split(parts, scale), made_by)
             elif step.kind == "move":  # linear: differences and their parts move like values
                 delta[node] = _run(self.plan, step, delta)
                 if not isinstance(delta[node], tuple | list):  # a Split's parts move one by one
@@ -290,6 +308,8 @@ class RevealCancelGraph:
             elif step.kind == "merge":
                 for part, share in _merge_shares(step, pair, delta):
                     give(part, share)
+            elif step.kind == "scale":
+                give(src, scaled_pair(pair, self._scale(node, delta[src])))
             elif step.kind == "move":
                 origin, move = self._moved(step, delta)
                 give(origin, pair.map(partial(_adjoint, move, delta[origin])))
@@ -324,6 +344,11 @@ class RevealCancelGraph:
 
         return Split(field("pos"), field("neg"), field("total"), field("spread"))
 
+    def _scale(self, node: fx.Node, like: torch.Tensor) -> torch.Tensor:
+        """A scale node's s shaped to multiply ``like`` (batch, channels, ...) channel by channel."""
+        scale = self._scales[node]
+        return scale.view(-1, *[1] * (like.dim() - 2)).to(like.device)
+
     def _moved(self, step: Step, env: dict[fx.Node, Any]) -> tuple[fx.Node, Moved]:
         """The tensor a move node's value comes from, and the move as a function of that tensor
         (through a Split's tuple of parts to the tensor it split)."""
@@ -338,6 +363,12 @@ class RevealCancelGraph:
 def _substituted(step: Step, env: dict[fx.Node, Any], value: Any) -> Any:
     """Run ``step``'s node on ``value`` in place of its activation argument (the rest from ``env``)."""
     return _run_node(step, lambda n: value if n is step.source else env[n])
+
+
+def _scaled(scale: torch.Tensor, shift: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """A batch norm's s x + b, channel by channel (the reference pass's float64 copy)."""
+    shape = (-1, *[1] * (value.dim() - 2))
+    return value * scale.view(shape).to(value.device) + shift.view(shape).to(value.device)
 
 
 def _adjoint(move: Moved, like: torch.Tensor, multipliers: torch.Tensor) -> torch.Tensor:

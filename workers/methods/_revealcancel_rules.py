@@ -31,6 +31,8 @@ __all__ = [
     "affine_split",
     "collapse",
     "reveal_cancel",
+    "scaled_pair",
+    "scaled_split",
     "sign_split",
 ]
 
@@ -83,6 +85,25 @@ def affine_split(maps: AffineMaps, delta_in: torch.Tensor) -> Split:
     total, spread = maps.linear(delta_in), maps.magnitude(delta_in.abs())
     pos = torch.lerp(total, spread, 0.5)
     return Split(pos, total - pos, total, spread)
+
+
+def scaled_split(parts: Split, scale: torch.Tensor) -> Split:
+    """The split of ``s * d`` (a batch norm's difference; its shift has none): the parts scaled, and
+    swapped where ``s < 0``. The same as folding ``s`` into the layer that made the parts, and the
+    rule of DeepLIFT's reference implementation for batch norms."""
+    up, down = scale.clamp(min=0), scale.clamp(max=0)
+    return Split(
+        up * parts.pos + down * parts.neg,
+        up * parts.neg + down * parts.pos,
+        scale * parts.total,
+        scale.abs() * parts.spread,
+    )
+
+
+def scaled_pair(out: Pair, scale: torch.Tensor) -> Pair:
+    """Multipliers back through ``s * d``: m+ = s+ g+ + s- g-, m- = s+ g- + s- g+, that is
+    ``s`` times the mean and ``|s|`` times the half difference."""
+    return Pair(out.mean * scale, None if out.half_diff is None else out.half_diff * scale.abs())
 
 
 def affine_backward(maps: AffineMaps, delta_in: torch.Tensor, out: Pair) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from captum.attr import DeepLift, DeepLiftShap
 
 from tests.models import CNN_SHAPE, MLP_FEATURES, maxpool_cnn, relu_cnn, relu_mlp, sigmoid_mlp
-from tests.models.blocks import BLOCK_SHAPE, concatenated_block, shuffled_unit, small_resnet
+from tests.models.blocks import BLOCK_SHAPE, concatenated_block, dense_layer, shuffled_unit, small_resnet
 from tests.unit.methods._context import context
 from workers.methods import AttributionContext, get_method
 from workers.methods._modified_backward import RelevanceGraph
@@ -60,8 +60,14 @@ def _two_pools(seed: int) -> torch.nn.Module:
     ).eval()
 
 
-# Residual sums with one overlapping max-pool, a concatenation, a channel split and shuffle.
-BLOCKS = {"resnet": small_resnet, "concatenation": concatenated_block, "channel_shuffle": shuffled_unit}
+# Residual sums with one overlapping max-pool, a concatenation, a batch norm after one, a channel
+# split and shuffle.
+BLOCKS = {
+    "resnet": small_resnet,
+    "concatenation": concatenated_block,
+    "dense_layer": dense_layer,
+    "channel_shuffle": shuffled_unit,
+}
 BUILDERS = {
     "mlp": relu_mlp,
     "cnn": relu_cnn,
