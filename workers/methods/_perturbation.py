@@ -32,8 +32,12 @@ def removal_deltas(
         x = inputs[start : start + rows_per_chunk]
         b = baselines[start : start + rows_per_chunk]
         c = classes[start : start + rows_per_chunk]
-        occluded = np.where(element_removed[None], b[:, None], x[:, None])  # (kc, w, *shape)
-        batch = np.concatenate([x[:, None], occluded], axis=1).reshape(-1, *x.shape[1:])
+        # Written in place, row 0 of each sample its input, then its w occluded copies: one C-ordered
+        # pass (np.where's broadcast result, flattened to rows, was copied again: workers/game.py).
+        batch = np.empty((len(x), w + 1, *x.shape[1:]), dtype=np.result_type(x, b))
+        np.copyto(batch, x[:, None])
+        np.copyto(batch[:, 1:], b[:, None], where=element_removed[None])
+        batch = batch.reshape(-1, *x.shape[1:])
         values = ctx.target.values(ctx.model.predict(batch), np.repeat(c, w + 1)).reshape(len(x), w + 1)
         out[start : start + len(x)] = values[:, :1] - values[:, 1:]
     return out
