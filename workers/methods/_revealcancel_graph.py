@@ -9,7 +9,8 @@ pass walks the nodes in reverse and applies one rule per node kind (see
 
 - affine (Linear, Conv) and avgpool (W >= 0): the split rule and its backward;
 - relu: the RevealCancel multipliers, from the split of its input (an affine output, possibly
-  through flatten/reshape; otherwise the elementwise sign split, where RevealCancel is Rescale);
+  through reshapes, data movement and batch norms; otherwise the elementwise sign split, where
+  RevealCancel is Rescale);
 - shape: pass differences, splits and multipliers through;
 - merge (a sum or concatenation of activations, e.g. a residual connection): a sum is one linear
   layer whose terms are the summands' own terms (an affine summand's split, any other summand's
@@ -148,8 +149,8 @@ class RevealCancelGraph:
                 scale, shift = scale_and_shift(step.module)
                 self._scales[step.node] = scale.to(dtype)
                 self._exact[step.node] = partial(_scaled, scale.double(), shift.double())
-        # Nodes whose split a ReLU reads (an affine output, possibly through shape nodes): only they
-        # pay for the second (|W| |da|) pass and hand non-plain multipliers back.
+        # Nodes whose split a ReLU reads (an affine output, possibly through shape, move and scale
+        # nodes): only they pay for the second (|W| |da|) pass and hand non-plain multipliers back.
         self.split_nodes: set[fx.Node] = set()
         # Nodes whose difference's sign routes multipliers back (the inputs of split affine nodes and
         # of sign-split ReLUs). Only ReLUs among them are checked for a sign float32 cannot resolve:
