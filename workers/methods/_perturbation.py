@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from workers.game import masked_samples
 from workers.methods._base import AttributionContext
 
 __all__ = ["removal_deltas"]
@@ -23,7 +24,8 @@ def removal_deltas(
 
     ``removed`` is (w, n) bool over players; replacement copies reference values (no arithmetic).
     """
-    element_removed = removed[:, ctx.players.labels]  # (w, *shape)
+    # each sample's row of its own, then its w copies with the removed players at the reference
+    kept = np.concatenate([np.ones((1, removed.shape[1]), dtype=bool), ~removed.astype(bool)])
     w = len(removed)
     k = len(inputs)
     out = np.empty((k, w))
@@ -32,12 +34,7 @@ def removal_deltas(
         x = inputs[start : start + rows_per_chunk]
         b = baselines[start : start + rows_per_chunk]
         c = classes[start : start + rows_per_chunk]
-        # Written in place, row 0 of each sample its input, then its w occluded copies: one C-ordered
-        # pass (np.where's broadcast result, flattened to rows, was copied again: workers/game.py).
-        batch = np.empty((len(x), w + 1, *x.shape[1:]), dtype=np.result_type(x, b))
-        np.copyto(batch, x[:, None])
-        np.copyto(batch[:, 1:], b[:, None], where=element_removed[None])
-        batch = batch.reshape(-1, *x.shape[1:])
+        batch = masked_samples(kept, x, b, ctx.players)  # (kc * (w + 1), *shape)
         values = ctx.target.values(ctx.model.predict(batch), np.repeat(c, w + 1)).reshape(len(x), w + 1)
         out[start : start + len(x)] = values[:, :1] - values[:, 1:]
     return out
