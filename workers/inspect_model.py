@@ -82,7 +82,7 @@ def _shape(dims: tuple[object, ...] | None) -> str:
 
 def _methods(model: ModelAdapter, check: ModelCheck) -> None:
     """Each method's applicability, judged one by one as the audit judges it."""
-    from workers.methods._fx_plan import plan_graph
+    from workers.methods._fx_plan import family_plan
 
     for name in ALL_METHODS:
         method = get_method(name)
@@ -96,9 +96,7 @@ def _methods(model: ModelAdapter, check: ModelCheck) -> None:
                 embedding = getattr(model, "embedding", None)
                 graph_model: ModelAdapter = embedding.head if embedding is not None else model
                 if name in _RULE_FAMILIES:
-                    family = _RULE_FAMILIES[name]
-                    graph = graph_model.torch_hookable(name)
-                    plan_graph(graph, name, family, merges=True, moves=True, scales=family != "LRP")
+                    family_plan(graph_model.torch_hookable(name), name, _RULE_FAMILIES[name])
                 elif name == "grad_cam":
                     from workers.methods.grad_cam import conv_layers
 

@@ -39,6 +39,7 @@ __all__ = [
     "Step",
     "below_output",
     "evaluate",
+    "family_plan",
     "merge_parts",
     "plan_graph",
     "scale_and_shift",
@@ -75,6 +76,13 @@ MERGES = "Add and Concat of activations"
 MOVES = "Transpose, Slice, Split"
 SCALES = "BatchNorm"
 _SCALE_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+# What each rule family's own pass admits beyond the layers in SUPPORTED (merges, moves, scales; see
+# plan_graph): the passes and `xaudit inspect` read it here, so they cannot disagree.
+_FAMILY_ADMITS: dict[str, tuple[bool, bool, bool]] = {
+    "LRP": (True, True, False),  # workers.methods._modified_backward
+    "DeepLIFT": (True, True, True),  # workers.methods._rescale_graph
+    "RevealCancel": (True, True, True),  # workers.methods._revealcancel_graph
+}
 
 
 @dataclass(frozen=True)
@@ -224,6 +232,12 @@ def plan_graph(
     if merges and family == "LRP":
         _refuse_merge_at_output(steps, output, method)
     return Plan(graph, tuple(steps), output)
+
+
+def family_plan(graph: nn.Module, method: str, family: str) -> Plan:
+    """:func:`plan_graph` with what ``family``'s own pass has rules for (LRP, DeepLIFT, RevealCancel)."""
+    merges, moves, scales = _FAMILY_ADMITS[family]
+    return plan_graph(graph, method, family, merges=merges, moves=moves, scales=scales)
 
 
 def below_output(steps: Sequence[Step], output: fx.Node) -> Step:

@@ -22,7 +22,7 @@ import torch
 from torch import fx
 
 from workers.methods._base import AttributionContext, in_row_chunks
-from workers.methods._fx_plan import Plan, Step, below_output, evaluate, plan_graph
+from workers.methods._fx_plan import Plan, Step, below_output, evaluate, family_plan
 from workers.methods._lrp_rules import Epsilon, LayerRule
 from workers.targets import Target
 
@@ -121,7 +121,7 @@ def lrp_relevance(
     has a rule this pass cannot write (the result is the same, only slower; Zennit refuses merges)."""
     graph = ctx.model.torch_hookable(method)
     # Zennit would silently use the gradient at other operators
-    plan = plan_graph(graph, method, "LRP", merges=True, moves=True)
+    plan = family_plan(graph, method, "LRP")
     modified = RelevanceGraph.build(plan, rules)
     if modified is None:
         from workers.methods._zennit import lrp_relevance as zennit_relevance

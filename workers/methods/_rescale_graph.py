@@ -23,7 +23,7 @@ import torch
 from torch import fx, nn
 
 from workers.methods._base import distinct_references
-from workers.methods._fx_plan import Plan, evaluate, plan_graph
+from workers.methods._fx_plan import Plan, evaluate, family_plan
 from workers.methods._reroute import rerouted
 from workers.targets import Target
 from xaudit.contract.errors import NotApplicable
@@ -44,7 +44,7 @@ class RescaleGraph:
     @classmethod
     def build(cls, graph: nn.Module, method: str) -> RescaleGraph | None:
         try:
-            plan = plan_graph(graph, method, "DeepLIFT", merges=True, moves=True, scales=True)
+            plan = family_plan(graph, method, "DeepLIFT")
         except NotApplicable:
             return None
         return cls(plan)

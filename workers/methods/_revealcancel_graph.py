@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from workers.methods._fx_plan import Plan, Step, evaluate, merge_parts, plan_graph, scale_and_shift
+from workers.methods._fx_plan import Plan, Step, evaluate, family_plan, merge_parts, scale_and_shift
 from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_maps
 from workers.methods._revealcancel_rules import (
     Pair,
@@ -70,11 +70,6 @@ _ROUNDING = 2**-23
 _MAX_TOLERANCE = 1e-4
 _SPLIT_SOURCES = ("affine", "avgpool")
 _FLOAT64_KINDS = ("merge", "move")  # the float32 rounding checks are written for chains
-
-
-def revealcancel_plan(graph: nn.Module, method: str) -> Plan:
-    """The fx plan RevealCancel runs on (NotApplicable naming an operator it has no rule for)."""
-    return plan_graph(graph, method, "RevealCancel", merges=True, moves=True, scales=True)
 
 
 def needs_float64(plan: Plan) -> bool:
@@ -130,7 +125,7 @@ class RevealCancelGraph:
     """A validated plan over ``graph``; :meth:`reference` then :meth:`multipliers` per chunk of rows."""
 
     def __init__(self, graph: nn.Module, method: str, dtype: torch.dtype) -> None:
-        self.plan: Plan = revealcancel_plan(graph, method)
+        self.plan: Plan = family_plan(graph, method, "RevealCancel")
         self.dtype = dtype
         if needs_float64(self.plan) and dtype != torch.float64:
             raise ValueError("a graph with sums, concatenations or data movement runs in float64")

@@ -122,11 +122,12 @@ def _plan(graph: Any, method: str, dtype: torch.dtype | None) -> RevealCancelGra
     concatenations or data movement (docs/science.md 5.8)."""
     import torch
 
-    from workers.methods._revealcancel_graph import RevealCancelGraph, needs_float64, revealcancel_plan
+    from workers.methods._fx_plan import family_plan
+    from workers.methods._revealcancel_graph import RevealCancelGraph, needs_float64
 
     plans = _PLANS.setdefault(graph, {})
     if dtype is None:
-        dtype = torch.float64 if needs_float64(revealcancel_plan(graph, method)) else torch.float32
+        dtype = torch.float64 if needs_float64(family_plan(graph, method, "RevealCancel")) else torch.float32
     if dtype not in plans:
         plans[dtype] = RevealCancelGraph(graph, method, dtype)
     return plans[dtype]
