@@ -22,7 +22,7 @@ Nodes that do not depend on the input (constants, shape arithmetic after ``Shape
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -42,6 +42,7 @@ __all__ = [
     "family_plan",
     "merge_parts",
     "plan_graph",
+    "run_node",
     "scale_and_shift",
 ]
 
@@ -299,19 +300,25 @@ def evaluate(plan: Plan, x: torch.Tensor, affine: dict[fx.Node, Any] | None = No
         elif affine is not None and node in affine:
             assert step.source is not None
             env[node] = affine[node](env[step.source])
-        elif node.op == "get_attr":
-            value: Any = plan.graph
-            for part in str(node.target).split("."):
-                value = getattr(value, part)
-            env[node] = value
         else:
-            args = fx.node.map_arg(node.args, lambda n: env[n])
-            kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
-            if node.op == "call_module":
-                assert step.module is not None
-                env[node] = step.module(*args, **kwargs)
-            elif node.op == "call_function":
-                env[node] = node.target(*args, **kwargs)  # type: ignore[operator]
-            else:  # call_method
-                env[node] = getattr(args[0], str(node.target))(*args[1:], **kwargs)
+            env[node] = run_node(plan, step, env.__getitem__)
     return env
+
+
+def run_node(plan: Plan, step: Step, value_of: Callable[[fx.Node], Any]) -> Any:
+    """One node's value, its arguments given by ``value_of`` (a parameter or buffer of the graph for a
+    ``get_attr`` node): :func:`evaluate` on values, RevealCancel on differences."""
+    node = step.node
+    if node.op == "get_attr":
+        value: Any = plan.graph
+        for part in str(node.target).split("."):
+            value = getattr(value, part)
+        return value
+    args = fx.node.map_arg(node.args, value_of)
+    kwargs = fx.node.map_arg(node.kwargs, value_of)
+    if node.op == "call_module":
+        assert step.module is not None
+        return step.module(*args, **kwargs)
+    if node.op == "call_function":
+        return node.target(*args, **kwargs)  # type: ignore[operator]
+    return getattr(args[0], str(node.target))(*args[1:], **kwargs)  # call_method

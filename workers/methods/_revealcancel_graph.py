@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from workers.methods._fx_plan import Plan, Step, evaluate, family_plan, merge_parts, scale_and_shift
+from workers.methods._fx_plan import Plan, Step, evaluate, family_plan, merge_parts, run_node, scale_and_shift
 from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_maps
 from workers.methods._revealcancel_rules import (
     Pair,
@@ -85,9 +85,9 @@ class Reference:
     rows: torch.Tensor  # (k,) index into the distinct rows
 
 
-def _through_shapes(steps: dict[fx.Node, Step], node: fx.Node | None) -> list[fx.Node]:
-    """``node`` and the sources behind it through shape, move and scale nodes, up to the first node
-    that is none of them."""
+def _through_carriers(steps: dict[fx.Node, Step], node: fx.Node | None) -> list[fx.Node]:
+    """``node`` and the sources behind it through the nodes that carry a split along (shape, move
+    and scale nodes), up to the first node that is none of them."""
     assert node is not None
     chain = [node]
     while steps[chain[-1]].kind in ("shape", "move", "scale"):
@@ -95,30 +95,6 @@ def _through_shapes(steps: dict[fx.Node, Step], node: fx.Node | None) -> list[fx
         assert source is not None
         chain.append(source)
     return chain
-
-
-def _run(plan: Plan, step: Step, env: dict[fx.Node, Any]) -> Any:
-    """One node's value from ``env`` (a static node, or a shape node on a difference)."""
-    node = step.node
-    if node.op == "get_attr":
-        value: Any = plan.graph
-        for part in str(node.target).split("."):
-            value = getattr(value, part)
-        return value
-    return _run_node(step, env.__getitem__)
-
-
-def _run_node(step: Step, lookup: Callable[[fx.Node], Any]) -> Any:
-    """A call node's value with its arguments looked up."""
-    node = step.node
-    args = fx.node.map_arg(node.args, lookup)
-    kwargs = fx.node.map_arg(node.kwargs, lookup)
-    if node.op == "call_module":
-        assert step.module is not None
-        return step.module(*args, **kwargs)
-    if node.op == "call_function":
-        return node.target(*args, **kwargs)  # type: ignore[operator]
-    return getattr(args[0], str(node.target))(*args[1:], **kwargs)
 
 
 class RevealCancelGraph:
@@ -164,11 +140,11 @@ class RevealCancelGraph:
     def _needs_split(self, steps: dict[fx.Node, Step], node: fx.Node | None) -> None:
         """A ReLU (or a merge a ReLU reads) reads the split of ``node``: mark the affine outputs
         behind it (through shapes and merges) that make one, and the differences whose sign splits."""
-        chain = _through_shapes(steps, node)
+        chain = _through_carriers(steps, node)
         end = steps[chain[-1]]
         if end.kind in _SPLIT_SOURCES:
             self.split_nodes.update(chain)
-            self.sign_read.add(_through_shapes(steps, end.source)[-1])
+            self.sign_read.add(_through_carriers(steps, end.source)[-1])
         elif end.kind == "merge":
             self.split_nodes.update(chain)
             for part in end.sources:
@@ -243,7 +219,7 @@ class RevealCancelGraph:
                 at_x[src] = at_rows(src) + delta[src]
                 delta[node] = step.module(at_x[src]) - at_rows(node)
             elif step.kind == "merge":
-                delta[node] = _run(self.plan, step, delta)
+                delta[node] = run_node(self.plan, step, delta.__getitem__)
                 if node in self.split_nodes:
                     split[node] = (self._merged_split(step, split, delta), None)
             elif step.kind == "scale":  # s x + b: the shift has no difference
@@ -254,17 +230,17 @@ class RevealCancelGraph:
                     parts, made_by = split[src]
                     split[node] = (scaled_split(parts, scale), made_by)
             elif step.kind == "move":  # linear: differences and their parts move like values
-                delta[node] = _run(self.plan, step, delta)
+                delta[node] = run_node(self.plan, step, delta.__getitem__)
                 if not isinstance(delta[node], tuple | list):  # a Split's parts move one by one
                     origin, move = self._moved(step, delta)
                     if origin in split:
                         parts, made_by = split[origin]
                         split[node] = (parts.map(move), made_by)
             else:  # static and shape nodes: evaluated on the differences (same shapes as values)
-                delta[node] = _run(self.plan, step, delta)
+                delta[node] = run_node(self.plan, step, delta.__getitem__)
                 if step.kind == "shape" and src in split:
                     parts, made_by = split[src]
-                    split[node] = (parts.map(partial(_substituted, step, delta)), made_by)
+                    split[node] = (parts.map(partial(_substituted, self.plan, step, delta)), made_by)
 
         output = self.plan.output
         k = len(dx)
@@ -335,36 +311,39 @@ class RevealCancelGraph:
 
         def field(name: str) -> torch.Tensor:
             values = {part: getattr(parts[part], name) for part in parts}
-            result: torch.Tensor = _run(self.plan, step, values)
+            result: torch.Tensor = run_node(self.plan, step, values.__getitem__)
             return result
 
         return Split(field("pos"), field("neg"), field("total"), field("spread"))
 
     def _scale(self, node: fx.Node, like: torch.Tensor) -> torch.Tensor:
         """A scale node's s shaped to multiply ``like`` (batch, channels, ...) channel by channel."""
-        scale = self._scales[node]
-        return scale.view(-1, *[1] * (like.dim() - 2)).to(like.device)
+        return _per_channel(self._scales[node], like)
 
     def _moved(self, step: Step, env: dict[fx.Node, Any]) -> tuple[fx.Node, Moved]:
         """The tensor a move node's value comes from, and the move as a function of that tensor
         (through a Split's tuple of parts to the tensor it split)."""
         assert step.source is not None
-        move = partial(_substituted, step, env)
+        move = partial(_substituted, self.plan, step, env)
         if isinstance(env[step.source], tuple | list):
             origin, inner = self._moved(self._steps[step.source], env)
             return origin, lambda value: move(inner(value))
         return step.source, move
 
 
-def _substituted(step: Step, env: dict[fx.Node, Any], value: Any) -> Any:
+def _substituted(plan: Plan, step: Step, env: dict[fx.Node, Any], value: Any) -> Any:
     """Run ``step``'s node on ``value`` in place of its activation argument (the rest from ``env``)."""
-    return _run_node(step, lambda n: value if n is step.source else env[n])
+    return run_node(plan, step, lambda n: value if n is step.source else env[n])
+
+
+def _per_channel(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Per-channel ``values`` (C,) shaped to broadcast over ``like`` (batch, channels, ...)."""
+    return values.view(-1, *[1] * (like.dim() - 2)).to(like.device)
 
 
 def _scaled(scale: torch.Tensor, shift: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """A batch norm's s x + b, channel by channel (the reference pass's float64 copy)."""
-    shape = (-1, *[1] * (value.dim() - 2))
-    return value * scale.view(shape).to(value.device) + shift.view(shape).to(value.device)
+    return value * _per_channel(scale, value) + _per_channel(shift, value)
 
 
 def _adjoint(move: Moved, like: torch.Tensor, multipliers: torch.Tensor) -> torch.Tensor:
