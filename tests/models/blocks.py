@@ -8,7 +8,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["BLOCK_SHAPE", "concatenated_block", "dense_layer", "shuffled_unit", "small_resnet"]
+__all__ = [
+    "BLOCK_SHAPE",
+    "channel_shuffle",
+    "concatenated_block",
+    "dense_layer",
+    "shuffled_unit",
+    "small_resnet",
+]
 
 BLOCK_SHAPE = (3, 32, 32)
 
@@ -80,6 +87,12 @@ def dense_layer(seed: int = 6) -> nn.Module:
     return model
 
 
+def channel_shuffle(t: torch.Tensor, groups: int = 2) -> torch.Tensor:
+    """ShuffleNet's channel shuffle: (b, g, c/g, h, w) -> transpose -> (b, c, h, w)."""
+    b, c, height, width = t.shape
+    return t.view(b, groups, c // groups, height, width).transpose(1, 2).reshape(b, c, height, width)
+
+
 class _Shuffled(nn.Module):
     """A ShuffleNet v2 unit: split the channels, convolve one half, concatenate, shuffle the channels."""
 
@@ -94,9 +107,7 @@ class _Shuffled(nn.Module):
         h = torch.relu(self.stem(x))
         kept, convolved = h.chunk(2, dim=1)
         joined = torch.cat([kept, torch.relu(self.branch(convolved))], dim=1)
-        b, _, height, width = joined.shape
-        shuffled = joined.view(b, 2, 2, height, width).transpose(1, 2).reshape(b, 4, height, width)
-        return self.head(self.pool(shuffled).flatten(1))
+        return self.head(self.pool(channel_shuffle(joined)).flatten(1))
 
 
 def shuffled_unit(seed: int = 4) -> nn.Module:

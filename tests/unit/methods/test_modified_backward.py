@@ -46,7 +46,7 @@ def _grouped_cnn(seed: int) -> torch.nn.Module:
 
 
 def _two_pools(seed: int) -> torch.nn.Module:
-    """Two max-pools: below the second, Captum's reference half may drift from the input half."""
+    """Two max-pools in a chain, each behind a ReLU."""
     torch.manual_seed(seed)
     return torch.nn.Sequential(
         torch.nn.Conv2d(1, 3, 3, padding=1),
@@ -247,8 +247,7 @@ def test_deepshap_equals_captum_deepliftshap_on_digits(target: Target) -> None:
 def test_a_graph_the_plan_refuses_keeps_captum() -> None:
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(8))
     ctx = context(sigmoid_mlp(), x)
-    graph = ctx.model.torch_hookable("deeplift_rescale")
-    assert RescaleGraph.build(graph, "deeplift_rescale") is None
+    assert RescaleGraph.build(ctx.model.torch_hookable("deeplift_rescale"), "deeplift_rescale") is None
     refs, classes = np.full_like(x.numpy(), 0.5), np.array([0, 1, 0])
     ours = get_method("deeplift_rescale").attribute(ctx, x.numpy(), refs, classes)
     np.testing.assert_allclose(ours, _captum_deeplift(ctx, x.numpy(), refs, classes), atol=1e-6)

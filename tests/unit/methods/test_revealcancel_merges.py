@@ -22,7 +22,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.models.blocks import BLOCK_SHAPE, dense_layer, shuffled_unit
+from tests.models.blocks import BLOCK_SHAPE, channel_shuffle, dense_layer, shuffled_unit
 from tests.unit.methods._context import context
 from workers.methods import get_method
 
@@ -139,12 +139,6 @@ class _Stacked(nn.Module):
         return self.head(torch.relu(self.stacked(torch.relu(self.first(x)))))
 
 
-def _shuffle(t: torch.Tensor, groups: int = 2) -> torch.Tensor:
-    """ShuffleNet's channel shuffle: (b, g, c/g, h, w) -> transpose -> (b, c, h, w)."""
-    b, c, height, width = t.shape
-    return t.view(b, groups, c // groups, height, width).transpose(1, 2).reshape(b, c, height, width)
-
-
 class _ShuffleUnit(nn.Module):
     """A ShuffleNet v2 unit: split the channels, convolve one half, concatenate, shuffle."""
 
@@ -156,7 +150,7 @@ class _ShuffleUnit(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.first(x))
         kept, convolved = h.chunk(2, dim=1)
-        return self.head(_shuffle(torch.cat([kept, torch.relu(self.branch(convolved))], dim=1)))
+        return self.head(channel_shuffle(torch.cat([kept, torch.relu(self.branch(convolved))], dim=1)))
 
     def twin(self) -> nn.Module:
         """No data movement: the branch convolves all of h with zero weights on the kept half, and
@@ -164,7 +158,7 @@ class _ShuffleUnit(nn.Module):
         shuffle took each channel from (zero for h's convolved half)."""
         branch = nn.Conv2d(4, 2, 3, padding=1)
         moved = self.head.conv.weight.new_zeros(3, 6, 3, 3)
-        source = _shuffle(torch.arange(4.0).view(1, 4, 1, 1)).flatten().long()  # shuffled j <- joined
+        source = channel_shuffle(torch.arange(4.0).view(1, 4, 1, 1)).flatten().long()  # shuffled j <- joined
         where = torch.tensor([0, 1, 4, 5])  # joined channel k in cat(h, branch): h 0-1, branch 4-5
         with torch.no_grad():
             branch.weight.zero_()
