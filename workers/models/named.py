@@ -24,7 +24,7 @@ import torch
 from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_model import _session
-from workers.models.onnx_to_torch import onnx_to_torch
+from workers.models.onnx_to_torch import method_graph
 from workers.models.rebatch import batch_pinned_by_outputs
 from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 from xaudit.contract.onnx_checks import parse_onnx
@@ -119,13 +119,10 @@ class OnnxGraph:
             raise self._torch_error
         if self._torch is None:
             try:
-                graph = onnx_to_torch(self.proto).to(self.device)
+                self._torch = method_graph(self.proto, self.device)
             except InvalidModel as exc:
                 self._torch_error = exc
                 raise
-            for p in graph.parameters():
-                p.requires_grad_(False)
-            self._torch = graph
         return self._torch
 
 

@@ -11,8 +11,7 @@ import torch
 
 from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
-from workers.models.dense_conv import dense_gradients
-from workers.models.onnx_to_torch import onnx_to_torch
+from workers.models.onnx_to_torch import method_graph
 from workers.threads import ort_session_options
 from xaudit.contract.errors import InvalidModel
 from xaudit.contract.onnx_checks import parse_onnx
@@ -85,13 +84,10 @@ class OnnxModel(ModelAdapter):
             raise self._torch_error
         if self._torch is None:
             try:
-                # small convolutions' input gradients as dense products (workers.models.dense_conv)
-                self._torch = dense_gradients(onnx_to_torch(self._proto)).to(self.device)
+                self._torch = method_graph(self._proto, self.device)
             except InvalidModel as exc:
                 self._torch_error = exc
                 raise
-            for p in self._torch.parameters():
-                p.requires_grad_(False)
         return self._torch
 
     def torch_differentiable(self) -> torch.nn.Module:

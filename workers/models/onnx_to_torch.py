@@ -31,9 +31,10 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
     get_converter,
 )
 
+from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 
-__all__ = ["onnx_to_torch", "unconvertible_nodes"]
+__all__ = ["method_graph", "onnx_to_torch", "unconvertible_nodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,3 +147,13 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
             f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})"
         ) from None
     return module.eval().float()
+
+
+def method_graph(model: onnx.ModelProto, device: torch.device) -> torch.nn.Module:
+    """The graph the gradient and rule methods run on, for every model adapter: ``model`` converted,
+    on ``device``, its parameters frozen, and small convolutions' input gradients as dense products
+    (workers.models.dense_conv)."""
+    graph = dense_gradients(onnx_to_torch(model)).to(device)
+    for p in graph.parameters():
+        p.requires_grad_(False)
+    return graph

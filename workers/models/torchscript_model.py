@@ -100,8 +100,7 @@ class TorchScriptModel(ModelAdapter):
 
     def _convert(self) -> tuple[torch.nn.Module | None, str | None]:
         """TorchScript -> ONNX (legacy exporter, which understands scripted modules) -> torch graph."""
-        from workers.models.dense_conv import dense_gradients
-        from workers.models.onnx_to_torch import onnx_to_torch
+        from workers.models.onnx_to_torch import method_graph
         from xaudit.contract.onnx_checks import parse_onnx
 
         if self._example is None:
@@ -124,8 +123,7 @@ class TorchScriptModel(ModelAdapter):
                     output_names=["output"],
                     dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
                 )
-            # as OnnxModel's graph: small convolutions' input gradients as dense products
-            graph = dense_gradients(onnx_to_torch(parse_onnx(buffer.getvalue()))).to(self.device)
+            graph = method_graph(parse_onnx(buffer.getvalue()), self.device)
         except Exception as exc:
             logger.info("TorchScript -> ONNX conversion failed: %s", exc)
             logger.debug("the exporter printed: %s", "".join(printed)[:4000])
@@ -135,8 +133,6 @@ class TorchScriptModel(ModelAdapter):
             )
         finally:
             self._module.to(self.device)
-        for p in graph.parameters():
-            p.requires_grad_(False)
         return graph, None
 
 

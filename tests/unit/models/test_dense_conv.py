@@ -58,10 +58,10 @@ def test_rule_methods_give_the_same_relevance_with_the_kernel(
     np.testing.assert_allclose(dense, kernel, rtol=1e-4, atol=1e-5 * np.abs(kernel).max())
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "named"])
 def test_converted_graphs_take_the_dense_gradient_with_the_same_result(fmt: str) -> None:
-    # Both conversions: an ONNX model's graph, and a TorchScript model's hookable graph (exported
-    # to ONNX at audit time).
+    # Every conversion: an ONNX model's graph, a TorchScript model's hookable graph (exported to ONNX
+    # at audit time), and the graph shared by a named-input model's bindings.
     from tests.models import to_torchscript
     from workers.models import load_model
     from workers.models.dense_conv import DenseGradientConv2d
@@ -73,6 +73,10 @@ def test_converted_graphs_take_the_dense_gradient_with_the_same_result(fmt: str)
     data = to_onnx(module, example)
     if fmt == "onnx":
         graph = load_model(data, "onnx", "cpu").torch_differentiable()
+    elif fmt == "named":
+        from workers.models.named import OnnxGraph
+
+        graph = OnnxGraph(data, "sha", torch.device("cpu")).torch_graph()
     else:
         scripted = load_model(to_torchscript(module, example), "torchscript", "cpu")
         scripted.check_sample(example.numpy())  # the example the audit-time export traces
