@@ -7,7 +7,8 @@ other gap surfaces as a clear "unsupported operator" error naming the operator a
 
 Older exporters (PaddlePaddle, early TF converters) write weights as Constant nodes or list them as
 graph inputs too: both are normalised to plain initializers first, which is what onnx2torch's
-layer converters (Conv, Gemm...) read their weights from.
+layer converters (Conv, Gemm...) read their weights from. Infinite constants (the legacy exporter
+writes an attention mask's fill as -inf) become the largest finite value of their type.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ _TYPE_ONLY_UPDATES: dict[str, int] = {
     "IsNaN": 13,  # 20 adds float8
     "IsInf": 10,
 }
+_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 
 
 def _register_type_only_updates() -> None:
@@ -112,6 +114,29 @@ def _lift_constants(model: onnx.ModelProto) -> None:
     graph.input.extend(inputs)
 
 
+def _finite_constants(model: onnx.ModelProto) -> None:
+    """Float initializers holding +-inf take their type's largest finite magnitude instead.
+
+    torch.onnx's legacy exporter writes ``masked_fill(mask, -inf)`` (transformers' BERT attention)
+    as a -inf constant. DeepLIFT's rules (Captum's, where xaudit's own passes do not apply) divide
+    output by input differences, and at masked positions both input and reference hold -inf:
+    inf - inf is NaN and every attribution became NaN. With the finite fill the difference is 0
+    and the rule takes the gradient there, as it does for the dynamo export (which writes the
+    type's minimum, as transformers' eager attention does). The softmax is unchanged wherever a row
+    keeps one position: exp(min - max) is 0 in float32 as exp(-inf) is. The game runs the
+    original model on onnxruntime; this graph only carries the methods."""
+    for index, tensor in enumerate(model.graph.initializer):
+        if tensor.data_type not in _FLOAT_TYPES:
+            continue
+        values = numpy_helper.to_array(tensor)
+        if not np.isinf(values).any():
+            continue
+        info = np.finfo(values.dtype)
+        model.graph.initializer[index].CopyFrom(
+            numpy_helper.from_array(np.clip(values, info.min, info.max), tensor.name)
+        )
+
+
 def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
     """``'OP' (node 'NAME')`` for every node with no torch converter, in graph order, one per op."""
     opsets = {o.domain or "": o.version for o in model.opset_import}
@@ -137,6 +162,7 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
         raise InvalidModel(f"no torch conversion for operator {', '.join(missing)}")
     try:
         _lift_constants(copy)
+        _finite_constants(copy)
         module = convert(copy)
     except InvalidModel:
         raise
