@@ -91,7 +91,7 @@ def judge_method(
         )
     judged = judge(
         method, intervals, tolerances, levers, scores.excluded_share, max_hidden_share, unaudited,
-        failed_checks, _evidence_text(evidence),
+        failed_checks, _evidence_text(evidence), effect_mass=scores.effect_mass,
     )  # fmt: skip
     return Judgement(judged, results)
 

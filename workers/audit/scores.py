@@ -129,8 +129,13 @@ class AllocationScores:
         return float(self.residual.sum()) / total if total > 0 else float(self.residual.sum())
 
     @property
+    def effect_mass(self) -> float:
+        """All audited effect mass, the part under the noise floor included."""
+        return float(self.mass.sum() + self.excluded_mass.sum())
+
+    @property
     def excluded_share(self) -> float:
-        total = float(self.mass.sum() + self.excluded_mass.sum())
+        total = self.effect_mass
         return float(self.excluded_mass.sum()) / total if total > 0 else 0.0
 
 

@@ -3,7 +3,8 @@
 - reliable: every criterion's upper bound is within its tolerance;
 - unreliable: some criterion's lower bound exceeds its tolerance (named, with the worst evidence);
 - inconclusive: neither; or the game's checks failed; or the unaudited mass is too large; or the
-  method's noise floor hides too much of the effect mass. The reason says what to raise.
+  game has no effect at all to allocate (every criterion would hold vacuously); or the method's
+  noise floor hides too much of the effect mass. The reason says what to raise or change.
 - not_applicable is decided before any of this (the method cannot run on the model).
 """
 
@@ -67,8 +68,12 @@ def judge(
     unaudited: Unaudited,
     failed_checks: Sequence[str] = (),
     evidence: str = "",
+    *,
+    effect_mass: float,
 ) -> Judged:
-    """The verdict on one method; ``evidence`` names the worst set (shown with a failure)."""
+    """The verdict on one method; ``evidence`` names the worst set (shown with a failure);
+    ``effect_mass``: the audited effect mass of the game the method is judged on, summed over
+    samples (0: the model gives the reference's output on every sub-input)."""
     samples = next(iter(intervals.values())).samples if intervals else 0
     failing = tuple(c for c in CRITERIA if intervals[c].lower > tolerances[c])
     undecided = tuple(c for c in CRITERIA if c not in failing and intervals[c].upper > tolerances[c])
@@ -85,6 +90,15 @@ def judge(
             "inconclusive",
             f"{unaudited.share:.0%} of the effect mass lies above audit order {unaudited.audit_order} "
             f"(limit {unaudited.limit:.0%}): raise the audit order or use coarser players",
+            failing,
+            undecided,
+        )
+    if effect_mass <= 0:
+        return Judged(
+            "inconclusive",
+            "no effect to allocate: the model gives the reference's output on every sub-input "
+            "(effect mass 0), so every criterion would hold vacuously; use inputs and a reference "
+            "(--baseline, or --background for distribution methods) that the model tells apart",
             failing,
             undecided,
         )

@@ -165,3 +165,22 @@ def test_cancellation_is_checked_while_a_method_runs() -> None:
     with pytest.raises(Cancelled):
         run_job(spec, model, "onnx", {"inputs": x.numpy()}, progress, stop_inside_integrated_gradients)
     assert calls[-1] == "auditing integrated_gradients" and len(checks_inside) == 2
+
+
+def test_a_background_equal_to_the_input_gives_no_vacuous_verdict() -> None:
+    """Expected Gradients and DeepSHAP with the input as their only background play a constant
+    game: every criterion is 0 of 0. They are inconclusive and say why; the baseline methods,
+    judged on the zero baseline's game, are not affected."""
+    from workers.prepare import prepare
+    from xaudit.contract.spec import JobSpec
+
+    x = torch.randn(1, 6, generator=torch.Generator().manual_seed(4))
+    model = to_onnx(relu_mlp(1), x)
+    methods = ("expected_gradients", "deepshap", "integrated_gradients")
+    spec = JobSpec(players="features", device="cpu", methods=methods)
+    tensors = {"inputs": x.numpy(), "background": x.numpy()}
+    report = run_audit(prepare(spec, model, None, tensors)).report
+    verdicts = {m["name"]: (m["verdict"], m["reason"]) for m in report["methods"]}
+    for name in ("expected_gradients", "deepshap"):
+        assert verdicts[name][0] == "inconclusive" and "no effect to allocate" in verdicts[name][1], verdicts
+    assert verdicts["integrated_gradients"][0] == "reliable", verdicts

@@ -47,7 +47,14 @@ def test_seed_spread_and_set_sampling_widen_in_quadrature() -> None:
 
 def test_reliable_needs_every_upper_bound_within_tolerance() -> None:
     judged = judge(
-        "m", _intervals(coverage=np.full(4, 0.01)), DEFAULT_TOLERANCES, LEVERS, 0.0, 0.5, NONE_UNAUDITED
+        "m",
+        _intervals(coverage=np.full(4, 0.01)),
+        DEFAULT_TOLERANCES,
+        LEVERS,
+        0.0,
+        0.5,
+        NONE_UNAUDITED,
+        effect_mass=1.0,
     )
     assert judged.verdict == "reliable" and not judged.failing and not judged.undecided
 
@@ -55,7 +62,7 @@ def test_reliable_needs_every_upper_bound_within_tolerance() -> None:
 def test_unreliable_names_the_criterion_and_its_evidence() -> None:
     judged = judge(
         "m", _intervals(complete_allocation=np.full(4, 0.5)), DEFAULT_TOLERANCES, LEVERS, 0.0, 0.5,
-        NONE_UNAUDITED, evidence="set {a, b}",
+        NONE_UNAUDITED, evidence="set {a, b}", effect_mass=1.0,
     )  # fmt: skip
     assert judged.verdict == "unreliable" and judged.failing == ("complete_allocation",)
     assert "complete_allocation" in judged.reason and "set {a, b}" in judged.reason
@@ -64,20 +71,37 @@ def test_unreliable_names_the_criterion_and_its_evidence() -> None:
 def test_an_interval_across_the_tolerance_is_inconclusive_and_says_what_to_raise() -> None:
     judged = judge(
         "integrated_gradients", _intervals(coverage=np.array([0.0, 0.02, 0.08, 0.1])),
-        DEFAULT_TOLERANCES, LEVERS, 0.0, 0.5, NONE_UNAUDITED,
+        DEFAULT_TOLERANCES, LEVERS, 0.0, 0.5, NONE_UNAUDITED, effect_mass=1.0,
     )  # fmt: skip
     assert judged.verdict == "inconclusive" and judged.undecided == ("coverage",)
     assert "samples (now 4)" in judged.reason and "integrated_gradients.steps" in judged.reason
 
 
 def test_noise_hiding_the_effects_is_inconclusive_not_unreliable() -> None:
-    judged = judge("m", _intervals(), DEFAULT_TOLERANCES, LEVERS, 0.55, 0.5, NONE_UNAUDITED)
+    judged = judge("m", _intervals(), DEFAULT_TOLERANCES, LEVERS, 0.55, 0.5, NONE_UNAUDITED, effect_mass=1.0)
     assert judged.verdict == "inconclusive" and "55%" in judged.reason and "m.steps" in judged.reason
 
 
 def test_large_unaudited_mass_and_failed_game_checks_are_inconclusive() -> None:
     large = Unaudited(2, np.ones(4), np.full(4, 2.0), None)
-    judged = judge("m", _intervals(), DEFAULT_TOLERANCES, LEVERS, 0.0, 0.5, large)
+    judged = judge("m", _intervals(), DEFAULT_TOLERANCES, LEVERS, 0.0, 0.5, large, effect_mass=1.0)
     assert judged.verdict == "inconclusive" and "audit order" in judged.reason
-    judged = judge("m", _intervals(), DEFAULT_TOLERANCES, LEVERS, 0.0, 0.5, NONE_UNAUDITED, ["v(N) differs"])
+    judged = judge(
+        "m",
+        _intervals(),
+        DEFAULT_TOLERANCES,
+        LEVERS,
+        0.0,
+        0.5,
+        NONE_UNAUDITED,
+        ["v(N) differs"],
+        effect_mass=1.0,
+    )
     assert judged.verdict == "inconclusive" and "v(N) differs" in judged.reason
+
+
+def test_a_game_without_effects_is_inconclusive_not_vacuously_reliable() -> None:
+    """A distribution method whose background equals the input plays a constant game: every share
+    is 0 of 0, which would read as reliable."""
+    judged = judge("m", _intervals(), DEFAULT_TOLERANCES, LEVERS, 0.0, 0.5, NONE_UNAUDITED, effect_mass=0.0)
+    assert judged.verdict == "inconclusive" and "no effect to allocate" in judged.reason
