@@ -110,8 +110,9 @@ def derived_seed(seed: int, *parts: object) -> int:
 def to_tensor(array: np.ndarray, device: torch.device, requires_grad: bool = False) -> torch.Tensor:
     import torch
 
-    t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(device)
-    return t.requires_grad_(requires_grad)
+    from workers.models.base import owned_float32  # the package loads torch: not at import
+
+    return torch.from_numpy(owned_float32(array)).to(device).requires_grad_(requires_grad)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:  # the catalogue and argument checks load no torch
     import torch
 
-__all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo"]
+__all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo", "owned_float32"]
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +22,14 @@ DEFAULT_BATCH_SIZE = 256
 # many as fit this many input elements, at most MAX_ROWS_PER_CALL.
 ROWS_ELEMENT_BUDGET = 65536
 MAX_ROWS_PER_CALL = 4096
+
+
+def owned_float32(array: np.ndarray) -> np.ndarray:
+    """``array`` as contiguous float32 that may be handed to torch: a copy where it is read-only
+    (decoded from a request, a cached table). torch.from_numpy would share such a buffer, warn on
+    the user's terminal, and let a model's in-place operation write into it."""
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    return array if array.flags.writeable else array.copy()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from workers.metrics import count_forward
-from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo, owned_float32
 from workers.models.native_output import captured_native_output
 from workers.models.torchscript_check import check_archive, check_module
 from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
@@ -48,7 +48,7 @@ class TorchScriptModel(ModelAdapter):
         outs = []
         with torch.inference_mode():
             for start in range(0, x.shape[0], self.batch_size):
-                chunk = torch.from_numpy(np.ascontiguousarray(x[start : start + self.batch_size], np.float32))
+                chunk = torch.from_numpy(owned_float32(x[start : start + self.batch_size]))
                 try:
                     out = self._module(self._typed(chunk).to(self.device))
                 except Exception as exc:
