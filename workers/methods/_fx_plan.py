@@ -15,7 +15,10 @@ the operator. Node kinds on the input's path ("activations"):
   data movement, whose gradient routes relevance or multipliers to where each value came from;
 - ``scale`` (only where the caller asks, DeepLIFT): an eval-mode batch norm, a per-channel
   ``s x + b`` that no exporter could fold into a convolution (DenseNet's, after its
-  concatenations).
+  concatenations);
+- ``clip`` (only where the caller asks, LRP): an activation clamped to [0, c], ReLU6 (MobileNetV2's;
+  onnx2torch writes ``Clip(0, 6)`` as ``nn.ReLU6``), which LRP passes relevance through as Zennit's
+  composites do (their ``Pass`` rule).
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
@@ -46,7 +49,9 @@ __all__ = [
     "scale_and_shift",
 ]
 
-Kind = Literal["input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "move", "scale", "static"]
+Kind = Literal[
+    "input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "move", "scale", "clip", "static"
+]
 
 AFFINE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 AVGPOOL_TYPES: tuple[type[nn.Module], ...] = (
@@ -76,13 +81,25 @@ SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool
 MERGES = "Add and Concat of activations"
 MOVES = "Transpose, Slice, Split"
 SCALES = "BatchNorm"
+CLIPS = "ReLU6"
 _SCALE_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
-# What each rule family's own pass admits beyond the layers in SUPPORTED (merges, moves, scales; see
-# plan_graph): the passes and `xaudit inspect` read it here, so they cannot disagree.
-_FAMILY_ADMITS: dict[str, tuple[bool, bool, bool]] = {
-    "LRP": (True, True, False),  # workers.methods._modified_backward
-    "DeepLIFT": (True, True, True),  # workers.methods._rescale_graph
-    "RevealCancel": (True, True, True),  # workers.methods._revealcancel_graph
+
+
+@dataclass(frozen=True)
+class Admits:
+    """What a rule family's pass admits beyond the layers in SUPPORTED (see :func:`plan_graph`)."""
+
+    merges: bool = False
+    moves: bool = False
+    scales: bool = False
+    clips: bool = False
+
+
+# The passes and `xaudit inspect` read these here, so they cannot disagree.
+_FAMILY_ADMITS: dict[str, Admits] = {
+    "LRP": Admits(merges=True, moves=True, clips=True),  # workers.methods._modified_backward
+    "DeepLIFT": Admits(merges=True, moves=True, scales=True),  # workers.methods._rescale_graph
+    "RevealCancel": Admits(merges=True, moves=True, scales=True),  # workers.methods._revealcancel_graph
 }
 
 
@@ -154,6 +171,11 @@ def scale_and_shift(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return s.detach(), b.detach()
 
 
+def _is_clip(module: nn.Module | None) -> bool:
+    """ReLU6, or any Hardtanh clamping to [0, c] with c > 0: zero below 0, the identity up to c."""
+    return isinstance(module, nn.Hardtanh) and module.min_val == 0 and module.max_val > 0
+
+
 def _is_row_mean(module: nn.Module | None, name: str) -> bool:
     """A mean over given axes other than the batch axis: a linear map with W >= 0 within each row."""
     axes = list(getattr(module, "axes", None) or [])
@@ -167,6 +189,7 @@ def plan_graph(
     merges: bool = False,
     moves: bool = False,
     scales: bool = False,
+    clips: bool = False,
 ) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
@@ -186,7 +209,11 @@ def plan_graph(
 
     ``scales``: admit eval-mode batch norms (per-channel ``s x + b``) for DeepLIFT, whose reference
     implementation scales a difference's parts and multipliers by ``s`` (swapping them where
-    ``s < 0``): what folding the norm into the layers before it gives. LRP has no agreed rule."""
+    ``s < 0``): what folding the norm into the layers before it gives. LRP has no agreed rule.
+
+    ``clips``: admit ReLU6 (a clamp to [0, c]) for LRP, which passes relevance through it unchanged
+    (Zennit's ``Pass``): where the unit saturates its gradient would drop relevance the layer above
+    gave it. DeepLIFT's passes are written for the ReLU's differences."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
@@ -219,8 +246,10 @@ def plan_graph(
             kind = "move"
         if kind is None and scales and len(inputs) == 1 and _is_scale(module):
             kind = "scale"
+        if kind is None and clips and len(inputs) == 1 and _is_clip(module):
+            kind = "clip"
         if kind is None:
-            extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales
+            extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales + [CLIPS] * clips
             supported = ", ".join([SUPPORTED, *extra])
             raise NotApplicable(
                 method,
@@ -237,8 +266,8 @@ def plan_graph(
 
 def family_plan(graph: nn.Module, method: str, family: str) -> Plan:
     """:func:`plan_graph` with what ``family``'s own pass has rules for (LRP, DeepLIFT, RevealCancel)."""
-    merges, moves, scales = _FAMILY_ADMITS[family]
-    return plan_graph(graph, method, family, merges=merges, moves=moves, scales=scales)
+    admits = _FAMILY_ADMITS[family]
+    return plan_graph(graph, method, family, admits.merges, admits.moves, admits.scales, admits.clips)
 
 
 def below_output(steps: Sequence[Step], output: fx.Node) -> Step:

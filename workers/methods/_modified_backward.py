@@ -6,6 +6,11 @@ max-pooling keep their gradient, as they do under Zennit. One ``torch.autograd.g
 modified gradient ``g`` with relevance ``x * g``: Zennit's result without its per-layer hooks,
 re-run forwards and nested backward passes.
 
+A ReLU6 passes relevance through unchanged (Zennit's ``Pass``, which its composites give every
+activation): with ``g = R / value`` on both sides, its backward multiplies by ``relu6(z) / z``. That
+is the ReLU's gradient wherever the unit does not saturate; where it does (z > 6) the gradient
+would drop the relevance the layer above handed the unit.
+
 Residual sums and concatenations keep their gradient too: below the topmost rule layer the backward
 quantity is ``g = R / value``, so a sum z = a + b hands a and b the relevance ``a * g`` and ``b * g``,
 shares a / z and b / z of z's (the proportional rule, Zennit's Norm on the Sum its ResNet canonizer
@@ -15,6 +20,7 @@ inserts), and relevance reaching one value along two paths adds up (docs/science
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,6 +30,7 @@ from torch import fx
 from workers.methods._base import AttributionContext, in_row_chunks
 from workers.methods._fx_plan import Plan, Step, below_output, evaluate, family_plan
 from workers.methods._lrp_rules import Epsilon, LayerRule
+from workers.methods._reroute import rerouted
 from workers.targets import Target
 
 __all__ = ["CHUNK", "ELEMENTS", "RelevanceGraph", "Rules", "lrp_relevance", "rows_per_pass"]
@@ -43,6 +50,7 @@ def rows_per_pass(inputs: np.ndarray) -> int:
 Rules = Callable[[int], LayerRule]
 _NORM = Epsilon(1e-6)  # average pooling: LRP-0 with Zennit's stabiliser (its Norm rule)
 _PASS_SIGN = ("relu", "shape", "move", "maxpool", "avgpool")  # x >= 0 in, x >= 0 out
+_NONNEG_OUT = ("relu", "clip")
 
 
 def _path(plan: Plan) -> list[Step]:
@@ -66,6 +74,7 @@ class RelevanceGraph:
         self.plan = plan
         self.layers = layers  # node -> (module, rule, top, nonneg)
         self.has_rules = bool(layers)
+        self.clips = {step.node: step.module for step in plan.steps if step.kind == "clip"}
 
     @classmethod
     def build(cls, plan: Plan, rules: Rules) -> RelevanceGraph | None:
@@ -76,7 +85,7 @@ class RelevanceGraph:
         for step in _path(plan):
             if step.kind == "input" or (step.kind == "shape" and step.source in reshaped_input):
                 reshaped_input.add(step.node)
-            if step.kind == "relu" or (step.kind in _PASS_SIGN and step.source in nonneg):
+            if step.kind in _NONNEG_OUT or (step.kind in _PASS_SIGN and step.source in nonneg):
                 nonneg.add(step.node)
             if step.kind == "merge" and all(source in nonneg for source in step.sources):
                 nonneg.add(step.node)
@@ -97,10 +106,11 @@ class RelevanceGraph:
     def relevance(self, x: torch.Tensor, target: Target, classes: torch.Tensor) -> torch.Tensor:
         """Input relevance for rows ``x``, seeded (as in Zennit) by the one-hot target score."""
         leaves: list[torch.Tensor] = []
-        replace = {
+        replace: dict[fx.Node, Any] = {
             node: (lambda a, m=module, r=rule, t=top, s=sign: r.modified(m, a, t, s, leaves))
             for node, (module, rule, top, sign) in self.layers.items()
         }
+        replace.update({node: partial(_passed, module) for node, module in self.clips.items()})
         x = x.detach().requires_grad_(True)
         out = evaluate(self.plan, x, replace)[self.plan.output]
         scores = out.reshape(out.shape[0], -1)
@@ -112,6 +122,15 @@ class RelevanceGraph:
         for extra in grads[1:]:  # z-beta's bound terms: relevance at the (reshaped) input
             relevance = relevance + extra.reshape(x.shape)
         return relevance.detach()
+
+
+def _passed(clip: Any, z: torch.Tensor) -> torch.Tensor:
+    """``clip(z)``, relevance passed through unchanged: the backward quantity (relevance / value)
+    times ``clip(z) / z``, 0 where the unit is off."""
+    y: torch.Tensor = clip(z)
+    with torch.no_grad():
+        scale = torch.where(z > 0, y / z, torch.zeros_like(z))
+    return rerouted(y, z, scale)
 
 
 def lrp_relevance(

@@ -20,7 +20,7 @@ from workers.methods._modified_backward import rows_per_pass
 _light_zennit()  # before any zennit import: keeps torchvision out
 from zennit.attribution import Gradient  # noqa: E402
 from zennit.core import Composite, Hook  # noqa: E402
-from zennit.rules import Norm  # noqa: E402
+from zennit.rules import Norm, Pass  # noqa: E402
 
 __all__ = ["AffineRule", "lrp_relevance"]
 
@@ -30,15 +30,19 @@ AffineRule = Callable[[int, torch.nn.Module], Hook]
 
 def _composite(plan: Plan, rule: AffineRule) -> Composite:
     """Linear/Conv layers get ``rule``; average pooling LRP-0 (Zennit's Norm, as in its own
-    composites); ReLU, reshapes and max-pooling the gradient, which passes relevance through."""
+    composites); ReLU6 Zennit's Pass (as its composites give every activation); ReLU, reshapes and
+    max-pooling the gradient, which passes relevance through."""
     affine = [s.module for s in plan.steps if s.kind == "affine"]
     pools = [s.module for s in plan.steps if s.kind == "avgpool"]
+    clips = [s.module for s in plan.steps if s.kind == "clip"]
 
     def mapping(ctx: dict[str, Any], name: str, module: torch.nn.Module) -> Hook | None:
         for i, layer in enumerate(affine):
             if module is layer:
                 return rule(i, module)
-        return Norm() if any(module is pool for pool in pools) else None
+        if any(module is pool for pool in pools):
+            return Norm()
+        return Pass() if any(module is clip for clip in clips) else None
 
     return Composite(module_map=mapping)
 
@@ -56,7 +60,7 @@ def lrp_relevance(
     is in the target's units and a conservative rule makes it sum to the target value.
     """
     graph = ctx.model.torch_hookable(method)
-    plan = plan_graph(graph, method, "LRP")  # Zennit would silently use the gradient elsewhere
+    plan = plan_graph(graph, method, "LRP", clips=True)  # Zennit would silently use the gradient elsewhere
     model = ctx.target.wrap(graph)
     # Hooks registered once for all chunks (registration walks every module).
     with torch.enable_grad(), Gradient(model=model, composite=_composite(plan, rule)) as attributor:

@@ -24,12 +24,13 @@ def _stab(z: float, eps: float = STAB) -> float:
     return z + eps * (1.0 if z >= 0 else -1.0)
 
 
-def _forward(layers: list[Dense], x: np.ndarray) -> list[np.ndarray]:
-    """Inputs of every layer, then the output."""
+def _forward(layers: list[Dense], x: np.ndarray, cap: float = np.inf) -> list[np.ndarray]:
+    """Inputs of every layer, then the output; ``cap``: the activation is a ReLU clamped there (6:
+    ReLU6). Relevance passes the activations unchanged (Bach et al.: it is defined on the layers)."""
     acts = [x]
     for w, b, relu in layers:
         z = acts[-1] @ w + b
-        acts.append(np.maximum(z, 0.0) if relu else z)
+        acts.append(np.minimum(np.maximum(z, 0.0), cap) if relu else z)
     return acts
 
 
@@ -39,8 +40,10 @@ def _output_relevance(out: np.ndarray, c: int) -> np.ndarray:
     return r
 
 
-def lrp_epsilon_ref(layers: list[Dense], x: np.ndarray, c: int, eps: float) -> np.ndarray:
-    acts = _forward(layers, x)
+def lrp_epsilon_ref(
+    layers: list[Dense], x: np.ndarray, c: int, eps: float, cap: float = np.inf
+) -> np.ndarray:
+    acts = _forward(layers, x, cap)
     r = _output_relevance(acts[-1], c)
     for (w, b, _), a in zip(reversed(layers), reversed(acts[:-1]), strict=True):
         r_in = np.zeros(len(a))
@@ -52,8 +55,10 @@ def lrp_epsilon_ref(layers: list[Dense], x: np.ndarray, c: int, eps: float) -> n
     return r
 
 
-def alpha_beta_ref(layers: list[Dense], x: np.ndarray, c: int, alpha: float, beta: float) -> np.ndarray:
-    acts = _forward(layers, x)
+def alpha_beta_ref(
+    layers: list[Dense], x: np.ndarray, c: int, alpha: float, beta: float, cap: float = np.inf
+) -> np.ndarray:
+    acts = _forward(layers, x, cap)
     r = _output_relevance(acts[-1], c)
     for (w, b, _), a in zip(reversed(layers), reversed(acts[:-1]), strict=True):
         r_in = np.zeros(len(a))
@@ -69,8 +74,10 @@ def alpha_beta_ref(layers: list[Dense], x: np.ndarray, c: int, alpha: float, bet
     return r
 
 
-def deep_taylor_ref(layers: list[Dense], x: np.ndarray, c: int, low: float, high: float) -> np.ndarray:
-    acts = _forward(layers, x)
+def deep_taylor_ref(
+    layers: list[Dense], x: np.ndarray, c: int, low: float, high: float, cap: float = np.inf
+) -> np.ndarray:
+    acts = _forward(layers, x, cap)
     r = _output_relevance(acts[-1], c)
     pairs = list(zip(layers, acts[:-1], strict=True))
     for depth in reversed(range(len(pairs))):
