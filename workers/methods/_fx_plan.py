@@ -16,9 +16,9 @@ the operator. Node kinds on the input's path ("activations"):
 - ``scale`` (only where the caller asks, DeepLIFT): an eval-mode batch norm, a per-channel
   ``s x + b`` that no exporter could fold into a convolution (DenseNet's, after its
   concatenations);
-- ``clip`` (only where the caller asks, LRP): an activation clamped to [0, c], ReLU6 (MobileNetV2's;
-  onnx2torch writes ``Clip(0, 6)`` as ``nn.ReLU6``), which LRP passes relevance through as Zennit's
-  composites do (their ``Pass`` rule).
+- ``clip`` (only where the caller asks): an activation clamped to [0, c], ReLU6
+  (MobileNetV2's; onnx2torch writes ``Clip(0, 6)`` as ``nn.ReLU6``), which LRP passes relevance
+  through as Zennit's composites do (their ``Pass`` rule).
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
@@ -98,8 +98,8 @@ class Admits:
 # The passes and `xaudit inspect` read these here, so they cannot disagree.
 _FAMILY_ADMITS: dict[str, Admits] = {
     "LRP": Admits(merges=True, moves=True, clips=True),  # workers.methods._modified_backward
-    "DeepLIFT": Admits(merges=True, moves=True, scales=True),  # workers.methods._rescale_graph
-    "RevealCancel": Admits(merges=True, moves=True, scales=True),  # workers.methods._revealcancel_graph
+    "DeepLIFT": Admits(merges=True, moves=True, scales=True, clips=True),  # ._rescale_graph
+    "RevealCancel": Admits(merges=True, moves=True, scales=True, clips=True),  # ._revealcancel_graph
 }
 
 
@@ -213,7 +213,9 @@ def plan_graph(
 
     ``clips``: admit ReLU6 (a clamp to [0, c]) for LRP, which passes relevance through it unchanged
     (Zennit's ``Pass``): where the unit saturates its gradient would drop relevance the layer above
-    gave it. DeepLIFT's passes are written for the ReLU's differences."""
+    gave it; for DeepLIFT, whose Rescale multiplier is defined for any nonlinearity (Captum, which
+    does not list ReLU6, would take its gradient); and for RevealCancel, whose rule is linear in the
+    nonlinearity (relu(z) - relu(z - c))."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []

@@ -3,7 +3,8 @@ one backward pass over the fx plan (docs/science.md 5.8).
 
 Each ReLU keeps its value and takes Captum's multiplier as its gradient:
 ``(relu(z) - relu(z0)) / (z - z0)``, or the ReLU's gradient where ``|z - z0| < 1e-10`` (Captum's
-``eps``). Linear, Conv, pooling and reshapes are linear: their gradient is their multiplier. The
+``eps``). A ReLU6 takes the same Rescale multiplier of its own function (the paper's rule for any
+nonlinearity; Captum, which does not list ReLU6, would pass its gradient: docs/science.md 5.8). Linear, Conv, pooling and reshapes are linear: their gradient is their multiplier. The
 target's softmax (probability, log-odds) is crossed by its gradient at the input, as Captum does
 through the wrapped model. Attributions are ``(x - x0) * multiplier``, Captum's DeepLift with
 ``multiply_by_inputs=True``. Sums, concatenations, data movement (Transpose, Slice, Split) and
@@ -39,7 +40,7 @@ class RescaleGraph:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.relus = [s for s in plan.steps if s.kind == "relu"]
+        self.relus = [s for s in plan.steps if s.kind in ("relu", "clip")]
 
     @classmethod
     def build(cls, graph: nn.Module, method: str) -> RescaleGraph | None:
@@ -64,11 +65,14 @@ class RescaleGraph:
 
         def rescaled(z: torch.Tensor, step: Any) -> torch.Tensor:
             with torch.no_grad():  # in place on two temporaries: new tensors cost more than arithmetic
-                y = torch.relu(z)
+                y = torch.relu(z) if step.kind == "relu" else step.module(z)
                 delta_in = z - at_reference(step.source)
                 multiplier = torch.sub(y, at_reference(step.node)).div_(delta_in)
                 unchanged = delta_in.abs_() < EPS
-                gradient = torch.sign(y, out=delta_in)  # the ReLU's own gradient: 1 where z > 0, else 0
+                if step.kind == "relu":
+                    gradient = torch.sign(y, out=delta_in)  # the ReLU's own gradient: 1 where z > 0, else 0
+                else:  # a clamp to [0, c]: 1 strictly inside
+                    gradient = ((z > 0) & (z < step.module.max_val)).to(z.dtype)
                 multiplier = torch.where(unchanged, gradient, multiplier, out=multiplier)
             return rerouted(y, z, multiplier)
 

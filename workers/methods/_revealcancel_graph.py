@@ -10,7 +10,8 @@ pass walks the nodes in reverse and applies one rule per node kind (see
 - affine (Linear, Conv) and avgpool (W >= 0): the split rule and its backward;
 - relu: the RevealCancel multipliers, from the split of its input (an affine output, possibly
   through reshapes, data movement and batch norms; otherwise the elementwise sign split, where
-  RevealCancel is Rescale);
+  RevealCancel is Rescale); clip (ReLU6): the same rule, which is linear in the nonlinearity, for
+  relu(z) - relu(z - 6);
 - shape: pass differences, splits and multipliers through;
 - merge (a sum or concatenation of activations, e.g. a residual connection): a sum is one linear
   layer whose terms are the summands' own terms (an affine summand's split, any other summand's
@@ -53,6 +54,7 @@ from workers.methods._revealcancel_rules import (
     affine_split,
     collapse,
     reveal_cancel,
+    reveal_cancel_clipped,
     scaled_pair,
     scaled_split,
     sign_split,
@@ -70,6 +72,7 @@ _ROUNDING = 2**-23
 _MAX_TOLERANCE = 1e-4
 _SPLIT_SOURCES = ("affine", "avgpool")
 _FLOAT64_KINDS = ("merge", "move")  # the float32 rounding checks are written for chains
+_ACTIVATIONS = ("relu", "clip")  # the RevealCancel rule; ReLU6 as a difference of two ReLUs
 
 
 def needs_float64(plan: Plan) -> bool:
@@ -128,7 +131,7 @@ class RevealCancelGraph:
         # the input's is exact, and an average pooling read directly by a split layer is not checked.
         self.sign_read: set[fx.Node] = set()
         for step in self.plan.steps:
-            if step.kind == "relu":
+            if step.kind in _ACTIVATIONS:
                 self._needs_split(steps, step.source)
         self._per_row: dict[tuple[tuple[int, ...], torch.device], int] = {}
         self._dense: dict[tuple[fx.Node, torch.Size], AffineMaps] = {}
@@ -201,7 +204,7 @@ class RevealCancelGraph:
                     delta[node] = split[node][0].total
                 else:
                     delta[node] = maps.linear(delta[src])
-            elif step.kind == "relu":
+            elif step.kind in _ACTIVATIONS:
                 assert src is not None
                 if src in split:
                     parts, made_by = split[src]
@@ -209,7 +212,12 @@ class RevealCancelGraph:
                     tolerance = self._tolerance[made_by] if resolve and made_by is not None else None
                 else:  # the sign split of a difference that is exact or checked where it was made
                     parts, tolerance = sign_split(delta[src]), None
-                reveal[node] = reveal_cancel(at_rows(src), parts, tolerance)
+                if step.kind == "relu":
+                    reveal[node] = reveal_cancel(at_rows(src), parts, tolerance)
+                else:
+                    assert isinstance(step.module, nn.Hardtanh)  # ReLU6, or a clamp to [0, c]
+                    cap = float(step.module.max_val)
+                    reveal[node] = reveal_cancel_clipped(at_rows(src), parts, cap, tolerance)
                 delta[node] = reveal[node].delta
                 unresolved = reveal[node].unresolved
                 if shaky is not None and unresolved is not None:
@@ -271,7 +279,7 @@ class RevealCancelGraph:
             assert src is not None
             if step.kind in _SPLIT_SOURCES:
                 give(src, Pair(affine_backward(self._maps_at(node, delta[src]), delta[src], pair)))
-            elif step.kind == "relu":
+            elif step.kind in _ACTIVATIONS:
                 d = collapse(pair, delta[node])
                 rule = reveal.pop(node)  # its buffers become the source's multipliers
                 give(src, Pair(rule.mean.mul_(d), rule.half_diff.mul_(d)))

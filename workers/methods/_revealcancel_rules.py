@@ -31,6 +31,7 @@ __all__ = [
     "affine_split",
     "collapse",
     "reveal_cancel",
+    "reveal_cancel_clipped",
     "scaled_pair",
     "scaled_split",
     "sign_split",
@@ -178,3 +179,24 @@ def reveal_cancel(z0: torch.Tensor, split: Split, tolerance: float | None = None
     m_neg = torch.addcdiv(zero, down, neg, value=0.5, out=down).nan_to_num_(nan=0.0)
     mean = torch.lerp(m_pos, m_neg, 0.5)
     return Reveal(delta, mean, m_pos.sub_(mean), unresolved)
+
+
+def reveal_cancel_clipped(
+    z0: torch.Tensor, split: Split, cap: float, tolerance: float | None = None
+) -> Reveal:
+    """:func:`reveal_cancel` for y = clip(z, 0, cap) (ReLU6: cap 6) = relu(z) - relu(z - cap).
+
+    The rule's dy+ and dy- are linear in the nonlinearity f, and so are m+ = dy+/dz+, m- = dy-/dz-:
+    each is the ReLU's at ``z0`` minus the ReLU's at ``z0 - cap``. Each ReLU term is the share of
+    its bracket's interval above its threshold, so the difference is the share between 0 and
+    ``cap``: m+ and m- stay in [0, 1], and a unit saturated at both ends of every bracket gets
+    exactly 0 (both terms are the whole interval). Rows are flagged where either ReLU's sign is
+    within rounding (``z`` near 0 or near ``cap``)."""
+    low = reveal_cancel(z0, split, tolerance)
+    high = reveal_cancel(z0 - cap, split, tolerance)
+    unresolved = (
+        None if low.unresolved is None or high.unresolved is None else low.unresolved | high.unresolved
+    )
+    return Reveal(
+        low.delta.sub_(high.delta), low.mean.sub_(high.mean), low.half_diff.sub_(high.half_diff), unresolved
+    )

@@ -100,7 +100,7 @@ def _tv(name: str) -> Callable[[], nn.Module]:
 
 IMAGE_ARCHS: dict[str, Callable[[], nn.Module]] = {
     "resnet18": _tv("resnet18"),
-    "mobilenet_v2": _tv("mobilenet_v2"),  # ReLU6 (Clip 0..6): LRP passes relevance through it
+    "mobilenet_v2": _tv("mobilenet_v2"),  # ReLU6 (Clip 0..6) in LRP and RevealCancel
     "mobilenet_v3_small": _tv("mobilenet_v3_small"),
     "efficientnet_b0": _tv("efficientnet_b0"),
     "densenet121": _tv("densenet121"),

@@ -3,6 +3,8 @@ a closed-form case where it differs from Rescale, and clear refusals of unsuppor
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -19,8 +21,10 @@ def _relu(v: float) -> float:
     return max(v, 0.0)
 
 
-def revealcancel_ref(layers: list[Dense], x: np.ndarray, x0: np.ndarray, c: int) -> np.ndarray:
-    """One sample, one unit at a time.
+def revealcancel_ref(
+    layers: list[Dense], x: np.ndarray, x0: np.ndarray, c: int, f: Callable[[float], float] = _relu
+) -> np.ndarray:
+    """One sample, one unit at a time; ``f``: the activation after each layer flagged ReLU (ReLU6, say).
 
     Linear rule (3.5.1): a term w_ij * da_i counts towards dz_j+ when positive, towards dz_j- when
     negative. RevealCancel (3.5.3): dy+ = 1/2 (f(z0 + dz+) - f(z0)) + 1/2 (f(z0 + dz- + dz+) - f(z0 + dz-)),
@@ -41,17 +45,13 @@ def revealcancel_ref(layers: list[Dense], x: np.ndarray, x0: np.ndarray, c: int)
                 terms = [w[i, j] * (a[i] - a0[i]) for i in range(n_in)]
                 dp = sum(t for t in terms if t > 0)
                 dn = sum(t for t in terms if t < 0)
-                dy_p = 0.5 * (_relu(z0[j] + dp) - _relu(z0[j])) + 0.5 * (
-                    _relu(z0[j] + dn + dp) - _relu(z0[j] + dn)
-                )
-                dy_n = 0.5 * (_relu(z0[j] + dn) - _relu(z0[j])) + 0.5 * (
-                    _relu(z0[j] + dp + dn) - _relu(z0[j] + dp)
-                )
+                dy_p = 0.5 * (f(z0[j] + dp) - f(z0[j])) + 0.5 * (f(z0[j] + dn + dp) - f(z0[j] + dn))
+                dy_n = 0.5 * (f(z0[j] + dn) - f(z0[j])) + 0.5 * (f(z0[j] + dp + dn) - f(z0[j] + dp))
                 m_pos[j] = dy_p / dp if dp != 0 else 0.0
                 m_neg[j] = dy_n / dn if dn != 0 else 0.0
         rules.append((m_pos, m_neg))
-        acts.append(np.array([_relu(v) for v in z]) if relu else np.array(z))
-        acts0.append(np.array([_relu(v) for v in z0]) if relu else np.array(z0))
+        acts.append(np.array([f(v) for v in z]) if relu else np.array(z))
+        acts0.append(np.array([f(v) for v in z0]) if relu else np.array(z0))
     m_out = np.zeros(len(acts[-1]))
     m_out[c] = 1.0  # multiplier of the target logit
     for depth in reversed(range(len(layers))):
