@@ -82,6 +82,7 @@ def _shape(dims: tuple[object, ...] | None) -> str:
 
 def _methods(model: ModelAdapter, check: ModelCheck) -> None:
     """Each method's applicability, judged one by one as the audit judges it."""
+    from workers.methods._embedding import graph_model
     from workers.methods._fx_plan import family_plan
 
     for name in ALL_METHODS:
@@ -93,21 +94,22 @@ def _methods(model: ModelAdapter, check: ModelCheck) -> None:
             continue
         try:
             with judged_alone(name):
-                embedding = getattr(model, "embedding", None)
-                graph_model: ModelAdapter = embedding.head if embedding is not None else model
+                hookable = graph_model(model)
                 if name in _RULE_FAMILIES:
-                    family_plan(graph_model.torch_hookable(name), name, _RULE_FAMILIES[name])
+                    family_plan(hookable.torch_hookable(name), name, _RULE_FAMILIES[name])
                 elif name == "grad_cam":
                     from workers.methods.grad_cam import conv_layers
 
-                    if not conv_layers(graph_model.torch_hookable(name)):
+                    if not conv_layers(hookable.torch_hookable(name)):
                         raise NotApplicable(name, "the model has no convolution layer")
                 elif caps.hooks:
-                    graph_model.torch_hookable(name)
+                    hookable.torch_hookable(name)
                 else:
-                    graph_model.torch_differentiable()
+                    hookable.torch_differentiable()
             where = f" at '{check.embedding_tensor}'" if check.embedding_tensor else ""
-            check.methods[name] = f"runs: torch graph{where}{needs}"
+            implementation = method.implementation(model)
+            through = f"; {implementation}" if implementation else ""
+            check.methods[name] = f"runs: torch graph{where}{needs}{through}"
         except NotApplicable as exc:
             check.methods[name] = f"not applicable: {exc.reason}"
 

@@ -211,6 +211,8 @@ def method_section(
         f'<details class="method" id="method-{escape(name)}"><summary><strong>{escape(name)}</strong> '
         f'{verdict_badge(verdict)} <span class="note">{escape(reason)}</span></summary>',
     ]
+    if method.get("implementation"):
+        body.append(f'<p class="note">Implementation: {escape(str(method["implementation"]))}</p>')
     context = method.get("paper_context") or {}
     if context.get("text"):
         body.append(

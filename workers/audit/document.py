@@ -74,6 +74,9 @@ class MethodEntry:
     all_orders: Mapping[str, Any] | None = None
     evaluations: Mapping[str, Any] | None = None
     references: Mapping[str, Any] | None = None  # distribution methods: background samples given and used
+    # Which implementation ran where that depends on the graph (a library's in place of xaudit's own
+    # pass): what the verdict judges.
+    implementation: str | None = None
 
 
 @dataclass(frozen=True)

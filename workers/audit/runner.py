@@ -417,6 +417,8 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
                     )
             except NotApplicable as exc:
                 fields = {"verdict": "not_applicable", "reason": exc.reason}
+        if fields["verdict"] != "not_applicable":
+            fields["implementation"] = method.implementation(prep.model)
         if method.capabilities.baseline == "distribution" and references is not None:
             fields["references"] = {
                 "given": references.given,

@@ -162,6 +162,7 @@ def v2_schema() -> dict[str, Any]:
         },
     }
     entry["properties"]["evaluations"] = {"type": "object"}
+    entry["properties"]["implementation"] = {"type": "string"}
     entry["allOf"] = [
         {
             "if": {"properties": {"verdict": {"enum": ["reliable", "unreliable", "inconclusive"]}}},

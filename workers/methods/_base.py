@@ -83,6 +83,12 @@ class Method(ABC):
         """Element attributions (k, *sample_shape) float32 for inputs (k, *sample_shape) with per-row
         references and target classes."""
 
+    def implementation(self, model: ModelAdapter) -> str | None:
+        """Where the implementation that runs depends on ``model``'s graph (a library's in place of
+        xaudit's own pass), which one, for the report: the verdict judges that implementation. None
+        where there is only one."""
+        return None
+
     def from_game(self, params: Mapping[str, Any], players: Players, game: SubInputGame) -> np.ndarray | None:
         """Per-player attributions (B, m, n) on every sub-input x_T of ``game``, read off the game's
         values where this method is a function of the game (v_T(U) = v(U ∩ T), see

@@ -24,6 +24,7 @@ import onnx.shape_inference
 import onnx.utils
 
 from workers.methods._base import AttributionContext, Method
+from workers.models.base import ModelAdapter
 from workers.models.named import NamedOnnxModel, OnnxGraph
 from workers.players import Players
 from xaudit.contract.errors import InvalidInput, NotApplicable
@@ -149,6 +150,13 @@ def attach_embedding(model: NamedOnnxModel, tensor: str, ids_values: np.ndarray)
     model.embedding = EmbeddingView(name, embed, head)
     # The halves hold the ids of each sample: bind per sample even without other inputs.
     model.per_sample = model.sample is None and (model.per_sample or embed.per_sample or head.per_sample)
+
+
+def graph_model(model: ModelAdapter) -> ModelAdapter:
+    """The adapter whose torch graph gradient and hook methods run on: for token inputs, the head
+    after the embedding lookup; otherwise ``model`` itself."""
+    view = getattr(model, "embedding", None)
+    return view.head if isinstance(view, EmbeddingView) else model
 
 
 def _spread_players(players: Players, dim: int) -> Players:

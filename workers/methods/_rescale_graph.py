@@ -42,6 +42,15 @@ class RescaleGraph:
         self.plan = plan
         self.relus = [s for s in plan.steps if s.kind in ("relu", "clip")]
 
+    @staticmethod
+    def refusal(graph: nn.Module, method: str) -> str | None:
+        """Why this pass cannot run on ``graph`` (the operator it has no rule for); None where it can."""
+        try:
+            family_plan(graph, method, "DeepLIFT")
+        except NotApplicable as exc:
+            return exc.reason
+        return None
+
     @classmethod
     def build(cls, graph: nn.Module, method: str) -> RescaleGraph | None:
         try:

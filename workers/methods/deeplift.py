@@ -13,6 +13,8 @@ from workers.methods._base import AttributionContext, Capabilities, Method, in_r
 if TYPE_CHECKING:  # the catalogue loads no torch
     import torch
 
+    from workers.models.base import ModelAdapter
+
 __all__ = ["DeepLiftRescale", "DeepShap"]
 
 
@@ -60,6 +62,25 @@ def _captum(
     return to_numpy(attributions)
 
 
+def _implementation(model: ModelAdapter, method: str) -> str | None:
+    """xaudit's Rescale pass, or Captum's DeepLift with the operator that sent the graph there."""
+    from workers.methods._embedding import graph_model
+    from workers.methods._rescale_graph import RescaleGraph
+    from xaudit.contract.errors import NotApplicable
+
+    try:
+        graph = graph_model(model).torch_hookable(method)
+    except NotApplicable:
+        return None  # the method does not run at all; its entry says why
+    refusal = RescaleGraph.refusal(graph, method)
+    if refusal is None:
+        return "xaudit's Rescale pass (docs/science.md 5.8)"
+    return (
+        f"Captum's DeepLift: xaudit's Rescale pass has no rule for this graph ({refusal}); Captum "
+        "passes the gradient through operators it has no DeepLIFT rule for, and the verdict judges that"
+    )
+
+
 class DeepLiftRescale(Method):
     name = "deeplift_rescale"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="single", stochastic=False)
@@ -71,6 +92,9 @@ class DeepLiftRescale(Method):
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         return _deeplift(ctx, self.name, inputs, baselines, classes)
+
+    def implementation(self, model: ModelAdapter) -> str | None:
+        return _implementation(model, self.name)
 
 
 class DeepShap(Method):
@@ -86,3 +110,6 @@ class DeepShap(Method):
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         return _deeplift(ctx, self.name, inputs, baselines, classes)
+
+    def implementation(self, model: ModelAdapter) -> str | None:
+        return _implementation(model, self.name)

@@ -184,3 +184,27 @@ def test_a_background_equal_to_the_input_gives_no_vacuous_verdict() -> None:
     for name in ("expected_gradients", "deepshap"):
         assert verdicts[name][0] == "inconclusive" and "no effect to allocate" in verdicts[name][1], verdicts
     assert verdicts["integrated_gradients"][0] == "reliable", verdicts
+
+
+def test_the_report_and_inspect_name_the_deeplift_implementation_that_ran() -> None:
+    """xaudit's Rescale pass on a ReLU network; on a Sigmoid network Captum's DeepLift, named with
+    the operator that sent it there: the verdict judges that implementation."""
+    from tests.models import sigmoid_mlp
+    from workers.inspect_model import inspect_model
+    from workers.prepare import prepare
+    from xaudit.contract.spec import JobSpec
+
+    spec = JobSpec(players="features", device="cpu", methods=("deeplift_rescale", "shapley_value"))
+    for module, expected in ((relu_mlp(2), "xaudit's Rescale pass"), (sigmoid_mlp(2), "Captum's DeepLift")):
+        x = torch.randn(
+            2, 6 if expected.startswith("xaudit") else 4, generator=torch.Generator().manual_seed(5)
+        )
+        model = to_onnx(module, x)
+        report = run_audit(prepare(spec, model, None, {"inputs": x.numpy()})).report
+        entries = {m["name"]: m for m in report["methods"]}
+        assert entries["deeplift_rescale"]["implementation"].startswith(expected)
+        assert "implementation" not in entries["shapley_value"]
+        said = inspect_model(model, "model.onnx").methods["deeplift_rescale"]
+        assert expected in said, said
+        if expected.startswith("Captum"):
+            assert "Sigmoid" in entries["deeplift_rescale"]["implementation"]
