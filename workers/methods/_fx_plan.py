@@ -17,8 +17,8 @@ the operator. Node kinds on the input's path ("activations"):
   ``s x + b`` that no exporter could fold into a convolution (DenseNet's, after its
   concatenations);
 - ``clip`` (only where the caller asks): an activation clamped to [0, c], ReLU6
-  (MobileNetV2's; onnx2torch writes ``Clip(0, 6)`` as ``nn.ReLU6``), which LRP passes relevance
-  through as Zennit's composites do (their ``Pass`` rule).
+  (MobileNetV2's; onnx2torch writes ``Clip(0, 6)`` as ``nn.ReLU6``); see ``clips`` in
+  :func:`plan_graph` for each family's rule.
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
