@@ -154,9 +154,11 @@ def attach_embedding(model: NamedOnnxModel, tensor: str, ids_values: np.ndarray)
 
 def graph_model(model: ModelAdapter) -> ModelAdapter:
     """The adapter whose torch graph gradient and hook methods run on: for token inputs, the head
-    after the embedding lookup; otherwise ``model`` itself."""
-    view = getattr(model, "embedding", None)
-    return view.head if isinstance(view, EmbeddingView) else model
+    after the embedding lookup; otherwise ``model`` itself. Where held inputs differ per sample, the
+    first sample's binding (the graph is the same for every sample; only the held values differ)."""
+    bound = model.for_sample(0) if model.per_sample else model
+    view = getattr(bound, "embedding", None)
+    return view.head if isinstance(view, EmbeddingView) else bound
 
 
 def _spread_players(players: Players, dim: int) -> Players:

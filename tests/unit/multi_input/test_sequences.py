@@ -91,7 +91,7 @@ def test_scalar_output_is_the_target_as_is(recurrent_model: Model) -> None:
 
 def test_recurrent_audit_over_windows_with_a_held_state(recurrent_model: Model) -> None:
     signal, state = _recurrent_inputs()
-    methods = ("integrated_gradients", "shapley_value", "occlusion_patch", "lrp_epsilon")
+    methods = ("integrated_gradients", "shapley_value", "occlusion_patch", "lrp_epsilon", "deeplift_rescale")
     spec = JobSpec(players="windows:4", explain="signal", device="cpu", methods=methods)
     prep = prepare(spec, recurrent_model[0], None, {"inputs": signal, input_key("state"): state})
     report = run_audit(prep).report
@@ -101,6 +101,10 @@ def test_recurrent_audit_over_windows_with_a_held_state(recurrent_model: Model) 
     assert verdicts["shapley_value"]["verdict"] == "reliable"
     assert "unrelated_allocation" in verdicts["occlusion_patch"]["failing_criteria"]
     assert verdicts["lrp_epsilon"]["verdict"] == "not_applicable" and verdicts["lrp_epsilon"]["reason"]
+    # the state is held per sample: the implementation is read off the first sample's bound graph
+    assert verdicts["deeplift_rescale"]["implementation"].startswith("Captum's DeepLift"), verdicts[
+        "deeplift_rescale"
+    ]
 
 
 class _Bag(torch.nn.Module):
