@@ -60,7 +60,8 @@ def _unaudited_line(report: Mapping[str, Any]) -> str | None:
 def verdict_table(report: Mapping[str, Any]) -> str:
     """One row per method: verdict, every criterion's score with its interval (v2 reports: ✗ the
     interval lies above the tolerance, ? it straddles it; v1 reports: ✗ above tolerance) and, for a
-    method the audit could not judge (not applicable, inconclusive), the reason why."""
+    method the audit could not judge (not applicable, inconclusive), the reason why; under it, which
+    implementation ran where the report names one (DeepLIFT: xaudit's pass or Captum's)."""
     rows = [("METHOD", "VERDICT", *(c.upper() for c in CRITERIA), "REASON")]
     for method in report["methods"]:
         criteria = method.get("criteria") or {}
@@ -97,6 +98,8 @@ def verdict_table(report: Mapping[str, Any]) -> str:
                 f"{method.get('name')}: map and audit averaged over {refs.get('used')} of "
                 f"{refs.get('given')} background samples (a seeded subset)"
             )
+        if isinstance(method.get("implementation"), str):  # which implementation the verdict judges
+            lines.append(f"{method.get('name')}: ran {method['implementation']}")
     return "\n".join(lines)
 
 

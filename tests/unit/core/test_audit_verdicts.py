@@ -208,3 +208,6 @@ def test_the_report_and_inspect_name_the_deeplift_implementation_that_ran() -> N
         assert expected in said, said
         if expected.startswith("Captum"):
             assert "Sigmoid" in entries["deeplift_rescale"]["implementation"]
+        from clients._report import verdict_table
+
+        assert f"deeplift_rescale: ran {expected}" in verdict_table(report)  # under the CLI's table
