@@ -71,4 +71,14 @@ def gate_markdown(outcome: GateOutcome, report: Mapping[str, Any], key_id: str) 
     if reasons:
         # One line each, whatever the worker wrote: a newline would end the list item.
         lines += ["", "Notes:"] + [f"- `{m.method}`: {' '.join(m.reason.split())}" for m in reasons]
+    audited = {m.method for m in outcome.methods}
+    ran = [
+        (str(entry.get("name")), " ".join(entry["implementation"].split()))
+        for entry in report.get("methods", [])
+        if isinstance(entry, dict)
+        and entry.get("name") in audited
+        and isinstance(entry.get("implementation"), str)
+    ]
+    if ran:  # what each verdict judges, where that depends on the model's graph
+        lines += ["", "Implementations:"] + [f"- `{name}`: {text}" for name, text in ran]
     return "\n".join(lines) + "\n"

@@ -66,6 +66,21 @@ def test_markdown_summary_states_result_and_scores() -> None:
     assert "k" * 64 in text
     passed = gate_markdown(evaluate(parse_policy("audit: [integrated_gradients]\n"), REPORT), REPORT, "k")
     assert passed.startswith("## xaudit gate: passed")
+    assert "Implementations:" not in passed  # the golden report predates the field
+
+
+def test_markdown_summary_names_the_implementation_that_ran() -> None:
+    report = json.loads(json.dumps(REPORT))
+    entry = next(m for m in report["methods"] if m["name"] == "deeplift_rescale")
+    entry["implementation"] = "Captum's DeepLift: xaudit's Rescale pass has no rule\nfor this graph"
+    policy = parse_policy("audit: [deeplift_rescale, integrated_gradients]\n")
+    text = gate_markdown(evaluate(policy, report), report, "k")
+    # one line per method, whatever the worker wrote
+    assert (
+        "Implementations:\n- `deeplift_rescale`: Captum's DeepLift: xaudit's Rescale pass has no rule for this graph\n"
+        in text
+    )
+    assert "`integrated_gradients`:" not in text.split("Implementations:")[1]
 
 
 def test_verdict_summary_lists_the_three_verdicts() -> None:
