@@ -35,6 +35,7 @@ from torch import fx, nn
 from xaudit.contract.errors import NotApplicable
 
 __all__ = [
+    "ACTIVATIONS",
     "AFFINE_TYPES",
     "AVGPOOL_TYPES",
     "SUPPORTED",
@@ -82,6 +83,8 @@ MERGES = "Add and Concat of activations"
 MOVES = "Transpose, Slice, Split"
 SCALES = "BatchNorm"
 CLIPS = "ReLU6"
+# The elementwise activations the rule passes have rules for: a ReLU, and a ReLU clamped at c (clip).
+ACTIVATIONS = ("relu", "clip")
 _SCALE_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import fx
 
 from workers.methods._base import AttributionContext, in_row_chunks
-from workers.methods._fx_plan import Plan, Step, below_output, evaluate, family_plan
+from workers.methods._fx_plan import ACTIVATIONS, Plan, Step, below_output, evaluate, family_plan
 from workers.methods._lrp_rules import Epsilon, LayerRule
 from workers.methods._reroute import rerouted
 from workers.targets import Target
@@ -50,7 +50,6 @@ def rows_per_pass(inputs: np.ndarray) -> int:
 Rules = Callable[[int], LayerRule]
 _NORM = Epsilon(1e-6)  # average pooling: LRP-0 with Zennit's stabiliser (its Norm rule)
 _PASS_SIGN = ("relu", "shape", "move", "maxpool", "avgpool")  # x >= 0 in, x >= 0 out
-_NONNEG_OUT = ("relu", "clip")
 
 
 def _path(plan: Plan) -> list[Step]:
@@ -85,7 +84,7 @@ class RelevanceGraph:
         for step in _path(plan):
             if step.kind == "input" or (step.kind == "shape" and step.source in reshaped_input):
                 reshaped_input.add(step.node)
-            if step.kind in _NONNEG_OUT or (step.kind in _PASS_SIGN and step.source in nonneg):
+            if step.kind in ACTIVATIONS or (step.kind in _PASS_SIGN and step.source in nonneg):
                 nonneg.add(step.node)
             if step.kind == "merge" and all(source in nonneg for source in step.sources):
                 nonneg.add(step.node)

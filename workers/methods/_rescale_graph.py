@@ -4,8 +4,9 @@ one backward pass over the fx plan (docs/science.md 5.8).
 Each ReLU keeps its value and takes Captum's multiplier as its gradient:
 ``(relu(z) - relu(z0)) / (z - z0)``, or the ReLU's gradient where ``|z - z0| < 1e-10`` (Captum's
 ``eps``). A ReLU6 takes the same Rescale multiplier of its own function (the paper's rule for any
-nonlinearity; Captum, which does not list ReLU6, would pass its gradient: docs/science.md 5.8). Linear, Conv, pooling and reshapes are linear: their gradient is their multiplier. The
-target's softmax (probability, log-odds) is crossed by its gradient at the input, as Captum does
+nonlinearity; Captum, which does not list ReLU6, would pass its gradient: docs/science.md 5.8).
+Linear, Conv, pooling and reshapes are linear: their gradient is their multiplier. The target's
+softmax (probability, log-odds) is crossed by its gradient at the input, as Captum does
 through the wrapped model. Attributions are ``(x - x0) * multiplier``, Captum's DeepLift with
 ``multiply_by_inputs=True``. Sums, concatenations, data movement (Transpose, Slice, Split) and
 eval-mode batch norms are linear too, and Captum passes them by the chain rule, as this pass does.
@@ -24,7 +25,7 @@ import torch
 from torch import fx, nn
 
 from workers.methods._base import distinct_references
-from workers.methods._fx_plan import Plan, evaluate, family_plan
+from workers.methods._fx_plan import ACTIVATIONS, Plan, evaluate, family_plan
 from workers.methods._reroute import rerouted
 from workers.targets import Target
 from xaudit.contract.errors import NotApplicable
@@ -40,24 +41,18 @@ class RescaleGraph:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.relus = [s for s in plan.steps if s.kind in ("relu", "clip")]
+        self.relus = [s for s in plan.steps if s.kind in ACTIVATIONS]
 
     @staticmethod
     def refusal(graph: nn.Module, method: str) -> str | None:
         """Why this pass cannot run on ``graph`` (the operator it has no rule for); None where it can."""
-        try:
-            family_plan(graph, method, "DeepLIFT")
-        except NotApplicable as exc:
-            return exc.reason
-        return None
+        planned = _plan_or_refusal(graph, method)
+        return planned if isinstance(planned, str) else None
 
     @classmethod
     def build(cls, graph: nn.Module, method: str) -> RescaleGraph | None:
-        try:
-            plan = family_plan(graph, method, "DeepLIFT")
-        except NotApplicable:
-            return None
-        return cls(plan)
+        planned = _plan_or_refusal(graph, method)
+        return None if isinstance(planned, str) else cls(planned)
 
     def attributions(
         self, x: torch.Tensor, x0: torch.Tensor, target: Target, classes: torch.Tensor
@@ -93,3 +88,11 @@ class RescaleGraph:
             scores = target.transform(scores)
         (grad,) = torch.autograd.grad(scores.gather(1, classes[:, None]).sum(), x)
         return (x.detach() - x0) * grad
+
+
+def _plan_or_refusal(graph: nn.Module, method: str) -> Plan | str:
+    """The DeepLIFT plan of ``graph``, or the reason it has none (the operator without a rule)."""
+    try:
+        return family_plan(graph, method, "DeepLIFT")
+    except NotApplicable as exc:
+        return exc.reason

@@ -44,7 +44,16 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from workers.methods._fx_plan import Plan, Step, evaluate, family_plan, merge_parts, run_node, scale_and_shift
+from workers.methods._fx_plan import (
+    ACTIVATIONS,
+    Plan,
+    Step,
+    evaluate,
+    family_plan,
+    merge_parts,
+    run_node,
+    scale_and_shift,
+)
 from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_maps
 from workers.methods._revealcancel_rules import (
     Pair,
@@ -72,7 +81,6 @@ _ROUNDING = 2**-23
 _MAX_TOLERANCE = 1e-4
 _SPLIT_SOURCES = ("affine", "avgpool")
 _FLOAT64_KINDS = ("merge", "move")  # the float32 rounding checks are written for chains
-_ACTIVATIONS = ("relu", "clip")  # the RevealCancel rule; ReLU6 as a difference of two ReLUs
 
 
 def needs_float64(plan: Plan) -> bool:
@@ -131,7 +139,7 @@ class RevealCancelGraph:
         # the input's is exact, and an average pooling read directly by a split layer is not checked.
         self.sign_read: set[fx.Node] = set()
         for step in self.plan.steps:
-            if step.kind in _ACTIVATIONS:
+            if step.kind in ACTIVATIONS:
                 self._needs_split(steps, step.source)
         self._per_row: dict[tuple[tuple[int, ...], torch.device], int] = {}
         self._dense: dict[tuple[fx.Node, torch.Size], AffineMaps] = {}
@@ -204,7 +212,7 @@ class RevealCancelGraph:
                     delta[node] = split[node][0].total
                 else:
                     delta[node] = maps.linear(delta[src])
-            elif step.kind in _ACTIVATIONS:
+            elif step.kind in ACTIVATIONS:
                 assert src is not None
                 if src in split:
                     parts, made_by = split[src]
@@ -279,7 +287,7 @@ class RevealCancelGraph:
             assert src is not None
             if step.kind in _SPLIT_SOURCES:
                 give(src, Pair(affine_backward(self._maps_at(node, delta[src]), delta[src], pair)))
-            elif step.kind in _ACTIVATIONS:
+            elif step.kind in ACTIVATIONS:
                 d = collapse(pair, delta[node])
                 rule = reveal.pop(node)  # its buffers become the source's multipliers
                 give(src, Pair(rule.mean.mul_(d), rule.half_diff.mul_(d)))
