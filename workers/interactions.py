@@ -40,13 +40,37 @@ def subsets_up_to(n: int, order: int) -> np.ndarray:
 
 
 def moebius(values: np.ndarray, n: int) -> np.ndarray:
-    """I(S) = sum_{T subset S} (-1)^{|S|-|T|} v(T) over the last axis (length 2^n), O(n 2^n)."""
+    """I(S) = sum_{T subset S} (-1)^{|S|-|T|} v(T) over the last axis (length 2^n), O(n 2^n).
+
+    The transform is the n-fold Kronecker power of [[1, 0], [-1, 1]]; it is applied four players at a
+    time, as one matrix product with the 16x16 block per group, instead of one subtraction per player:
+    3-4x faster up to 12 players (numpy's per-call cost dominates there), the same above
+    (bench/suite.py, game)."""
     out = np.array(values, dtype=np.float64, copy=True)
     lead = out.shape[:-1]
-    for i in range(n):
-        view = out.reshape(*lead, 2 ** (n - i - 1), 2, 2**i)
-        view[..., 1, :] -= view[..., 0, :]
-    return out
+    low = 0  # players below this one are transformed
+    while low < n:
+        width = min(_MOEBIUS_BLOCK, n - low)
+        block = _moebius_block(width)
+        if low == 0:
+            out = out.reshape(*lead, -1, 2**width) @ block.T
+        else:
+            out = np.matmul(block, out.reshape(*lead, -1, 2**width, 2**low))
+        low += width
+    return out.reshape(*lead, 2**n)
+
+
+_MOEBIUS_BLOCK = 4
+
+
+@lru_cache(maxsize=_MOEBIUS_BLOCK)
+def _moebius_block(width: int) -> np.ndarray:
+    """The Moebius transform of ``width`` players as a (2^width, 2^width) matrix of 0 and +-1."""
+    block = np.ones((1, 1))
+    for _ in range(width):
+        block = np.kron(block, np.array([[1.0, 0.0], [-1.0, 1.0]]))
+    block.flags.writeable = False
+    return block
 
 
 @dataclass(frozen=True)
