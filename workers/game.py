@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -58,6 +59,40 @@ def masked_samples(
     np.copyto(masked, baselines[:, None])
     np.copyto(masked, inputs[:, None], where=keep)
     return masked.reshape(-1, *inputs.shape[1:])
+
+
+# Sub-inputs of an exact game whose players are a few elements each (tabular features, small
+# patches) are built by gathering through a cached (2^n, E) index table: the masked copy branches on
+# every element and runs 1.4-7x slower there (several samples per call; one sample at 8 players:
+# the same), while for players of tens of elements it is as fast or faster and needs no table
+# (bench/suite.py, game). The table is capped at 8 MB (2^20 int64 entries).
+_GATHER_ELEMENTS = 1 << 20
+_GATHER_PLAYER_ELEMENTS = 8
+
+
+def _gather_index(n: int, players: Players) -> np.ndarray | None:
+    """(2^n, E) index of every subset's sub-input into [reference | input] (one sample's E elements
+    side by side): element e of row T reads column e + E where T holds e's player, else column e.
+    None where the masked copy is the better way (large players) or the table too large."""
+    elements = players.labels.size
+    if (2**n) * elements > _GATHER_ELEMENTS or elements > _GATHER_PLAYER_ELEMENTS * n:
+        return None
+    return _cached_gather_index(n, players.labels.astype(np.intp, copy=False).tobytes())
+
+
+@lru_cache(maxsize=2)
+def _cached_gather_index(n: int, labels: bytes) -> np.ndarray:
+    owner = np.frombuffer(labels, dtype=np.intp)
+    index = np.arange(owner.size, dtype=np.intp) + all_subset_bits(n)[:, owner] * np.intp(owner.size)
+    index.flags.writeable = False
+    return index
+
+
+def gathered_samples(index: np.ndarray, inputs: np.ndarray, baselines: np.ndarray) -> np.ndarray:
+    """What :func:`masked_samples` builds, (k * m, *shape), read through a gather index (m, E)."""
+    k = len(inputs)
+    sides = np.concatenate([baselines.reshape(k, -1), inputs.reshape(k, -1)], axis=1, dtype=np.float32)
+    return np.take(sides, index, axis=1).reshape(k * len(index), *inputs.shape[1:])
 
 
 @dataclass(frozen=True)
@@ -163,10 +198,15 @@ def play(
     # once: (m, n) bool; every subset in bitmask order is the same table for every call at this n
     exact_table = family is None and not needs_full and n <= MAX_EXACT_PLAYERS
     bits = all_subset_bits(n) if exact_table else subset_bits(evaluated, n)
+    index = _gather_index(n, players) if exact_table else None
     done, total = 0, len(inputs) * len(evaluated)
     for call_model, samples, chunk in _calls(model, len(inputs), len(evaluated), rows):
         sub = bits[chunk]
-        out = call_model.predict(masked_samples(sub, inputs[samples], baselines[samples], players))
+        if index is None:
+            sub_inputs = masked_samples(sub, inputs[samples], baselines[samples], players)
+        else:
+            sub_inputs = gathered_samples(index[chunk], inputs[samples], baselines[samples])
+        out = call_model.predict(sub_inputs)
         cls = np.repeat(np.asarray(classes)[samples], len(sub))
         values[samples, chunk] = target.values(out, cls).reshape(-1, len(sub))
         done += len(cls)
