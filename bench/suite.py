@@ -186,10 +186,11 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     import onnxruntime as ort
 
     from bench._common import paired_medians
-    from workers.game import masked_samples, play
+    from workers.game import play
     from workers.interactions import subsets_up_to
     from workers.models import load_model
     from workers.players import parse_players, subset_bits
+    from workers.sub_inputs import masked_samples
     from workers.targets import parse_target
     from workers.threads import ort_session_options
 
@@ -235,6 +236,59 @@ def section_game(repeats: int, device: str = "cpu") -> None:
     for grid, samples in (("grid:2x4", 4), ("grid:4x4", 1)):
         print(_game_row(grid, samples, repeats, device)[0], flush=True)
     print()
+    print("Building the sub-inputs of every subset, chunk by chunk as the game calls the model: the")
+    print("masked copy (`workers.sub_inputs.masked_samples`) against the sum of two half tables")
+    print("(`ExactSubInputs`, tables built included); random inputs and references.")
+    print()
+    print(
+        "| input | players | samples per call | rows per call | masked copy ms | half tables ms | speed-up |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for spec, shape, samples in (
+        ("grid:2x4", (1, 8, 8), 4),
+        ("grid:4x4", (1, 8, 8), 1),
+        ("features", (16,), 1),
+        ("grid:4x4", (3, 32, 32), 1),
+        ("grid:2x4", (3, 224, 224), 1),
+    ):
+        print(_sub_input_row(spec, shape, samples, repeats), flush=True)
+    print()
+
+
+def _sub_input_row(spec: str, shape: tuple[int, ...], samples: int, repeats: int) -> str:
+    import numpy as np
+
+    from bench._common import paired_medians
+    from workers.interactions import all_subset_bits
+    from workers.models.base import DEFAULT_BATCH_SIZE, MAX_ROWS_PER_CALL, ROWS_ELEMENT_BUDGET
+    from workers.players import parse_players
+    from workers.sub_inputs import ExactSubInputs, masked_samples
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(samples, *shape)).astype(np.float32)
+    base = rng.normal(size=x.shape).astype(np.float32)
+    players = parse_players(spec, shape)
+    bits = all_subset_bits(players.n)
+    # as workers.game cuts calls: whole samples together when they fit, else one sample's chunks
+    rows = max(DEFAULT_BATCH_SIZE, min(MAX_ROWS_PER_CALL, ROWS_ELEMENT_BUDGET // x[0].size))
+    step = len(bits) if samples * len(bits) <= rows else rows
+
+    def copy() -> None:
+        for start in range(0, len(bits), step):
+            masked_samples(bits[start : start + step], x, base, players)
+
+    def tables() -> None:
+        exact = ExactSubInputs.build(players.n, players, x, base)
+        assert exact is not None
+        for start in range(0, len(bits), step):
+            exact.rows(start, min(start + step, len(bits)))
+
+    t_copy, t_tables = paired_medians(copy, tables, repeats)
+    size = "x".join(map(str, shape))
+    return (
+        f"| {size} | {players.n} | {samples} | {samples * step:,} | {t_copy * 1e3:.2f} | "
+        f"{t_tables * 1e3:.2f} | {t_copy / t_tables:.1f}x |"
+    )
 
 
 # --- methods ---------------------------------------------------------------------------------------
@@ -273,7 +327,7 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     base = np.zeros_like(x)
     subsets = subsets_up_to(players.n, players.n)
     rows = len(x) * len(subsets)
-    from workers.game import masked_samples
+    from workers.sub_inputs import masked_samples
 
     masked = masked_samples(subset_bits(subsets, players.n), x, base, players)
     graph = _plain_torch(data, model.device)

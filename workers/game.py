@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,13 +18,14 @@ from workers.interactions import (
     subsets_up_to,
 )
 from workers.players import Players, full_mask, subset_bits
+from workers.sub_inputs import ExactSubInputs, masked_samples
 from workers.targets import Target
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
 
 if TYPE_CHECKING:  # the model stack (torch, onnx) loads only when a model does
     from workers.models.base import ModelAdapter
 
-__all__ = ["MAX_EXACT_PLAYERS", "GameResult", "masked_from_bits", "masked_inputs", "masked_samples", "play"]
+__all__ = ["MAX_EXACT_PLAYERS", "GameResult", "play"]
 
 # Exact (all-order) work: 2^n forward passes per sample.
 MAX_EXACT_PLAYERS = 16
@@ -34,65 +34,6 @@ MAX_EXACT_PLAYERS = 16
 MAX_LIMITED_PLAYERS = 22
 
 ProgressFn = Callable[[int, int], None]
-
-
-def masked_inputs(x: np.ndarray, baseline: np.ndarray, players: Players, subsets: np.ndarray) -> np.ndarray:
-    """x_T for each T: elements of players in T from x, the rest from the baseline (exact copies, no arithmetic)."""
-    return masked_from_bits(subset_bits(subsets, players.n), x, baseline, players)
-
-
-def masked_from_bits(bits: np.ndarray, x: np.ndarray, baseline: np.ndarray, players: Players) -> np.ndarray:
-    """Sub-inputs from player membership ``bits`` (m, n)."""
-    return masked_samples(bits, x[None], baseline[None], players)
-
-
-def masked_samples(
-    bits: np.ndarray, inputs: np.ndarray, baselines: np.ndarray, players: Players
-) -> np.ndarray:
-    """The sub-inputs of several samples, (k * m, *shape): for each of the k samples (with its own
-    reference), one row per membership row of ``bits`` (m, n), in one pass."""
-    keep = bits[None, :, players.labels]  # (1, m, *shape): True where the element comes from the input
-    # Written into a C-ordered array: np.where's output takes its layout from the broadcast operands
-    # (strides of 0), and flattening that to rows copied it again, element by element (3.5x the
-    # whole masking at 8 players).
-    masked = np.empty((len(inputs), len(bits), *inputs.shape[1:]), dtype=np.float32)
-    np.copyto(masked, baselines[:, None])
-    np.copyto(masked, inputs[:, None], where=keep)
-    return masked.reshape(-1, *inputs.shape[1:])
-
-
-# Sub-inputs of an exact game whose players are a few elements each (tabular features, small
-# patches) are built by gathering through a cached (2^n, E) index table: the masked copy branches on
-# every element and runs 1.4-7x slower there (several samples per call; one sample at 8 players:
-# the same), while for players of tens of elements it is as fast or faster and needs no table
-# (bench/suite.py, game). The table is capped at 8 MB (2^20 int64 entries).
-_GATHER_ELEMENTS = 1 << 20
-_GATHER_PLAYER_ELEMENTS = 8
-
-
-def _gather_index(n: int, players: Players) -> np.ndarray | None:
-    """(2^n, E) index of every subset's sub-input into [reference | input] (one sample's E elements
-    side by side): element e of row T reads column e + E where T holds e's player, else column e.
-    None where the masked copy is the better way (large players) or the table too large."""
-    elements = players.labels.size
-    if (2**n) * elements > _GATHER_ELEMENTS or elements > _GATHER_PLAYER_ELEMENTS * n:
-        return None
-    return _cached_gather_index(n, players.labels.astype(np.intp, copy=False).tobytes())
-
-
-@lru_cache(maxsize=2)
-def _cached_gather_index(n: int, labels: bytes) -> np.ndarray:
-    owner = np.frombuffer(labels, dtype=np.intp)
-    index = np.arange(owner.size, dtype=np.intp) + all_subset_bits(n)[:, owner] * np.intp(owner.size)
-    index.flags.writeable = False
-    return index
-
-
-def gathered_samples(index: np.ndarray, inputs: np.ndarray, baselines: np.ndarray) -> np.ndarray:
-    """What :func:`masked_samples` builds, (k * m, *shape), read through a gather index (m, E)."""
-    k = len(inputs)
-    sides = np.concatenate([baselines.reshape(k, -1), inputs.reshape(k, -1)], axis=1, dtype=np.float32)
-    return np.take(sides, index, axis=1).reshape(k * len(index), *inputs.shape[1:])
 
 
 @dataclass(frozen=True)
@@ -144,7 +85,7 @@ def _calls(model: ModelAdapter, samples: int, m: int, rows: int) -> Iterator[_Ca
     for s in range(samples):
         bound = model.for_sample(s)
         for start in range(0, m, rows):
-            yield bound, slice(s, s + 1), slice(start, start + rows)
+            yield bound, slice(s, s + 1), slice(start, min(start + rows, m))
 
 
 def _check_finite(values: np.ndarray) -> None:
@@ -198,14 +139,17 @@ def play(
     # once: (m, n) bool; every subset in bitmask order is the same table for every call at this n
     exact_table = family is None and not needs_full and n <= MAX_EXACT_PLAYERS
     bits = all_subset_bits(n) if exact_table else subset_bits(evaluated, n)
-    index = _gather_index(n, players) if exact_table else None
     done, total = 0, len(inputs) * len(evaluated)
+    exact: ExactSubInputs | None = None
+    exact_for: slice | None = None  # the samples ``exact`` holds: built once per group of samples
     for call_model, samples, chunk in _calls(model, len(inputs), len(evaluated), rows):
         sub = bits[chunk]
-        if index is None:
-            sub_inputs = masked_samples(sub, inputs[samples], baselines[samples], players)
+        if exact_table and exact_for != samples:
+            exact, exact_for = ExactSubInputs.build(n, players, inputs[samples], baselines[samples]), samples
+        if exact is not None:
+            sub_inputs = exact.rows(chunk.start, chunk.stop)
         else:
-            sub_inputs = gathered_samples(index[chunk], inputs[samples], baselines[samples])
+            sub_inputs = masked_samples(sub, inputs[samples], baselines[samples], players)
         out = call_model.predict(sub_inputs)
         cls = np.repeat(np.asarray(classes)[samples], len(sub))
         values[samples, chunk] = target.values(out, cls).reshape(-1, len(sub))

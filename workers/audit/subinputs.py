@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.game import masked_inputs, masked_samples
 from workers.methods import AttributionContext, Method, derived_seed
 from workers.methods._embedding import run_method
 from workers.models.base import ModelAdapter
 from workers.players import Players, subset_bits
+from workers.sub_inputs import masked_inputs, masked_samples
 from workers.subgames import SubInputGame
 from workers.targets import Target
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.game import masked_samples
 from workers.methods._base import AttributionContext
+from workers.sub_inputs import masked_samples
 
 __all__ = ["removal_deltas"]
 

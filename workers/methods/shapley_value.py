@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.game import masked_from_bits
 from workers.methods._base import AttributionContext, Capabilities, Method, derived_seed
 from workers.players import Players
 from workers.shapley_estimate import estimate_shapley
+from workers.sub_inputs import masked_from_bits
 from workers.subgames import SubInputGame, restricted_shapley
 from workers.targets import Target
 from xaudit.contract.params import parameter_defaults

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workers.game import masked_inputs
 from workers.interactions import subsets_up_to
 from workers.methods import AttributionContext, get_method
 from workers.models import load_model
 from workers.players import parse_players
+from workers.sub_inputs import masked_inputs
 from workers.targets import parse_target
 
 ROOT = Path(__file__).resolve().parents[3]
