@@ -392,7 +392,7 @@ tensors = {"inputs": np.load(assets + "/digits_inputs.npy"), "background": np.lo
 model = open(assets + "/digits_cnn.onnx", "rb").read()
 # The libraries methods import lazily (a worker imports them once, not per job), timed apart.
 i0 = time.process_time()
-import captum.attr, torch.fx.experimental.symbolic_shapes  # Grad-CAM; autograd with grad_outputs
+import captum.attr, torch.fx.experimental.symbolic_shapes  # IG quadrature, DeepLIFT fallback; autograd with grad_outputs
 imports = time.process_time() - i0
 t0 = time.perf_counter(); c0 = time.process_time()
 report = run_audit(prepare(JobSpec(players=grid, device="cpu", methods=FOURTEEN_METHODS), model, "onnx", tensors)).report
@@ -467,7 +467,9 @@ def section_audit(players: list[int]) -> None:
     print("Digits CNN, 4 samples, 16 background samples, defaults (audit order 3), a fresh process per size;")
     print("peak memory is the process's maximum resident set (includes torch and onnxruntime, ~0.5 GB).")
     print("Wall and CPU time from the prepared job to the report; the libraries that methods import lazily")
-    print("(Captum for Grad-CAM, torch.fx's symbolic shapes), which a worker imports once, are timed apart.")
+    print(
+        "(Captum for Integrated Gradients, torch.fx's symbolic shapes), which a worker imports once, are timed apart."
+    )
     print()
     print(
         "| players | wall s | CPU s | lazy imports CPU s | peak MB | slowest methods (s) | verdicts (reliable) |"

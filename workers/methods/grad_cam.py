@@ -1,4 +1,4 @@
-"""Grad-CAM (Selvaraju et al. 2017) through Captum's LayerGradCam, spread back onto input elements."""
+"""Grad-CAM (Selvaraju et al. 2017) as Captum's LayerGradCam computes it, spread back onto input elements."""
 
 from __future__ import annotations
 
@@ -54,7 +54,6 @@ class GradCam(Method):
         self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
     ) -> np.ndarray:
         import torch
-        from captum.attr import LayerAttribution, LayerGradCam
 
         p = self.params(ctx)
         graph = ctx.model.torch_hookable(self.name)
@@ -78,14 +77,39 @@ class GradCam(Method):
                 f"the input of shape {inputs.shape[1:]} has no channel and spatial axes matching the "
                 f"{spatial_axes}-d convolution's map",
             )
-        device = ctx.model.device
-        explainer = LayerGradCam(ctx.target.wrap(graph), layer)
-        with torch.enable_grad():
-            cam = explainer.attribute(
-                to_tensor(inputs, device),
-                target=torch.as_tensor(classes, dtype=torch.long, device=device),
-                relu_attributions=bool(p["relu"]),
-            )
-        upsampled = LayerAttribution.interpolate(cam.detach(), tuple(spatial), _MODES[len(spatial)])
+        cam = _class_activation_map(ctx.target.wrap(graph), layer, inputs, classes, ctx.model.device)
+        if p["relu"]:
+            cam = torch.relu(cam)
+        # Captum's LayerAttribution.interpolate: F.interpolate to the input's size, align_corners unset.
+        upsampled = torch.nn.functional.interpolate(cam, size=tuple(spatial), mode=_MODES[len(spatial)])
         channels = inputs.shape[1]
         return to_numpy(upsampled.expand(-1, channels, *spatial) / channels).astype(np.float32)
+
+
+def _class_activation_map(
+    scores: torch.nn.Module, layer: torch.nn.Module, inputs: np.ndarray, classes: np.ndarray, device: Any
+) -> torch.Tensor:
+    """sum_k alpha_k A^k (N, 1, *spatial), alpha_k the mean of d score / d A^k over positions, as
+    Captum's LayerGradCam. One backward pass of the summed scores, from the output down to the layer
+    only: rows are independent, so each row's gradient is its own score's. Captum differentiates the
+    N scores as N outputs, which cost more than the backward pass itself for a small model
+    (bench/suite.py, methods)."""
+    import torch
+
+    acts: list[torch.Tensor] = []
+
+    def keep(_module: torch.nn.Module, _inputs: Any, output: torch.Tensor) -> None:
+        if not output.requires_grad:  # a graph whose parameters are frozen: differentiate from here
+            output.requires_grad_(True)
+        acts.append(output)  # the last call counts, as in Captum, when a layer runs twice
+
+    handle = layer.register_forward_hook(keep)
+    try:
+        with torch.enable_grad():
+            out = scores(to_tensor(inputs, device))
+            picked = out.gather(1, torch.as_tensor(classes, dtype=torch.long, device=device)[:, None])
+            (grads,) = torch.autograd.grad(picked.sum(), acts[-1])
+    finally:
+        handle.remove()
+    weights = grads.mean(dim=tuple(range(2, grads.ndim)), keepdim=True)
+    return (weights * acts[-1].detach()).sum(dim=1, keepdim=True)

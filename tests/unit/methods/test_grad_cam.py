@@ -131,3 +131,25 @@ def test_flat_input_reshaped_inside_the_model_is_not_applicable() -> None:
         get_method("grad_cam").attribute(
             context(Flat().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(3, np.int64)
         )
+
+
+@pytest.mark.parametrize("target", ["logit", "prob"])
+@pytest.mark.parametrize("relu", [True, False])
+def test_equals_captums_layer_grad_cam(target: str, relu: bool) -> None:
+    """xaudit differentiates the summed scores once where Captum differentiates each row's score:
+    the same map, on the same converted graph and target."""
+    from captum.attr import LayerAttribution, LayerGradCam
+
+    from workers.methods.grad_cam import conv_layers
+    from workers.targets import parse_target
+
+    model, x = maxpool_cnn(seed=3), _inputs(4)
+    classes = np.array([2, 0, 1])
+    ctx = context(model, x, params={"relu": relu}, target=parse_target(target))
+    got = get_method("grad_cam").attribute(ctx, x.numpy(), np.zeros_like(x.numpy()), classes)
+    graph = ctx.model.torch_hookable("grad_cam")
+    explainer = LayerGradCam(ctx.target.wrap(graph), conv_layers(graph)[-1][1])
+    cam = explainer.attribute(x, target=torch.as_tensor(classes), relu_attributions=relu).detach()
+    want = LayerAttribution.interpolate(cam, tuple(x.shape[2:]), "bilinear").expand(-1, x.shape[1], -1, -1)
+    np.testing.assert_allclose(got, want.numpy() / x.shape[1], rtol=1e-6, atol=1e-7)
+    assert np.abs(got).max() > 1e-3  # a map, not zeros
