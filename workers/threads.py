@@ -15,6 +15,13 @@ made it take 24 to 46 s instead of about 3 s: each barrier waits for a deschedul
 :func:`set_wait_policy` runs when the ``workers`` package is imported, before any torch import of
 ours.
 
+numpy's own BLAS (OpenBLAS in its wheels, and scipy's copy) gets one thread whatever the policy
+(``OPENBLAS_NUM_THREADS`` overrides): xaudit's numpy products are small (Moebius blocks, Shapley
+shares, per-player sums), and OpenBLAS starts a thread per core whose idle threads spin, with no
+passive mode. Left at its default, a one-thread digits audit took 3.7 s of CPU in 2.0 s of wall
+time; with one BLAS thread, 1.9 s in 1.9 s (and at two threads 2.8 s instead of 5.1 s of CPU, no
+slower: bench/suite.py, threads).
+
 The policy is applied once per process (:func:`apply`) before the first model is loaded; the report's
 environment section records it (:meth:`ThreadPolicy.as_dict`).
 """
@@ -34,6 +41,7 @@ from workers.switches import switch
 from xaudit.contract.errors import InvalidInput
 
 __all__ = [
+    "BLAS_ENV",
     "CONCURRENCY_ENV",
     "SPIN_ENV",
     "THREADS_ENV",
@@ -42,6 +50,7 @@ __all__ = [
     "available_cpus",
     "choose",
     "current",
+    "limit_numpy_blas",
     "ort_session_options",
     "set_wait_policy",
 ]
@@ -165,9 +174,25 @@ def apply(policy: ThreadPolicy | None = None) -> ThreadPolicy:
     # One op at a time: the batch is the parallel work. Torch allows setting it only once.
     with contextlib.suppress(RuntimeError):
         torch.set_num_interop_threads(1)
+    limit_numpy_blas()
     _applied = chosen
     logger.info("compute threads: %s", chosen)
     return chosen
+
+
+BLAS_ENV = "OPENBLAS_NUM_THREADS"
+
+
+def limit_numpy_blas(environ: dict[str, str] | None = None) -> int:
+    """numpy's (and scipy's) OpenBLAS: one thread unless $OPENBLAS_NUM_THREADS says otherwise. Copies
+    loaded already are limited now; copies loaded later, and child processes, read the variable."""
+    from threadpoolctl import ThreadpoolController
+
+    env = os.environ if environ is None else environ
+    wanted = env.setdefault(BLAS_ENV, "1").strip()
+    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else 1
+    ThreadpoolController().select(internal_api="openblas").limit(limits=threads)
+    return threads
 
 
 def current() -> ThreadPolicy:

@@ -79,3 +79,39 @@ def test_sessions_and_torch_follow_the_policy() -> None:
     )
     env = {**os.environ, THREADS_ENV: "1"}
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
+
+
+_BLAS_THREADS = (
+    "import json, numpy, scipy.linalg\n"  # numpy's and scipy's own OpenBLAS copies
+    "from threadpoolctl import threadpool_info\n"
+    "def blas(): return sorted(i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas')\n"
+    "before = blas()\n"
+    "import torch\n"
+    "from tests.models import relu_mlp, to_onnx\n"
+    "from workers.models import load_model\n"
+    "load_model(to_onnx(relu_mlp(0), torch.zeros(2, 6)), 'onnx', 'cpu')\n"
+    "print(json.dumps({'before': before, 'after': blas()}))\n"
+)
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, 1), ("2", 2)])
+def test_numpy_blas_threads_follow_the_policy_not_the_core_count(given: str | None, expected: int) -> None:
+    """OpenBLAS starts a thread per core, and idle ones spin: loading a model limits every copy."""
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env[THREADS_ENV] = "2"
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run(
+        [sys.executable, "-c", _BLAS_THREADS],
+        check=True,
+        timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["after"] and set(found["after"]) == {expected}
+    if given is None and (os.cpu_count() or 1) > 1:
+        assert max(found["before"]) > 1  # what the limit undoes
