@@ -44,8 +44,8 @@ def moebius(values: np.ndarray, n: int) -> np.ndarray:
 
     The transform is the n-fold Kronecker power of [[1, 0], [-1, 1]]; it is applied four players at a
     time, as one matrix product with the 16x16 block per group, instead of one subtraction per player:
-    3-4x faster up to 12 players (numpy's per-call cost dominates there), the same above
-    (bench/suite.py, game)."""
+    3-4x faster up to 12 players (numpy's per-call cost dominates there), the same above (exact
+    Shapley values against shap's: 3.4-5.4x before, 6.9-9.5x after; bench/suite.py, shapley)."""
     out = np.array(values, dtype=np.float64, copy=True)
     lead = out.shape[:-1]
     low = 0  # players below this one are transformed

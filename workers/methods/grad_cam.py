@@ -92,8 +92,8 @@ def _class_activation_map(
     """sum_k alpha_k A^k (N, 1, *spatial), alpha_k the mean of d score / d A^k over positions, as
     Captum's LayerGradCam. One backward pass of the summed scores, from the output down to the layer
     only: rows are independent, so each row's gradient is its own score's. Captum differentiates the
-    N scores as N outputs, which cost more than the backward pass itself for a small model
-    (bench/suite.py, methods)."""
+    N scores as N outputs, whose gradients autograd sums to the same tensor, at a cost above that of
+    the backward pass itself for a small model (bench/suite.py, methods)."""
     import torch
 
     acts: list[torch.Tensor] = []
