@@ -1,5 +1,5 @@
 """Sub-inputs x_T (docs/science.md section 2): every element from the input where T holds its player,
-else from the reference. Exact copies of input and reference elements, never arithmetic on them."""
+else from the reference, bit for bit (the one arithmetic allowed is adding -0.0, see ExactSubInputs)."""
 
 from __future__ import annotations
 
