@@ -184,15 +184,23 @@ BLAS_ENV = "OPENBLAS_NUM_THREADS"
 
 
 def limit_numpy_blas(environ: dict[str, str] | None = None) -> int:
-    """numpy's (and scipy's) OpenBLAS: one thread unless $OPENBLAS_NUM_THREADS says otherwise. Copies
-    loaded already are limited now; copies loaded later, and child processes, read the variable."""
+    """numpy's (and scipy's) OpenBLAS: one thread unless $OPENBLAS_NUM_THREADS says otherwise.
+
+    Set in the environment this process started with (by the operator, or by the sandbox for its
+    children), OpenBLAS read it when it loaded. Otherwise the copies loaded already are limited now,
+    and copies loaded later, and child processes, read the variable set here."""
+    env = os.environ if environ is None else environ
+    if env.get(BLAS_ENV, "").strip():
+        wanted = env[BLAS_ENV].strip()
+        return int(wanted) if wanted.isdigit() and int(wanted) > 0 else 1
+    env[BLAS_ENV] = "1"
     from threadpoolctl import ThreadpoolController
 
-    env = os.environ if environ is None else environ
-    wanted = env.setdefault(BLAS_ENV, "1").strip()
-    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else 1
-    ThreadpoolController().select(internal_api="openblas").limit(limits=threads)
-    return threads
+    try:  # it reads /proc/self/maps, which a confined model process may not
+        ThreadpoolController().select(internal_api="openblas").limit(limits=1)
+    except OSError as exc:
+        logger.warning("numpy's BLAS threads left as they are: %s", exc)
+    return 1
 
 
 def current() -> ThreadPolicy:
