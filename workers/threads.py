@@ -62,6 +62,8 @@ THREADS_ENV = "XAUDIT_THREADS"
 SPIN_ENV = "XAUDIT_THREAD_SPIN"
 # Set by the worker's main process for its pool children: how many of them share the CPUs.
 CONCURRENCY_ENV = "XAUDIT_WORKER_CONCURRENCY"
+# OpenBLAS's own variable: numpy's BLAS threads (one by default: see the module's docstring).
+BLAS_ENV = "OPENBLAS_NUM_THREADS"
 _CGROUP = Path("/sys/fs/cgroup")
 
 
@@ -73,6 +75,7 @@ class ThreadPolicy:
     cpus_from: str  # what limited them: "affinity", "cgroup quota" or "cpu count"
     concurrency: int  # worker processes sharing those CPUs
     spinning: bool  # idle threads spin (only on the operator's XAUDIT_THREAD_SPIN=1, CPUs not shared)
+    blas_threads: int = 1  # numpy's (and scipy's) OpenBLAS: 1 unless $OPENBLAS_NUM_THREADS says otherwise
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,7 +145,12 @@ def choose(
         threads, source = max(1, count // concurrency), "cpus"
     shared = concurrency > 1 or count < (os.cpu_count() or 1) or threads * concurrency > count
     spinning = threads > 1 and not shared and _spin_requested(env)
-    return ThreadPolicy(threads, source, count, why, concurrency, spinning)
+    return ThreadPolicy(threads, source, count, why, concurrency, spinning, _blas_threads(env))
+
+
+def _blas_threads(environ: Mapping[str, str]) -> int:
+    wanted = environ.get(BLAS_ENV, "").strip()
+    return int(wanted) if wanted.isdigit() and int(wanted) > 0 else 1
 
 
 def _spin_requested(environ: Mapping[str, str]) -> bool:
@@ -174,33 +182,28 @@ def apply(policy: ThreadPolicy | None = None) -> ThreadPolicy:
     # One op at a time: the batch is the parallel work. Torch allows setting it only once.
     with contextlib.suppress(RuntimeError):
         torch.set_num_interop_threads(1)
-    limit_numpy_blas()
+    limit_numpy_blas(chosen.blas_threads)
     _applied = chosen
     logger.info("compute threads: %s", chosen)
     return chosen
 
 
-BLAS_ENV = "OPENBLAS_NUM_THREADS"
+def limit_numpy_blas(threads: int, environ: dict[str, str] | None = None) -> None:
+    """Hold numpy's (and scipy's) OpenBLAS to ``threads``.
 
-
-def limit_numpy_blas(environ: dict[str, str] | None = None) -> int:
-    """numpy's (and scipy's) OpenBLAS: one thread unless $OPENBLAS_NUM_THREADS says otherwise.
-
-    Set in the environment this process started with (by the operator, or by the sandbox for its
+    Where $OPENBLAS_NUM_THREADS came with the process (set by the operator, or by the sandbox for its
     children), OpenBLAS read it when it loaded. Otherwise the copies loaded already are limited now,
     and copies loaded later, and child processes, read the variable set here."""
     env = os.environ if environ is None else environ
     if env.get(BLAS_ENV, "").strip():
-        wanted = env[BLAS_ENV].strip()
-        return int(wanted) if wanted.isdigit() and int(wanted) > 0 else 1
-    env[BLAS_ENV] = "1"
+        return
+    env[BLAS_ENV] = str(threads)
     from threadpoolctl import ThreadpoolController
 
     try:  # it reads /proc/self/maps, which a confined model process may not
-        ThreadpoolController().select(internal_api="openblas").limit(limits=1)
+        ThreadpoolController().select(internal_api="openblas").limit(limits=threads)
     except OSError as exc:
         logger.warning("numpy's BLAS threads left as they are: %s", exc)
-    return 1
 
 
 def current() -> ThreadPolicy:

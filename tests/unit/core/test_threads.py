@@ -89,8 +89,9 @@ _BLAS_THREADS = (
     "import torch\n"
     "from tests.models import relu_mlp, to_onnx\n"
     "from workers.models import load_model\n"
+    "from workers.threads import current\n"
     "load_model(to_onnx(relu_mlp(0), torch.zeros(2, 6)), 'onnx', 'cpu')\n"
-    "print(json.dumps({'before': before, 'after': blas()}))\n"
+    "print(json.dumps({'before': before, 'after': blas(), 'recorded': current().as_dict()['blas_threads']}))\n"
 )
 
 
@@ -113,5 +114,6 @@ def test_numpy_blas_threads_follow_the_policy_not_the_core_count(given: str | No
     )
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["after"] and set(found["after"]) == {expected}
+    assert found["recorded"] == expected  # the report's environment section says so
     if given is None and (os.cpu_count() or 1) > 1:
         assert max(found["before"]) > 1  # what the limit undoes
