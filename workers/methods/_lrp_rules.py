@@ -13,8 +13,10 @@ path leaves to Zennit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+import weakref
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -44,14 +46,18 @@ def _over(numerator: torch.Tensor | float, denominator: torch.Tensor) -> torch.T
 
 
 def _affine(
-    module: nn.Module, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    module: nn.Module,
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    cache: dict[str, Any] | None = None,
 ) -> torch.Tensor:
     """``module`` (Linear or Conv) with other parameters (a small convolution's input gradient as a
-    dense product: workers.models.dense_conv)."""
+    dense product: workers.models.dense_conv, whose matrix ``cache`` keeps for this ``weight``)."""
     if isinstance(module, nn.Linear):
         return F.linear(a, weight, bias)
     assert isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d)
-    return affine_with_dense_backward(module, a, weight, bias)
+    return affine_with_dense_backward(module, a, weight, bias, cache)
 
 
 def _parameters(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -65,22 +71,54 @@ def _channels(module: nn.Module) -> int:
     return -1 if isinstance(module, nn.Linear) else 1
 
 
-def _block(
-    module: nn.Module,
-    parts: list[torch.Tensor],
-    rows: list[list[torch.Tensor]],
-    bias: torch.Tensor | None,
-) -> torch.Tensor:
-    """Output block i is ``sum_j rows[i][j]`` applied to ``parts[j]``, blocks stacked along the
-    channels: one layer call (and one in the backward pass) instead of one per term."""
+@dataclass(frozen=True)
+class _Blocks:
+    """A rule's output blocks: block i is ``sum_j rows[i][j]`` applied to part j, the blocks stacked
+    along the channels, with the tensors they need derived once per layer (:func:`_derived`)."""
+
+    rows: list[list[torch.Tensor]]
+    bias: torch.Tensor | None
+    weight: torch.Tensor | None  # the rows as one weight; None for grouped convolutions
+    cache: dict[str, Any] = field(default_factory=dict)  # the dense gradient matrix of ``weight``
+
+
+def _blocks(module: nn.Module, rows: list[list[torch.Tensor]], bias: torch.Tensor | None) -> _Blocks:
+    with torch.no_grad():
+        grouped = getattr(module, "groups", 1) != 1  # grouped convolutions do not stack
+        weight = (
+            None if grouped else torch.cat([torch.cat(row, 1) if len(row) > 1 else row[0] for row in rows])
+        )
+    return _Blocks(rows, bias, weight)
+
+
+_DERIVED: weakref.WeakKeyDictionary[nn.Module, dict[Hashable, _Blocks]] = weakref.WeakKeyDictionary()
+
+
+def _derived(module: nn.Module, key: Hashable, build: Callable[[], _Blocks]) -> _Blocks:
+    """The blocks a rule (``key``) derives from ``module``'s parameters, built on its first call
+    only. Derived anew on every call, they were new tensors each time, and a small convolution's
+    dense gradient matrix, kept per weight tensor, was probed again on every call: 40% of LRP
+    alpha-beta's time on the digits CNN (bench/suite.py, methods). A method's graph is never
+    trained, so its parameters do not change under the cache."""
+    held = _DERIVED.setdefault(module, {})
+    if key not in held:
+        held[key] = build()
+    return held[key]
+
+
+def _block(module: nn.Module, parts: list[torch.Tensor], blocks: _Blocks) -> torch.Tensor:
+    """The blocks applied to ``parts``: one layer call (and one in the backward pass) instead of
+    one per term, except for grouped convolutions."""
     axis = _channels(module)
-    if getattr(module, "groups", 1) != 1:  # grouped convolutions do not stack: one call per term
-        blocks = [sum(_affine(module, p, w, None) for p, w in zip(parts, row, strict=True)) for row in rows]
-        out = torch.cat(blocks, axis)  # type: ignore[arg-type]
+    if blocks.weight is None:
+        terms = [
+            sum(_affine(module, p, w, None) for p, w in zip(parts, row, strict=True)) for row in blocks.rows
+        ]
+        out = torch.cat(terms, axis)  # type: ignore[arg-type]
+        bias = blocks.bias
         return out if bias is None else out + bias.reshape(-1, *[1] * (out.ndim - 2))
     a = parts[0] if len(parts) == 1 else torch.cat(parts, axis)
-    weight = torch.cat([row[0] if len(row) == 1 else torch.cat(row, 1) for row in rows], 0)
-    return _affine(module, a, weight, bias)
+    return _affine(module, a, blocks.weight, blocks.bias, blocks.cache)
 
 
 def _rerouted(module: nn.Module, z: torch.Tensor, branch: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -140,27 +178,19 @@ class AlphaBeta(LayerRule):
     def modified(
         self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
     ) -> torch.Tensor:
-        weight, bias = _parameters(module)
-        with torch.no_grad():
-            w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
-            kept = None if self.zero_bias else bias
-            if kept is not None:  # b+ with the positive contributions, b- with the negative ones
-                kept = torch.cat([kept.clamp(min=0), kept.clamp(max=0)]) if self.beta else kept.clamp(min=0)
+        _, bias = _parameters(module)
         axis = _channels(module)
         # Inputs that happen to have no negative entry (images, masked with zeros) drop the a- terms:
         # they are exact zeros, so the result is the same for half the work.
         nonneg = nonneg or not bool((a < 0).any())
-        # Positive contributions W+ a+ + W- a- (+ b+), negative ones W- a+ + W+ a- (+ b-); a- = 0 after a ReLU.
         parts = [a] if nonneg else [a.clamp(min=0), a.clamp(max=0)]
-        rows = [[w_pos] if nonneg else [w_pos, w_neg]]
-        if self.beta:
-            rows.append([w_neg] if nonneg else [w_neg, w_pos])
-        branch = _block(module, parts, rows, kept)
+        stacked = _derived(module, (self, nonneg), lambda: self._blocks(module, nonneg))
+        branch = _block(module, parts, stacked)
         with torch.no_grad():  # alpha / s(positive sums), -beta / s(negative sums), times z
-            blocks = len(rows)
+            blocks = len(stacked.rows)
             at = axis % branch.ndim
             sums = branch.detach().reshape(*branch.shape[:at], blocks, -1, *branch.shape[at + 1 :])
-            if blocks == 2 and (kept is not None or bias is None):
+            if blocks == 2 and (stacked.bias is not None or bias is None):
                 # z = W a + b is the sum of the positive and negative sums: no second layer call.
                 z = sums.select(at, 0) + sums.select(at, 1)
             else:
@@ -176,6 +206,20 @@ class AlphaBeta(LayerRule):
                 scale.mul_(coefficients.reshape(block))
             scale = scale.flatten(at, at + 1)
         return _rerouted(module, z, branch, scale)
+
+    def _blocks(self, module: nn.Module, nonneg: bool) -> _Blocks:
+        """Positive contributions W+ a+ + W- a- (+ b+), negative ones W- a+ + W+ a- (+ b-); a- = 0
+        after a ReLU."""
+        weight, bias = _parameters(module)
+        with torch.no_grad():
+            w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
+            kept = None if self.zero_bias else bias
+            if kept is not None:  # b+ with the positive contributions, b- with the negative ones
+                kept = torch.cat([kept.clamp(min=0), kept.clamp(max=0)]) if self.beta else kept.clamp(min=0)
+        rows = [[w_pos] if nonneg else [w_pos, w_neg]]
+        if self.beta:
+            rows.append([w_neg] if nonneg else [w_neg, w_pos])
+        return _blocks(module, rows, kept)
 
     def zennit(self) -> Hook:
         if self.zero_bias and (self.alpha, self.beta) == (1.0, 0.0):
@@ -215,7 +259,12 @@ class ZBox(LayerRule):
         # The bounds' terms: a leaf at the input whose gradient is -(low W+ + high W-)^T c.
         leaf = torch.zeros_like(a, requires_grad=True)
         leaves.append(leaf)
-        branch = _block(module, [a, leaf], [[weight, -(self.low * w_pos + self.high * w_neg)]], None)
+        bounds = _derived(
+            module,
+            (self,),
+            lambda: _blocks(module, [[weight, -(self.low * w_pos + self.high * w_neg)]], None),
+        )
+        branch = _block(module, [a, leaf], bounds)
         return _rerouted(module, value, branch, scale)
 
     def zennit(self) -> Hook:

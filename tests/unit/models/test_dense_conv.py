@@ -92,3 +92,23 @@ def test_converted_graphs_take_the_dense_gradient_with_the_same_result(fmt: str)
         grads.append(grad)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
     assert convs[1]._dense_cache["matrix"] is not None  # the dense path ran (and keeps its matrix)
+
+
+@pytest.mark.parametrize("name", ["lrp_alpha_beta", "deep_taylor", "lrp_epsilon"])
+def test_rule_layers_probe_each_dense_matrix_once(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weights a rule derives (W+, W-, stacked) are built once per layer, so the dense matrix of
+    a derived weight is probed once, not on every call (the same relevance every time)."""
+    model = relu_cnn(4)
+    x = torch.randn(2 * MIN_ROWS, *CNN_SHAPE, generator=torch.Generator().manual_seed(3))
+    refs, classes = np.zeros_like(x.numpy()), np.arange(2 * MIN_ROWS) % 3
+    ctx = context(model, x[:1])
+    probes: list[int] = []
+    probe = dense_conv.dense_matrix
+    monkeypatch.setattr(dense_conv, "dense_matrix", lambda *a, **k: probes.append(1) or probe(*a, **k))
+    first = get_method(name).attribute(ctx, x.numpy(), refs, classes)
+    after_first = len(probes)
+    again = [get_method(name).attribute(ctx, x.numpy(), refs, classes) for _ in range(3)]
+    assert 0 < after_first <= 2 * sum(isinstance(m, nn.Conv2d) for m in model.modules())
+    assert len(probes) == after_first
+    for other in again:
+        np.testing.assert_array_equal(other, first)
