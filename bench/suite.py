@@ -260,7 +260,7 @@ def _sub_input_row(spec: str, shape: tuple[int, ...], samples: int, repeats: int
 
     from bench._common import paired_medians
     from workers.interactions import all_subset_bits
-    from workers.models.base import DEFAULT_BATCH_SIZE, MAX_ROWS_PER_CALL, ROWS_ELEMENT_BUDGET
+    from workers.models.base import rows_per_call
     from workers.players import parse_players
     from workers.sub_inputs import ExactSubInputs, masked_samples
 
@@ -270,7 +270,7 @@ def _sub_input_row(spec: str, shape: tuple[int, ...], samples: int, repeats: int
     players = parse_players(spec, shape)
     bits = all_subset_bits(players.n)
     # as workers.game cuts calls: whole samples together when they fit, else one sample's chunks
-    rows = max(DEFAULT_BATCH_SIZE, min(MAX_ROWS_PER_CALL, ROWS_ELEMENT_BUDGET // x[0].size))
+    rows = rows_per_call(x[0].size)
     step = len(bits) if samples * len(bits) <= rows else rows
 
     def copy() -> None:

@@ -143,16 +143,16 @@ def play(
     exact: ExactSubInputs | None = None
     exact_for: slice | None = None  # the samples ``exact`` holds: built once per group of samples
     for call_model, samples, chunk in _calls(model, len(inputs), len(evaluated), rows):
-        sub = bits[chunk]
         if exact_table and exact_for != samples:
             exact, exact_for = ExactSubInputs.build(n, players, inputs[samples], baselines[samples]), samples
         if exact is not None:
             sub_inputs = exact.rows(chunk.start, chunk.stop)
         else:
-            sub_inputs = masked_samples(sub, inputs[samples], baselines[samples], players)
+            sub_inputs = masked_samples(bits[chunk], inputs[samples], baselines[samples], players)
         out = call_model.predict(sub_inputs)
-        cls = np.repeat(np.asarray(classes)[samples], len(sub))
-        values[samples, chunk] = target.values(out, cls).reshape(-1, len(sub))
+        per_sample = chunk.stop - chunk.start
+        cls = np.repeat(np.asarray(classes)[samples], per_sample)
+        values[samples, chunk] = target.values(out, cls).reshape(-1, per_sample)
         done += len(cls)
         if progress:
             progress(done, total)

@@ -56,9 +56,8 @@ class _Halves:
 
 
 @lru_cache(maxsize=4)
-def _halves(n: int, labels: bytes) -> _Halves:
+def _halves(n: int, low: int, labels: bytes) -> _Halves:
     owner = np.frombuffer(labels, dtype=np.int64)
-    low = n // 2  # 2^low + 2^(n - low) rows: the fewest
     low_owned = owner < low
     low_keep = all_subset_bits(low)[:, np.where(low_owned, owner, 0)] & low_owned
     high_keep = all_subset_bits(n - low)[:, np.where(low_owned, 0, owner - low)] & ~low_owned
@@ -98,11 +97,12 @@ class ExactSubInputs:
         cls, n: int, players: Players, inputs: np.ndarray, baselines: np.ndarray
     ) -> ExactSubInputs | None:
         """The tables for these samples, or None where they would outgrow :data:`_TABLE_BYTES`."""
-        low = n // 2
+        low = n // 2  # 2^low + 2^(n - low) table rows: the fewest
         rows = 2**low + 2 ** (n - low)
         if len(inputs) * rows * players.labels.size * 4 > _TABLE_BYTES:
             return None
-        return cls(_halves(n, players.labels.astype(np.int64, copy=False).tobytes()), inputs, baselines)
+        labels = players.labels.astype(np.int64, copy=False).tobytes()
+        return cls(_halves(n, low, labels), inputs, baselines)
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         """Sub-inputs of subsets ``start`` .. ``stop - 1`` for every sample: (k * (stop - start), *shape)."""

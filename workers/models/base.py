@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:  # the catalogue and argument checks load no torch
     import torch
 
-__all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo", "owned_float32"]
+__all__ = ["DEFAULT_BATCH_SIZE", "ModelAdapter", "ModelInfo", "owned_float32", "rows_per_call"]
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +22,13 @@ DEFAULT_BATCH_SIZE = 256
 # many as fit this many input elements, at most MAX_ROWS_PER_CALL.
 ROWS_ELEMENT_BUDGET = 65536
 MAX_ROWS_PER_CALL = 4096
+
+
+def rows_per_call(sample_elements: int, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
+    """Rows per forward call for samples of ``sample_elements`` elements: ``batch_size``, more for
+    small inputs."""
+    by_budget = min(MAX_ROWS_PER_CALL, ROWS_ELEMENT_BUDGET // max(1, sample_elements))
+    return max(1, batch_size, by_budget)
 
 
 def owned_float32(array: np.ndarray) -> np.ndarray:
@@ -65,10 +72,8 @@ class ModelAdapter(ABC):
         """
 
     def rows_per_call(self, sample_elements: int) -> int:
-        """Rows per forward call for samples of ``sample_elements`` elements: ``batch_size``, more for
-        small inputs."""
-        by_budget = min(MAX_ROWS_PER_CALL, ROWS_ELEMENT_BUDGET // max(1, sample_elements))
-        return max(1, self.batch_size, by_budget)
+        """Rows per forward call for samples of ``sample_elements`` elements (:func:`rows_per_call`)."""
+        return rows_per_call(sample_elements, self.batch_size)
 
     @property
     def execution_providers(self) -> list[str]:
