@@ -19,8 +19,8 @@ numpy's own BLAS (OpenBLAS in its wheels, and scipy's copy) gets one thread what
 (``OPENBLAS_NUM_THREADS`` overrides): xaudit's numpy products are small (Moebius blocks, Shapley
 shares, per-player sums), and OpenBLAS starts a thread per core whose idle threads spin, with no
 passive mode. Left at its default, a one-thread digits audit took 3.7 s of CPU in 2.0 s of wall
-time; with one BLAS thread, 1.9 s in 1.9 s (and at two threads 2.8 s instead of 5.1 s of CPU, no
-slower: bench/suite.py, threads).
+time; with one BLAS thread, 1.8 s in 1.8 s (bench/suite.py, threads). At two threads, the same
+audit child alternated with and without the limit took 2.8 s instead of 5.1 s of CPU, no slower.
 
 The policy is applied once per process (:func:`apply`) before the first model is loaded; the report's
 environment section records it (:meth:`ThreadPolicy.as_dict`).
