@@ -63,6 +63,73 @@ def _conv_transpose(module: nn.Module, weight: torch.Tensor) -> Transpose | None
     return transpose
 
 
+# Float64 convolutions have no oneDNN kernel. torch's fallback multiplies one sample at a time, a
+# matrix product with as many columns as output positions: on small maps (ResNet's last stages,
+# 2x2 and 4x4 at 64x64 inputs) a few columns. Up to this many positions per sample, one product over
+# the whole batch (unfold on the way in, fold on the way back) ran 2-9x faster here (512 channels at
+# 2x2: 21 instead of 103 ms forward, 26 instead of 224 ms back, 32 rows); at 8x8 it ran 1.7x slower.
+_FEW_POSITIONS = 16
+
+
+def _batched_products(module: nn.Module, weight: torch.Tensor) -> tuple[LinearMap, Transpose] | None:
+    """``x -> W x`` and ``(g, like) -> W^T g`` of a float64 Conv2d (zero padding, one group) as one
+    matrix product over every row where a sample's output has few positions; the kernel elsewhere.
+    None for other layers and dtypes."""
+    if (
+        weight.dtype != torch.float64
+        or not isinstance(module, nn.Conv2d)
+        or module.groups != 1
+        or module.padding_mode != "zeros"
+        or isinstance(module.padding, str)
+    ):
+        return None
+    geometry = {
+        "kernel_size": module.kernel_size,
+        "dilation": module.dilation,
+        "padding": module.padding,
+        "stride": module.stride,
+    }
+    by_output = weight.reshape(len(weight), -1)  # (C_out, C_in * k * k)
+    by_input = by_output.t().contiguous()
+    kernel = _conv_transpose(module, weight)
+    assert kernel is not None
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        k = len(x)
+        out_shape = _output_shape(module, x.shape[2:])
+        positions = out_shape[0] * out_shape[1]
+        if positions > _FEW_POSITIONS:
+            return F.conv2d(x, weight, None, module.stride, module.padding, module.dilation)
+        columns = F.unfold(x, **geometry)  # (k, C_in * k * k, positions)
+        flat = columns.transpose(0, 1).reshape(columns.shape[1], k * positions)
+        out = (by_output @ flat).reshape(len(weight), k, positions).transpose(0, 1)
+        return out.reshape(k, len(weight), *out_shape)
+
+    def transpose(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        k, channels = grad.shape[:2]
+        positions = grad[0, 0].numel()
+        if positions > _FEW_POSITIONS:
+            return kernel(grad, like)
+        flat = grad.reshape(k, channels, positions).transpose(0, 1).reshape(channels, k * positions)
+        columns = (by_input @ flat).reshape(-1, k, positions).transpose(0, 1)
+        return F.fold(columns, like.shape[2:], **geometry)
+
+    return forward, transpose
+
+
+def _output_shape(module: nn.Conv2d, size: torch.Size) -> tuple[int, int]:
+    """The output map of ``module`` on an input map of ``size`` (torch's formula)."""
+    padding = module.padding
+    assert not isinstance(padding, str)
+    dims = [
+        (n + 2 * p - d * (k - 1) - 1) // s + 1
+        for n, p, d, k, s in zip(
+            size, padding, module.dilation, module.kernel_size, module.stride, strict=True
+        )
+    ]
+    return dims[0], dims[1]
+
+
 def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
     """Maps of a Linear or Conv1d/2d/3d module with its weights in ``dtype``; any other module is taken
     to be an average pooling (linear, W >= 0, dtype-agnostic) and used as it is."""
@@ -89,7 +156,7 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
     def absolute(x: torch.Tensor) -> torch.Tensor:
         return conv(x, magnitude, None)
 
-    return AffineMaps(
+    plain = AffineMaps(
         lambda x: conv(x, weight, bias),
         linear,
         absolute,
@@ -97,6 +164,16 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
         _conv_transpose(module, magnitude) or _autograd_transpose(absolute),
         weight[0].numel(),
         module.in_channels // module.groups < _FEW_CHANNELS,
+    )
+    batched, batched_magnitude = _batched_products(module, weight), _batched_products(module, magnitude)
+    if batched is None or batched_magnitude is None:
+        return plain
+    return replace(
+        plain,
+        linear=batched[0],
+        magnitude=batched_magnitude[0],
+        linear_t=batched[1],
+        magnitude_t=batched_magnitude[1],
     )
 
 

@@ -48,3 +48,42 @@ def test_which_maps_a_layer_gets(name: str, transposes: bool, forward: bool) -> 
     fast = dense_maps(plain, torch.randn(2, *shape))
     assert (fast.linear_t is not plain.linear_t) == (fast.magnitude_t is not plain.magnitude_t) == transposes
     assert (fast.linear is not plain.linear) == (fast.magnitude is not plain.magnitude) == forward
+
+
+FLOAT64_CONVS = {
+    # (module, sample shape, whether a sample's output has few enough positions for one batched
+    # product): ResNet's last stages in small, a strided and a dilated one, a 1x1 downsample, and a
+    # map large enough for the kernel.
+    "last_stage": (nn.Conv2d(16, 16, 3, padding=1), (16, 2, 2), True),
+    "strided": (nn.Conv2d(8, 16, 3, stride=2, padding=1), (8, 8, 8), True),
+    "dilated": (nn.Conv2d(4, 6, 3, stride=2, padding=2, dilation=2), (4, 6, 6), True),
+    "downsample": (nn.Conv2d(8, 16, 1, stride=2, bias=False), (8, 4, 4), True),
+    "large": (nn.Conv2d(2, 4, 3, padding=1), (2, 16, 16), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_CONVS))
+def test_float64_maps_are_the_convolution_and_its_input_gradient(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Float64 plans (RevealCancel's redo, and whole graphs with sums) multiply small maps as one
+    product over the batch; the values are the kernel's to float64 rounding."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    module, shape, batched = FLOAT64_CONVS[name]
+    unfolds = []
+    unfold = F.unfold
+    monkeypatch.setattr(F, "unfold", lambda *a, **k: unfolds.append(1) or unfold(*a, **k))
+    x = torch.randn(7, *shape, dtype=torch.float64)
+    maps = affine_maps(module, torch.float64)
+    weights = (module.weight.detach().double(), module.weight.detach().double().abs())
+    for forward, weight in zip((maps.linear, maps.magnitude), weights, strict=True):
+        want = module._conv_forward(x, weight, None)
+        torch.testing.assert_close(forward(x), want, rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(maps.linear(x))
+    for transpose, weight in zip((maps.linear_t, maps.magnitude_t), weights, strict=True):
+        u = x.clone().requires_grad_(True)
+        (want,) = torch.autograd.grad(module._conv_forward(u, weight, None), u, g)
+        torch.testing.assert_close(transpose(g, x), want, rtol=1e-12, atol=1e-12)
+    assert bool(unfolds) == batched
