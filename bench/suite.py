@@ -305,7 +305,27 @@ def _plain_torch(data: bytes, device: Any) -> Any:
     return graph
 
 
-def section_methods(repeats: int, device: str = "cpu") -> None:
+def _resnet18() -> tuple[bytes, Any, Any]:
+    """torchvision's resnet18 (random weights, 10 classes) at 64x64 from the legacy exporter's
+    defaults (opset 17): a model xaudit did not design, with residual sums, batch norms and a max-pool."""
+    import numpy as np
+    import torch
+    import torchvision
+
+    from tests.models import to_onnx
+
+    torch.manual_seed(0)
+    net = torchvision.models.resnet18(num_classes=10).eval()
+    rng = np.random.default_rng(0)
+    inputs, background = (rng.random((2, 3, 64, 64), dtype=np.float32) for _ in range(2))
+    return to_onnx(net, torch.from_numpy(inputs[:1])), inputs, background
+
+
+def _method_rows(
+    data: bytes, x: Any, background: Any, grid: str, names: list[str], repeats: int, device: str
+) -> None:
+    """One table row per method in ``names``: its audit call on every sub-input of ``grid`` against
+    the floor (one plain forward+backward of the same rows, times the method's passes per row)."""
     import numpy as np
     import torch
 
@@ -315,20 +335,16 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     from workers.methods import get_method
     from workers.models import load_model
     from workers.players import parse_players, subset_bits
+    from workers.sub_inputs import masked_samples
     from workers.targets import parse_target
     from xaudit.contract.errors import NotApplicable
 
-    data, inputs, background = _digits()
     model = load_model(data, "onnx", device)
-    x = inputs
-    players = parse_players("grid:2x4", x.shape[1:])
+    players = parse_players(grid, x.shape[1:])
     target = parse_target("predicted")
     classes = target.resolve_classes(model.predict(x))
     base = np.zeros_like(x)
     subsets = subsets_up_to(players.n, players.n)
-    rows = len(x) * len(subsets)
-    from workers.sub_inputs import masked_samples
-
     masked = masked_samples(subset_bits(subsets, players.n), x, base, players)
     graph = _plain_torch(data, model.device)
     points = torch.from_numpy(masked).to(model.device)
@@ -341,21 +357,10 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
         if model.device.type == "cuda":
             torch.cuda.synchronize()
 
-    print(f"## Gradient and rule methods in the audit vs raw forward+backward ({device})")
-    print()
-    print(
-        f"Digits CNN, 8 players, {len(x)} samples x {len(subsets)} sub-inputs = {rows:,} rows, one constituent"
-    )
-    print(
-        "(reference: zeros; distribution methods: one background sample). Floor: one forward+backward of the"
-    )
-    print("torch graph converted from the same ONNX model, with torch's own kernels (not xaudit's dense")
-    print("input gradients for small convolutions, workers/models/dense_conv.py), over the same rows in one")
-    print("batch, times the method's nominal passes per row.")
-    print()
     print("| method | passes/row | method s | floor s | method / floor throughput |")
     print("|---|---:|---:|---:|---:|")
-    for name, passes in GRADIENT_METHODS.items():
+    for name in names:
+        passes = GRADIENT_METHODS[name]
         method = get_method(name)
         # Bound as in a job with this background (Expected Gradients' steps follow from its size).
         params = method.bind(method.params_from({}), x, (base, background))
@@ -377,6 +382,29 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
             f"| {name} | {n_passes} | {t_method:.3f} | {t_floor:.3f} | {t_floor / t_method:.0%} |", flush=True
         )
     print()
+
+
+def section_methods(repeats: int, device: str = "cpu") -> None:
+    print(f"## Gradient and rule methods in the audit vs raw forward+backward ({device})")
+    print()
+    print("Digits CNN, 8 players, 4 samples x 256 sub-inputs = 1,024 rows, one constituent")
+    print(
+        "(reference: zeros; distribution methods: one background sample). Floor: one forward+backward of the"
+    )
+    print("torch graph converted from the same ONNX model, with torch's own kernels (not xaudit's dense")
+    print("input gradients for small convolutions, workers/models/dense_conv.py), over the same rows in one")
+    print("batch, times the method's nominal passes per row.")
+    print()
+    data, inputs, background = _digits()
+    _method_rows(data, inputs, background, "grid:2x4", list(GRADIENT_METHODS), repeats, device)
+    print("torchvision resnet18 (random weights) at 64x64 from the legacy ONNX exporter, 2x2 grid players,")
+    print("2 samples x 16 sub-inputs = 32 rows, the same floor; the one-pass methods (Integrated and")
+    print("Expected Gradients repeat Gradient x Input's pass). RevealCancel runs in float64 on graphs")
+    print("with residual sums (docs/science.md 5.8), where torch has no fast convolution kernel.")
+    print()
+    data, inputs, background = _resnet18()
+    one_pass = [name for name, passes in GRADIENT_METHODS.items() if passes == 1]
+    _method_rows(data, inputs, background, "grid:2x2", one_pass, repeats, device)
 
 
 # --- audit -----------------------------------------------------------------------------------------
