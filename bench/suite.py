@@ -13,7 +13,8 @@ same threads. Sections:
 - game: the masking game (mask + infer + Moebius) vs raw onnxruntime on the same masked rows, same
   session options;
 - methods: each gradient and rule method on the audit's sub-inputs vs a raw forward+backward of
-  the same torch graph over the same rows (times the method's nominal passes: IG/EG steps);
+  the same torch graph over the same rows (times the method's nominal passes: IG/EG steps), on the
+  digits CNN, then the one-pass methods on torchvision's resnet18 at 64x64;
 - audit: the 14-method digits audit, wall time and peak memory, in a fresh process per size;
 - threads: the 8-player audit with all CPUs' threads sleeping or spinning when idle, and with one
   thread, on the machine as it is and beside one busy process;
