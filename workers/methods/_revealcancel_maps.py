@@ -71,35 +71,28 @@ def _conv_transpose(module: nn.Module, weight: torch.Tensor) -> Transpose | None
 _FEW_POSITIONS = 16
 
 
-def _batched_products(module: nn.Module, weight: torch.Tensor) -> tuple[LinearMap, Transpose] | None:
-    """``x -> W x`` and ``(g, like) -> W^T g`` of a float64 Conv2d (zero padding, one group) as one
-    matrix product over every row where a sample's output has few positions; the kernel elsewhere.
-    None for other layers and dtypes."""
-    if (
-        weight.dtype != torch.float64
-        or not isinstance(module, nn.Conv2d)
-        or module.groups != 1
-        or module.padding_mode != "zeros"
-        or isinstance(module.padding, str)
-    ):
-        return None
+def _batched(
+    module: nn.Conv2d, weight: torch.Tensor, kernel: LinearMap, kernel_t: Transpose
+) -> tuple[LinearMap, Transpose]:
+    """``kernel`` (x -> W x) and ``kernel_t`` ((g, like) -> W^T g) of a Conv2d (zero padding, one
+    group), as one matrix product over every row where a sample's output has few positions."""
+    padding = module.padding
+    assert not isinstance(padding, str)  # affine_maps admits numeric padding only
     geometry = {
         "kernel_size": module.kernel_size,
         "dilation": module.dilation,
-        "padding": module.padding,
+        "padding": padding,
         "stride": module.stride,
     }
     by_output = weight.reshape(len(weight), -1)  # (C_out, C_in * k * k)
     by_input = by_output.t().contiguous()
-    kernel = _conv_transpose(module, weight)
-    assert kernel is not None
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         k = len(x)
-        out_shape = _output_shape(module, x.shape[2:])
+        out_shape = _output_shape(x.shape[2:], **geometry)
         positions = out_shape[0] * out_shape[1]
         if positions > _FEW_POSITIONS:
-            return F.conv2d(x, weight, None, module.stride, module.padding, module.dilation)
+            return kernel(x)
         columns = F.unfold(x, **geometry)  # (k, C_in * k * k, positions)
         flat = columns.transpose(0, 1).reshape(columns.shape[1], k * positions)
         out = (by_output @ flat).reshape(len(weight), k, positions).transpose(0, 1)
@@ -109,7 +102,7 @@ def _batched_products(module: nn.Module, weight: torch.Tensor) -> tuple[LinearMa
         k, channels = grad.shape[:2]
         positions = grad[0, 0].numel()
         if positions > _FEW_POSITIONS:
-            return kernel(grad, like)
+            return kernel_t(grad, like)
         flat = grad.reshape(k, channels, positions).transpose(0, 1).reshape(channels, k * positions)
         columns = (by_input @ flat).reshape(-1, k, positions).transpose(0, 1)
         return F.fold(columns, like.shape[2:], **geometry)
@@ -117,17 +110,19 @@ def _batched_products(module: nn.Module, weight: torch.Tensor) -> tuple[LinearMa
     return forward, transpose
 
 
-def _output_shape(module: nn.Conv2d, size: torch.Size) -> tuple[int, int]:
-    """The output map of ``module`` on an input map of ``size`` (torch's formula)."""
-    padding = module.padding
-    assert not isinstance(padding, str)
-    dims = [
+def _output_shape(
+    size: torch.Size,
+    kernel_size: tuple[int, ...],
+    dilation: tuple[int, ...],
+    padding: tuple[int, ...],
+    stride: tuple[int, ...],
+) -> tuple[int, int]:
+    """A 2-d convolution's output map on an input map of ``size`` (torch's formula)."""
+    rows, cols = (
         (n + 2 * p - d * (k - 1) - 1) // s + 1
-        for n, p, d, k, s in zip(
-            size, padding, module.dilation, module.kernel_size, module.stride, strict=True
-        )
-    ]
-    return dims[0], dims[1]
+        for n, p, d, k, s in zip(size, padding, dilation, kernel_size, stride, strict=True)
+    )
+    return rows, cols
 
 
 def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
@@ -165,16 +160,18 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
         weight[0].numel(),
         module.in_channels // module.groups < _FEW_CHANNELS,
     )
-    batched, batched_magnitude = _batched_products(module, weight), _batched_products(module, magnitude)
-    if batched is None or batched_magnitude is None:
+    # Float64 only (_FEW_POSITIONS): float32 has oneDNN's kernels, and dense_maps for small layers.
+    if not (
+        dtype == torch.float64
+        and isinstance(module, nn.Conv2d)
+        and module.groups == 1
+        and module.padding_mode == "zeros"
+        and not isinstance(module.padding, str)
+    ):
         return plain
-    return replace(
-        plain,
-        linear=batched[0],
-        magnitude=batched_magnitude[0],
-        linear_t=batched[1],
-        magnitude_t=batched_magnitude[1],
-    )
+    linear_b, linear_t = _batched(module, weight, plain.linear, plain.linear_t)
+    magnitude_b, magnitude_t = _batched(module, magnitude, plain.magnitude, plain.magnitude_t)
+    return replace(plain, linear=linear_b, magnitude=magnitude_b, linear_t=linear_t, magnitude_t=magnitude_t)
 
 
 def dense_maps(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:
