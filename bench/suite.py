@@ -307,19 +307,18 @@ def _plain_torch(data: bytes, device: Any) -> Any:
 
 
 def _resnet18() -> tuple[bytes, Any, Any]:
-    """torchvision's resnet18 (random weights, 10 classes) at 64x64 from the legacy exporter's
-    defaults (opset 17): a model xaudit did not design, with residual sums, batch norms and a max-pool."""
+    """torchvision's resnet18 as the zoo tests build it (random weights, 10 classes, batch norms
+    calibrated: tests/models/zoo/builders.py), at 64x64 from the legacy exporter (opset 17): a model
+    xaudit did not design, with residual sums, batch norms and a max-pool."""
     import numpy as np
     import torch
-    import torchvision
 
     from tests.models import to_onnx
+    from tests.models.zoo.builders import image_model
 
-    torch.manual_seed(0)
-    net = torchvision.models.resnet18(num_classes=10).eval()
     rng = np.random.default_rng(0)
     inputs, background = (rng.random((2, 3, 64, 64), dtype=np.float32) for _ in range(2))
-    return to_onnx(net, torch.from_numpy(inputs[:1])), inputs, background
+    return to_onnx(image_model("resnet18"), torch.from_numpy(inputs[:1])), inputs, background
 
 
 def _method_rows(
@@ -398,10 +397,11 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     print()
     data, inputs, background = _digits()
     _method_rows(data, inputs, background, "grid:2x4", list(GRADIENT_METHODS), repeats, device)
-    print("torchvision resnet18 (random weights) at 64x64 from the legacy ONNX exporter, 2x2 grid players,")
-    print("2 samples x 16 sub-inputs = 32 rows, the same floor; the one-pass methods (Integrated and")
-    print("Expected Gradients repeat Gradient x Input's pass). RevealCancel runs in float64 on graphs")
-    print("with residual sums (docs/science.md 5.8), where torch has no fast convolution kernel.")
+    print("torchvision resnet18 (random weights, batch norms calibrated as in the zoo tests) at 64x64 from")
+    print("the legacy ONNX exporter, 2x2 grid players, 2 samples x 16 sub-inputs = 32 rows, the same floor;")
+    print("the one-pass methods (Integrated and Expected Gradients repeat Gradient x Input's pass).")
+    print("RevealCancel runs in float64 on graphs with residual sums (docs/science.md 5.8), where torch has")
+    print("no fast convolution kernel.")
     print()
     data, inputs, background = _resnet18()
     one_pass = [name for name, passes in GRADIENT_METHODS.items() if passes == 1]
