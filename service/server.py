@@ -129,6 +129,9 @@ def create_server(
     options = [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
+        # grpc sets SO_REUSEPORT by default: a second server on a port in use would bind silently and
+        # take a share of the first one's connections (its clients' jobs answered by another store).
+        ("grpc.so_reuseport", 0),
     ]
     limits = CapacityLimits(
         config.grpc_threads,
@@ -150,7 +153,10 @@ def create_server(
         ],
         options=options,
     )
-    port = bind_port(server, config, authenticator)
+    try:
+        port = bind_port(server, config, authenticator)
+    except RuntimeError:  # grpc >= 1.50 raises where older versions returned port 0
+        port = 0
     if port == 0:
         store.close()
         raise Unavailable(f"cannot listen on {config.listen} (address in use or not valid)")
