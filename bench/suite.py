@@ -400,8 +400,10 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     print("torchvision resnet18 (random weights, batch norms calibrated as in the zoo tests) at 64x64 from")
     print("the legacy ONNX exporter, 2x2 grid players, 2 samples x 16 sub-inputs = 32 rows, the same floor;")
     print("the one-pass methods (Integrated and Expected Gradients repeat Gradient x Input's pass).")
-    print("RevealCancel runs in float64 on graphs with residual sums (docs/science.md 5.8), where torch has")
-    print("no fast convolution kernel.")
+    print(
+        "On graphs with residual sums RevealCancel takes W da in float64 (docs/science.md 5.8), where torch"
+    )
+    print("has no fast convolution kernel.")
     print()
     data, inputs, background = _resnet18()
     one_pass = [name for name, passes in GRADIENT_METHODS.items() if passes == 1]

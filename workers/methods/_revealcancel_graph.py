@@ -21,8 +21,9 @@ pass walks the nodes in reverse and applies one rule per node kind (see
 - move (Transpose, Slice, Split and its parts: ShuffleNet's channel shuffle and split): data
   movement moves differences, splits and multipliers alike; the multipliers go back by the move's
   adjoint (its gradient: each value's multiplier to where the value came from, none to what a
-  slice dropped). Graphs with merges or moves run in float64 throughout: the float32 rounding
-  checks below are written for chains;
+  slice dropped). Graphs with merges or moves run as a float64 plan throughout (differences in
+  float64, the rest multiplied in float32: :func:`affine_maps`): the float32 rounding checks
+  below are written for chains;
 - scale (an eval-mode batch norm, s x + b): differences, parts and multipliers scaled by s, the
   parts and multipliers swapped where s < 0 (DeepLIFT's reference implementation; the same as
   folding s into the layers before it);

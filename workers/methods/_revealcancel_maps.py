@@ -1,5 +1,6 @@
 """Each affine layer of a RevealCancel plan as the maps its rules need: W, |W| and their transposes,
-at one dtype, with a small convolution's maps as dense products where that is cheaper."""
+at the plan's dtype (float64 plans: W da only, :func:`affine_maps`), with a small convolution's maps
+as dense products where that is cheaper."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class AffineMaps:
     """An affine layer at one dtype: ``full`` with bias, ``linear`` (W) and ``magnitude`` (|W|) without,
     and their transposes (vector-Jacobian products). Average pooling (W >= 0) is used as it is:
     its |W| is W and its transposes come from autograd. ``fan_in``: terms per output (0: unknown);
-    ``dense_forward``: W and |W| too are cheaper as dense products (few input channels)."""
+    ``dense_forward``: W and |W| too are cheaper as dense products (few input channels);
+    ``rounded_magnitude``: |W| |da| is rounded more coarsely than W da (float64 plans: affine_maps)."""
 
     full: LinearMap
     linear: LinearMap
@@ -38,11 +40,12 @@ class AffineMaps:
     magnitude_t: Transpose
     fan_in: int = 0
     dense_forward: bool = False
+    rounded_magnitude: bool = False
 
 
 def _autograd_transpose(fn: LinearMap) -> Transpose:
     def transpose(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        u = torch.zeros_like(like, requires_grad=True)
+        u = torch.zeros_like(like, dtype=grad.dtype, requires_grad=True)  # like: the shape only
         with torch.enable_grad():
             (out,) = torch.autograd.grad(fn(u), u, grad)
         return out
@@ -66,16 +69,14 @@ def _conv_transpose(module: nn.Module, weight: torch.Tensor) -> Transpose | None
 # Float64 convolutions have no oneDNN kernel. torch's fallback multiplies one sample at a time, a
 # matrix product with as many columns as output positions: on small maps (ResNet's last stages,
 # 2x2 and 4x4 at 64x64 inputs) a few columns. Up to this many positions per sample, one product over
-# the whole batch (unfold on the way in, fold on the way back) ran 2-9x faster here (512 channels at
-# 2x2: 21 instead of 103 ms forward, 26 instead of 224 ms back, 32 rows); at 8x8 it ran 1.7x slower.
+# the whole batch (unfold on the way in) ran 2-5x faster here (512 channels at 2x2: 21 instead of
+# 103 ms, 32 rows); at 8x8 it ran 1.7x slower.
 _FEW_POSITIONS = 16
 
 
-def _batched(
-    module: nn.Conv2d, weight: torch.Tensor, kernel: LinearMap, kernel_t: Transpose
-) -> tuple[LinearMap, Transpose]:
-    """``kernel`` (x -> W x) and ``kernel_t`` ((g, like) -> W^T g) of a Conv2d (zero padding, one
-    group), as one matrix product over every row where a sample's output has few positions."""
+def _batched(module: nn.Conv2d, weight: torch.Tensor, kernel: LinearMap) -> LinearMap:
+    """``kernel`` (x -> W x) of a Conv2d (zero padding, one group), as one matrix product over every
+    row where a sample's output has few positions."""
     padding = module.padding
     assert not isinstance(padding, str)  # affine_maps admits numeric padding only
     geometry = {
@@ -85,7 +86,6 @@ def _batched(
         "stride": module.stride,
     }
     by_output = weight.reshape(len(weight), -1)  # (C_out, C_in * k * k)
-    by_input = by_output.t().contiguous()
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         k = len(x)
@@ -98,16 +98,7 @@ def _batched(
         out = (by_output @ flat).reshape(len(weight), k, positions).transpose(0, 1)
         return out.reshape(k, len(weight), *out_shape)
 
-    def transpose(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        k, channels = grad.shape[:2]
-        positions = grad[0, 0].numel()
-        if positions > _FEW_POSITIONS:
-            return kernel_t(grad, like)
-        flat = grad.reshape(k, channels, positions).transpose(0, 1).reshape(channels, k * positions)
-        columns = (by_input @ flat).reshape(-1, k, positions).transpose(0, 1)
-        return F.fold(columns, like.shape[2:], **geometry)
-
-    return forward, transpose
+    return forward
 
 
 def _output_shape(
@@ -127,10 +118,41 @@ def _output_shape(
 
 def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
     """Maps of a Linear or Conv1d/2d/3d module with its weights in ``dtype``; any other module is taken
-    to be an average pooling (linear, W >= 0, dtype-agnostic) and used as it is."""
+    to be an average pooling (linear, W >= 0, dtype-agnostic) and used as it is.
+
+    In float64 only W da (and the layer with its bias) is computed in float64: its sign, and through
+    it the sign of every difference, routes multipliers back (docs/science.md 5.8). |W| |da| and both
+    transposes take float64 tensors and return float64 ones but multiply in float32, where torch has
+    fast kernels: |W| |da| is a sum of non-negative terms, so its rounding stays within a relative
+    2**-24 per term, and the transposes are linear in the multipliers; no sign depends on either."""
     if not isinstance(module, (nn.Linear, *_CONV)):
         transpose = _autograd_transpose(module)
         return AffineMaps(module, module, module, transpose, transpose, 0)
+    plain = _maps_at(module, dtype)
+    if dtype != torch.float64:
+        return plain
+    single = _maps_at(module, torch.float32)
+    linear = plain.linear
+    # Float64 convolutions: small maps as one product over the batch (_FEW_POSITIONS).
+    if (
+        isinstance(module, nn.Conv2d)
+        and module.groups == 1
+        and module.padding_mode == "zeros"
+        and not isinstance(module.padding, str)
+    ):
+        linear = _batched(module, module.weight.detach().to(dtype), linear)
+    return replace(
+        plain,
+        linear=linear,
+        magnitude=_in_float32(single.magnitude),
+        linear_t=_in_float32_t(single.linear_t),
+        magnitude_t=_in_float32_t(single.magnitude_t),
+        rounded_magnitude=True,
+    )
+
+
+def _maps_at(module: nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d, dtype: torch.dtype) -> AffineMaps:
+    """Every map of ``module`` in ``dtype``."""
     weight = module.weight.detach().to(dtype)
     bias = None if module.bias is None else module.bias.detach().to(dtype)
     magnitude = weight.abs()
@@ -151,7 +173,7 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
     def absolute(x: torch.Tensor) -> torch.Tensor:
         return conv(x, magnitude, None)
 
-    plain = AffineMaps(
+    return AffineMaps(
         lambda x: conv(x, weight, bias),
         linear,
         absolute,
@@ -160,18 +182,20 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
         weight[0].numel(),
         module.in_channels // module.groups < _FEW_CHANNELS,
     )
-    # Float64 only (_FEW_POSITIONS): float32 has oneDNN's kernels, and dense_maps for small layers.
-    if not (
-        dtype == torch.float64
-        and isinstance(module, nn.Conv2d)
-        and module.groups == 1
-        and module.padding_mode == "zeros"
-        and not isinstance(module.padding, str)
-    ):
-        return plain
-    linear_b, linear_t = _batched(module, weight, plain.linear, plain.linear_t)
-    magnitude_b, magnitude_t = _batched(module, magnitude, plain.magnitude, plain.magnitude_t)
-    return replace(plain, linear=linear_b, magnitude=magnitude_b, linear_t=linear_t, magnitude_t=magnitude_t)
+
+
+def _in_float32(fn: LinearMap) -> LinearMap:
+    def single(x: torch.Tensor) -> torch.Tensor:
+        return fn(x.float()).to(x.dtype)
+
+    return single
+
+
+def _in_float32_t(fn: Transpose) -> Transpose:
+    def single(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return fn(g.float(), like).to(g.dtype)  # ``like`` gives only the shape
+
+    return single
 
 
 def dense_maps(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:

@@ -80,10 +80,13 @@ def affine_split(maps: AffineMaps, delta_in: torch.Tensor) -> Split:
     """The output difference W da and its split dz+ = W+ da+ + W- da-, dz- = W+ da- + W- da+ (the bias
     has no difference).
 
-    Two passes instead of four: dz+ + dz- = W da and dz+ - dz- = |W| |da|. Both passes sum the same
-    terms in the same order, so a part with no terms (all w*da of one sign) comes out exactly zero.
+    Two passes instead of four: dz+ + dz- = W da and dz+ - dz- = |W| |da|. Where both passes sum the
+    same terms in the same order and dtype, a part with no terms (all w*da of one sign) comes out
+    exactly zero; where |W| |da| is rounded in float32 (float64 plans), within that rounding of zero.
     """
     total, spread = maps.linear(delta_in), maps.magnitude(delta_in.abs())
+    if maps.rounded_magnitude:  # |W| |da| >= |W da|, which rounding alone may break: parts keep their signs
+        spread = torch.maximum(spread, total.abs(), out=spread)
     pos = torch.lerp(total, spread, 0.5)
     return Split(pos, total - pos, total, spread)
 

@@ -6,7 +6,8 @@ The rules live in :mod:`workers.methods._revealcancel_rules`, the graph walk in
 reference row (the audit's sub-inputs of one sample share one), the difference and multiplier
 passes in float32 (why that is enough: the rules' docstrings); the few rows where float32 cannot
 tell a ReLU's difference from zero, whose sign routes the multipliers, are redone in float64. A
-graph with sums or concatenations (residual connections) runs in float64 throughout.
+graph with sums or concatenations (residual connections) runs as a float64 plan throughout, which
+takes every difference in float64 and multiplies the rest in float32 (docs/science.md 5.8).
 Attributions are (x - x0) times the input multipliers.
 """
 

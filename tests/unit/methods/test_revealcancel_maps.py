@@ -63,11 +63,13 @@ FLOAT64_CONVS = {
 
 
 @pytest.mark.parametrize("name", sorted(FLOAT64_CONVS))
-def test_float64_maps_are_the_convolution_and_its_input_gradient(
+def test_float64_maps_compute_w_da_in_float64_and_the_rest_in_float32(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Float64 plans (RevealCancel's redo, and whole graphs with sums) multiply small maps as one
-    product over the batch; the values are the kernel's to float64 rounding."""
+    """Float64 plans (RevealCancel's redo, and whole graphs with sums) need W da in float64: its sign
+    routes the multipliers. Small maps multiply it as one product over the batch, to float64
+    rounding of the kernel's values. |W| |da| and the transposes take and give float64 tensors but
+    are the float32 kernels' values (docs/science.md 5.8)."""
     import torch.nn.functional as F
 
     torch.manual_seed(0)
@@ -77,13 +79,18 @@ def test_float64_maps_are_the_convolution_and_its_input_gradient(
     monkeypatch.setattr(F, "unfold", lambda *a, **k: unfolds.append(1) or unfold(*a, **k))
     x = torch.randn(7, *shape, dtype=torch.float64)
     maps = affine_maps(module, torch.float64)
-    weights = (module.weight.detach().double(), module.weight.detach().double().abs())
-    for forward, weight in zip((maps.linear, maps.magnitude), weights, strict=True):
-        want = module._conv_forward(x, weight, None)
-        torch.testing.assert_close(forward(x), want, rtol=1e-12, atol=1e-12)
-    g = torch.randn_like(maps.linear(x))
-    for transpose, weight in zip((maps.linear_t, maps.magnitude_t), weights, strict=True):
-        u = x.clone().requires_grad_(True)
-        (want,) = torch.autograd.grad(module._conv_forward(u, weight, None), u, g)
-        torch.testing.assert_close(transpose(g, x), want, rtol=1e-12, atol=1e-12)
+    assert maps.rounded_magnitude
+    weight = module.weight.detach().double()
+    torch.testing.assert_close(maps.linear(x), module._conv_forward(x, weight, None), rtol=1e-12, atol=1e-12)
     assert bool(unfolds) == batched
+    single = (x.float(), weight.float().abs())
+    got = maps.magnitude(x)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got.float(), module._conv_forward(*single, None), rtol=0, atol=0)
+    g = torch.randn_like(maps.linear(x))
+    for transpose, w in zip((maps.linear_t, maps.magnitude_t), (weight, weight.abs()), strict=True):
+        u = x.float().requires_grad_(True)
+        (want,) = torch.autograd.grad(module._conv_forward(u, w.float(), None), u, g.float())
+        got = transpose(g, x)
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got.float(), want, rtol=1e-6, atol=1e-6)
