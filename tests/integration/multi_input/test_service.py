@@ -18,9 +18,9 @@ import pytest
 
 from clients._report import report_document
 from service.config import ServerConfig
-from service.server import Server, create_server
+from service.server import Server
 from tests.integration.conftest import Service, start_serve, stop_process
-from tests.integration.service._helpers import stub, upload
+from tests.integration.service._helpers import serving, stub, upload
 from tests.unit.multi_input.models import NEGATION_VOCAB, image_tabular, negation_classifier, recurrent
 from xaudit.contract.spec import FOURTEEN_METHODS
 from xaudit.contract.tensors import encode_tensor
@@ -36,12 +36,8 @@ XAUDIT = Path(sys.executable).with_name("xaudit")
 def boundary(tmp_path: Path) -> Iterator[tuple[Server, list[tuple[str, str]]]]:
     sent: list[tuple[str, str]] = []
     config = ServerConfig(listen="127.0.0.1:0", home=tmp_path, sweep_seconds=0.2)
-    srv, _port = create_server(config, sender=lambda job, queue: sent.append((job, queue)))
-    srv.start()
-    try:
+    with serving(config, sender=lambda job, queue: sent.append((job, queue))) as srv:
         yield srv, sent
-    finally:
-        srv.stop(0)
 
 
 def _request(sha: str, tensors: dict[str, np.ndarray], explain: str) -> audit_pb2.SubmitRequest:

@@ -19,11 +19,11 @@ import torch
 from onnx import TensorProto, helper
 
 from service.config import ServerConfig
-from service.server import Server, create_server
+from service.server import Server
 from tests.integration.conftest import ROOT, start_serve, stop_process
 from tests.integration.security._infra import RedisServer
 from tests.integration.security._models import spin_forever_torchscript
-from tests.integration.service._helpers import chunks, request, stub, upload, wait_done
+from tests.integration.service._helpers import chunks, request, serving, stub, upload, wait_done
 from tests.models import MLP_FEATURES, relu_mlp, to_onnx
 from workers.runtime import RuntimeConfig, execute
 from workers.sandbox import SandboxLimits, run_sandboxed
@@ -47,12 +47,8 @@ def server(tmp_path: Path) -> Iterator[Server]:
         upload_cap_bytes=4 << 20,
         sweep_seconds=60,
     )
-    srv, _ = create_server(config, sender=lambda job, queue: None)
-    srv.start()
-    try:
+    with serving(config) as srv:
         yield srv
-    finally:
-        srv.stop(0)
 
 
 def _error(call) -> grpc.RpcError:  # type: ignore[no-untyped-def]

@@ -4,16 +4,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import grpc
 import numpy as np
 import torch
 
+from service.config import ServerConfig
+from service.server import Server, create_server
 from tests.models import MLP_FEATURES, relu_mlp, to_onnx
 from xaudit.contract.tensors import encode_tensor
 from xaudit.v1 import audit_pb2, audit_pb2_grpc
 
 TERMINAL = (audit_pb2.JOB_STATE_SUCCEEDED, audit_pb2.JOB_STATE_FAILED, audit_pb2.JOB_STATE_CANCELLED)
+
+
+@contextmanager
+def serving(config: ServerConfig, **options: Any) -> Iterator[Server]:
+    """An in-process server on ``config``, started, and stopped on the way out. ``options`` go to
+    ``create_server``; without a ``sender`` no broker is needed (jobs are recorded, never sent)."""
+    options.setdefault("sender", lambda job, queue: None)
+    srv, _ = create_server(config, **options)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop(0)
 
 
 def mlp_onnx(seed: int = 0) -> bytes:

@@ -14,7 +14,7 @@ import pytest
 
 from service.config import ServerConfig
 from service.server import Server, create_server
-from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request, stub, upload
+from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request, serving, stub, upload
 from xaudit.contract.tensors import encode_tensor
 from xaudit.v1 import audit_pb2
 
@@ -27,12 +27,8 @@ CAP = 256 * 1024
 def server(tmp_path: Path) -> Iterator[tuple[Server, list[tuple[str, str]]]]:
     sent: list[tuple[str, str]] = []
     config = ServerConfig(listen="127.0.0.1:0", home=tmp_path, upload_cap_bytes=CAP, sweep_seconds=0.2)
-    srv, _port = create_server(config, sender=lambda job, queue: sent.append((job, queue)))
-    srv.start()
-    try:
+    with serving(config, sender=lambda job, queue: sent.append((job, queue))) as srv:
         yield srv, sent
-    finally:
-        srv.stop(0)
 
 
 def _status(call) -> grpc.RpcError:  # type: ignore[no-untyped-def]

@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.config import ServerConfig
 from service.server import Server, create_server
+from tests.integration.service._helpers import serving
 from xaudit.contract.errors import Unavailable
 
 pytestmark = pytest.mark.integration
@@ -20,13 +21,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def first(tmp_path: Path) -> Iterator[Server]:
-    config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "first")
-    srv, _ = create_server(config, sender=lambda job, queue: None)
-    srv.start()
-    try:
+    with serving(ServerConfig(listen="127.0.0.1:0", home=tmp_path / "first")) as srv:
         yield srv
-    finally:
-        srv.stop(0)
 
 
 def _serving(address: str) -> bool:

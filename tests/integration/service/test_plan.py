@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from service.config import ServerConfig
-from service.server import Server, create_server
-from tests.integration.service._helpers import request, stub, upload
+from service.server import Server
+from tests.integration.service._helpers import request, serving, stub, upload
 from tests.models import relu_mlp, to_onnx
 from workers.audit.plan_request import plan_request
 from xaudit.v1 import audit_pb2
@@ -21,12 +21,8 @@ from xaudit.v1 import audit_pb2
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", sweep_seconds=60)
-    srv, _ = create_server(config, sender=lambda job, queue: None, planner=plan_request)
-    srv.start()
-    try:
+    with serving(config, planner=plan_request) as srv:
         yield srv
-    finally:
-        srv.stop(0)
 
 
 def test_plan_before_submitting(server: Server) -> None:

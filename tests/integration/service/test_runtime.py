@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from service.config import ServerConfig
-from service.server import Server, create_server
-from tests.integration.service._helpers import inputs, mlp_onnx, request, stub, upload
+from service.server import Server
+from tests.integration.service._helpers import inputs, mlp_onnx, request, serving, stub, upload
 from workers.runtime import RuntimeConfig, execute
 from xaudit.v1 import audit_pb2
 
@@ -19,13 +19,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", lease_seconds=2.0)
-    srv, _ = create_server(config, sender=lambda job, queue: None)
-    srv.start()
-    try:
+    with serving(ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", lease_seconds=2.0)) as srv:
         yield srv
-    finally:
-        srv.stop(0)
 
 
 def test_redelivered_task_does_nothing_and_one_result_exists(server: Server, tmp_path: Path) -> None:
