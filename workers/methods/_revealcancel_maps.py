@@ -213,7 +213,10 @@ def dense_maps(maps: AffineMaps, like: torch.Tensor) -> AffineMaps:
     if not maps.dense_forward:
         return dense
     shape = maps.linear(like[:1]).shape[1:]
-    return replace(dense, linear=_forward(rows, shape), magnitude=_forward(magnitude, shape))
+    # W and |W| from the same matrix in the same dtype: |W| |da| is no longer rounded more coarsely.
+    return replace(
+        dense, linear=_forward(rows, shape), magnitude=_forward(magnitude, shape), rounded_magnitude=False
+    )
 
 
 def _transpose(matrix: torch.Tensor) -> Transpose:
