@@ -118,14 +118,16 @@ class JobService:
         compute_seconds: float,
     ) -> bool:
         job = self.store.job_by_id(job_id)
-        if job.terminal:
-            logger.info("job %s already %s: result dropped", job_id, job.state)
-            return False
-        if not self.store.holds(job_id, lease):  # checked before anything is signed
+        # The claim first, before anything is signed: a caller without it learns nothing of the job,
+        # not even that it is finished.
+        if not self.store.claimed_by(job_id, lease):
             logger.warning(
                 "job %s: result from %s, which does not hold its lease, refused", job_id, lease.owner
             )
             raise PermissionDenied(f"job {job_id}: this worker does not hold the job's lease")
+        if job.terminal:
+            logger.info("job %s already %s: result dropped", job_id, job.state)
+            return False
         sealed = self._seal(job, report) if report else None
         accepted = self.store.complete(job_id, lease, sealed, tensors, not_applicable, compute_seconds)
         record_finished(self.metrics, job, "succeeded", accepted)

@@ -338,11 +338,12 @@ class JobStore:
             self.events.publish([job_id])
         return self.job_by_id(job_id), secret if done == 1 else ""
 
-    def holds(self, job_id: str, lease: Lease) -> bool:
-        """Whether ``lease`` is the live claim on this running job (owner and secret both match)."""
+    def claimed_by(self, job_id: str, lease: Lease) -> bool:
+        """Whether ``lease`` is the job's claim: the live one of a running job, or the one that
+        finished it (kept after completion, so that only its holder learns that it is finished)."""
         with self.engine.connect() as conn:
-            held = sa.select(jobs.c.id).where(jobs.c.id == job_id, jobs.c.state == RUNNING, _held(lease))
-            return conn.execute(held).first() is not None
+            claim = sa.select(jobs.c.id).where(jobs.c.id == job_id, _held(lease))
+            return conn.execute(claim).first() is not None
 
     def job_tensors(self, job_id: str) -> dict[str, np.ndarray]:
         with self.engine.connect() as conn:
@@ -394,9 +395,7 @@ class JobStore:
                     compute_seconds=compute_seconds,
                     not_applicable={clean(k, 64): clean(v, 2000) for k, v in not_applicable.items()},
                     report_available=True,
-                    lease_owner=None,
-                    lease_secret=None,
-                    lease_expires_at=None,
+                    lease_expires_at=None,  # owner and secret stay: the claim that finished it
                 )
             ).rowcount
             if done != 1:
@@ -427,9 +426,7 @@ class JobStore:
                     error_message="" if state == CANCELLED else clean(message, 2000),
                     message="cancelled" if state == CANCELLED else "failed",
                     finished_at=time.time(),
-                    lease_owner=None,
-                    lease_secret=None,
-                    lease_expires_at=None,
+                    lease_expires_at=None,  # owner and secret stay: the claim that finished it
                 )
             ).rowcount
         if done == 1:

@@ -77,7 +77,17 @@ def test_a_completion_by_a_worker_that_does_not_hold_the_lease_is_refused(
         job_id=job_id, worker_id="host-a:101", report=b'{"mine": true}', lease_secret=payload.lease_secret
     )
     assert owner.CompleteJob(mine, timeout=30).accepted
-    assert not owner.CompleteJob(mine, timeout=30).accepted
+    assert not owner.CompleteJob(mine, timeout=30).accepted  # the holder learns it is finished
+    # Nobody else does: a finished job refuses a forged result as a running one does.
+    for forged in (
+        worker_pb2.CompleteJobRequest(
+            job_id=job_id, worker_id="host-a:101", report=b"{}", lease_secret="guess"
+        ),
+        stolen,
+    ):
+        assert (
+            _code(lambda f=forged: attacker.CompleteJob(f, timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
+        )
     report = reader.GetReport(audit_pb2.GetReportRequest(job_id=job_id), timeout=10)
     assert b"forged" not in report.report
 

@@ -93,7 +93,9 @@ class WorkerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CompleteJob(self, request, context):
-        """The result. For a job that is already terminal this is a no-op (exactly one result per job).
+        """The result, from the lease holder only. For a job that is already terminal it is a no-op
+        (accepted false: exactly one result per job) for the claim that finished it, PERMISSION_DENIED
+        for any other caller.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

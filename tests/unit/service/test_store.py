@@ -51,9 +51,12 @@ def test_claim_heartbeat_complete_exactly_once(store: JobStore) -> None:
     assert not store.complete(job.id, Lease("w2", secret), (b"forged", "application/json"), tensors, {}, 1.0)
     assert not store.complete(job.id, Lease("w1", ""), (b"forged", "application/json"), tensors, {}, 1.0)
     assert not store.fail(job.id, Lease("w1", "guessed"), "INTERNAL", "forged")
-    assert store.holds(job.id, w1) and not store.holds(job.id, Lease("w1", "x"))
+    assert store.claimed_by(job.id, w1) and not store.claimed_by(job.id, Lease("w1", "x"))
     assert store.complete(job.id, w1, (b"report-1", "application/json"), tensors, {}, 1.0)
     assert not store.complete(job.id, w1, (b"report-2", "application/json"), tensors, {}, 1.0)
+    # The claim that finished the job stays its claim; no other becomes one.
+    assert store.claimed_by(job.id, w1)
+    assert not store.claimed_by(job.id, Lease("w2", secret)) and not store.claimed_by(job.id, Lease("w1", ""))
     assert store.count_results(job.id) == (1, 1)
     assert store.get_report("default", job.id) == (b"report-1", "application/json")
     final = store.get_job("default", job.id)
@@ -71,8 +74,9 @@ def test_expired_lease_requeues_then_fails_after_max_attempts(store: JobStore) -
         assert store.expire_leases(max_attempts=3) == 1
         assert store.get_job("default", job.id).state == "QUEUED"
         assert store.due_for_dispatch(requeue_after=300) == [(job.id, "xaudit.cpu")]
-    store.claim(job.id, "w3", lease_seconds=-1)
+    _, last = store.claim(job.id, "w3", lease_seconds=-1)
     store.expire_leases(max_attempts=3)
+    assert not store.claimed_by(job.id, Lease("w3", last))  # lost, not finished by w3
     failed = store.get_job("default", job.id)
     assert failed.state == "FAILED" and failed.error_code == "UNAVAILABLE" and failed.attempts == 3
 
@@ -86,6 +90,7 @@ def test_expired_lease_of_an_old_worker_can_be_claimed_directly(store: JobStore)
     assert not store.fail(job.id, Lease("w1", old), "INTERNAL", "boom")
     assert store.get_job("default", job.id).state == "RUNNING"
     assert store.fail(job.id, Lease("w2", new), "INVALID_ARGUMENT", "bad players")
+    assert store.claimed_by(job.id, Lease("w2", new)) and not store.claimed_by(job.id, Lease("w1", old))
     failed = store.get_job("default", job.id)
     assert (failed.state, failed.error_code, failed.error_message) == (
         "FAILED",
