@@ -18,6 +18,7 @@ from service.dispatch import Dispatcher, Sender, broker_epoch, celery_sender
 from service.errors_interceptor import ErrorsInterceptor
 from service.housekeeping import Housekeeper
 from service.jobs import JobService, ReportSealer
+from service.listen import why_not_listening
 from service.metrics import ServiceMetrics, active, counted_signer, watch_store
 from service.metrics_interceptor import metrics_interceptors
 from service.plans import Planner, no_planner
@@ -123,6 +124,9 @@ def create_server(
     metrics = metrics if metrics is not None else active()
     authenticator = Authenticator(config)
     check_exposure(config, authenticator)
+    reason = why_not_listening(config.listen)
+    if reason is not None:  # worded here; grpc's bind below still refuses a port taken since
+        raise Unavailable(f"cannot listen on {config.listen}: {reason}")
     config.home.mkdir(parents=True, exist_ok=True)
     store = JobStore(config.resolved_store_url)
     blobs = BlobStore(config.blob_dir)

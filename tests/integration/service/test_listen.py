@@ -1,8 +1,13 @@
 """`xaudit serve` owns its port: a second server on a port in use is refused, not let in beside the first
-(grpc's default SO_REUSEPORT would have the kernel share the first server's connections between both)."""
+(grpc's default SO_REUSEPORT would have the kernel share the first server's connections between both),
+in one line that says why."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -12,11 +17,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.config import ServerConfig
+from service.listen import why_not_listening
 from service.server import Server, create_server
 from tests.integration.service._helpers import serving
 from xaudit.contract.errors import Unavailable
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -47,3 +55,30 @@ def test_another_grpc_server_asking_to_share_the_port_is_refused(first: Server) 
     finally:
         intruder.stop(0)
     assert _serving(first.address)
+
+
+def test_the_cli_refuses_a_port_in_use_in_one_line_with_the_os_reason(first: Server, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "clients.cli.main", "serve", "--listen", first.address, "--home", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if "authentication is OFF" not in line]
+    assert done.returncode == 2
+    assert lines == [f"xaudit: error: cannot listen on {first.address}: Address already in use"], done.stderr
+    assert _serving(first.address)
+
+
+def test_why_not_listening_gives_the_os_reason_or_none(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert why_not_listening(f"127.0.0.1:{port}") == "Address already in use"
+        assert why_not_listening(f"0.0.0.0:{port}") == "Address already in use"
+    assert why_not_listening(f"127.0.0.1:{port}") is None  # free again
+    assert why_not_listening("127.0.0.1:0") is None
+    assert why_not_listening(f"unix:{tmp_path / 'sock'}") is None  # not TCP: grpc decides
+    assert why_not_listening("192.0.2.1:5000") == "Cannot assign requested address"  # TEST-NET-1
+    reason = why_not_listening("no-such-host.invalid:5000")
+    assert reason is not None and reason.startswith("cannot resolve 'no-such-host.invalid'")
