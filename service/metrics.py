@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from xaudit.contract.errors import Unavailable
+
 __all__ = [
     "JOB_BUCKETS",
     "JOB_KINDS",
@@ -333,9 +335,12 @@ def start_service_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None
         return None
     from prometheus_client import REGISTRY, start_http_server
 
-    if _active is None:
+    try:
+        server, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
+    except OSError as exc:  # a port in use, an address not the host's: one line, not a traceback
+        raise Unavailable(f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc}") from None
+    if _active is None:  # once it serves: a refused port leaves nothing activated
         activate(ServiceMetrics(REGISTRY))
-    server, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
     bound = int(server.server_port)
     logger.info("metrics on http://%s:%d/metrics", addr, bound)
     return bound

@@ -24,6 +24,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from xaudit.contract.errors import Unavailable
 from xaudit.contract.names import VERDICTS
 
 if TYPE_CHECKING:
@@ -282,7 +283,10 @@ def start_metrics_server(
 ) -> tuple[WSGIServer, int]:
     """Serve ``registry`` on ``http://addr:port/metrics`` from a daemon thread; returns the server and
     the bound port (``port=0`` picks a free one)."""
-    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    try:
+        server, _thread = start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:  # a port in use, an address not the host's: one line, not a traceback
+        raise Unavailable(f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc}") from None
     bound = int(server.server_port)
     logger.info("metrics on http://%s:%d/metrics", addr, bound)
     return server, bound

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
+from prometheus_client import CollectorRegistry
 
 from clients.cli.main import build_parser
 from service import metrics as sm
 from workers import metrics as wm
+from xaudit.contract.errors import Unavailable
 
 
 @pytest.mark.parametrize(
@@ -30,3 +34,17 @@ def test_no_port_means_no_endpoint_and_no_activation() -> None:
     assert sm.start_service_metrics(None) is None
     assert wm.serve_worker_metrics(None) is None
     assert (sm.active(), wm.active()) == before
+
+
+def test_a_metrics_port_in_use_is_one_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        message = f"cannot serve metrics on 127.0.0.1:{port}: Address already in use"
+        with pytest.raises(Unavailable, match=message):
+            wm.start_metrics_server(port, CollectorRegistry(), addr="127.0.0.1")
+        before = sm.active()
+        with pytest.raises(Unavailable, match=message):
+            sm.start_service_metrics(port, addr="127.0.0.1")
+        assert sm.active() is before  # refused: nothing activated
