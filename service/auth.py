@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key
 from google.protobuf.descriptor import FileDescriptor
 
 from service.config import DEFAULT_TENANT, ServerConfig
@@ -122,7 +124,41 @@ def _read_tls(config: ServerConfig) -> _Tls | None:
             raise InvalidInput(f"cannot read the TLS {what} {path}: {exc.strerror}") from None
 
     ca = read(config.tls_client_ca_file, "client CA") if config.tls_client_ca_file else None
-    return _Tls(read(config.tls_cert_file, "certificate"), read(config.tls_key_file, "key"), ca)
+    tls = _Tls(read(config.tls_cert_file, "certificate"), read(config.tls_key_file, "key"), ca)
+    _check_tls(tls, config)
+    return tls
+
+
+def _check_tls(tls: _Tls, config: ServerConfig) -> None:
+    """PEM certificates and a key that belongs to the first one, checked here: grpc refuses anything
+    else only at bind time, with a log line and no reason."""
+
+    def certificates(data: bytes, path: Path | None, what: str) -> list[x509.Certificate]:
+        try:
+            found = x509.load_pem_x509_certificates(data)
+        except ValueError:
+            found = []
+        if not found:
+            raise InvalidInput(f"the TLS {what} {path} holds no PEM certificate")
+        return found
+
+    cert = certificates(tls.cert, config.tls_cert_file, "certificate")[0]
+    if tls.client_ca is not None:
+        certificates(tls.client_ca, config.tls_client_ca_file, "client CA")
+    try:
+        key = load_pem_private_key(tls.key, password=None)
+    except (ValueError, TypeError):  # TypeError: the key is encrypted
+        raise InvalidInput(
+            f"the TLS key {config.tls_key_file} is not an unencrypted PEM private key"
+        ) from None
+
+    def public(k: Any) -> bytes:
+        return bytes(k.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo))
+
+    if public(key.public_key()) != public(cert.public_key()):
+        raise InvalidInput(
+            f"the TLS key {config.tls_key_file} does not belong to the certificate {config.tls_cert_file}"
+        )
 
 
 class Authenticator:
@@ -130,6 +166,13 @@ class Authenticator:
 
     def __init__(self, config: ServerConfig) -> None:
         self.tokens = TokenFile(config.tokens_file) if config.tokens_file else None
+        if config.tokens_file and not Path(config.tokens_file).exists():  # read again once it appears
+            logger.warning(
+                "tokens file %s does not exist: every call is refused until "
+                "`xaudit token create --tokens %s ...` writes one",
+                config.tokens_file,
+                config.tokens_file,
+            )
         self.tls = _read_tls(config)
         self.mtls_scopes = parse_scopes(config.tls_client_scopes)
         self.enabled = self.tokens is not None or (self.tls is not None and self.tls.client_ca is not None)

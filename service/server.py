@@ -25,7 +25,7 @@ from service.plans import Planner, no_planner
 from service.quotas import Quotas
 from service.servicer import AuditServicer, WorkerServicer
 from service.store import JobStore
-from xaudit.contract.errors import Unavailable
+from xaudit.contract.errors import InvalidInput, Unavailable
 from xaudit.v1 import audit_pb2, audit_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 __all__ = ["Server", "create_server", "default_signer"]
@@ -127,7 +127,10 @@ def create_server(
     reason = why_not_listening(config.listen)
     if reason is not None:  # worded here; grpc's bind below still refuses a port taken since
         raise Unavailable(f"cannot listen on {config.listen}: {reason}")
-    config.home.mkdir(parents=True, exist_ok=True)
+    try:
+        config.home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"cannot create the data directory {config.home}: {exc.strerror}") from None
     store = JobStore(config.resolved_store_url)
     blobs = BlobStore(config.blob_dir)
     options = [

@@ -3,8 +3,6 @@ a server in this process (create_server on a loopback port) over real TLS channe
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ from service.config import ServerConfig
 from service.server import create_server
 from service.tokens import create_token
 from tests.integration.conftest import Service, start_serve, stop_process
+from tests.integration.security._certs import write_certs
 from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request
 from tests.models import MLP_FEATURES, relu_mlp, to_torchscript
 from xaudit.contract.channel import BearerInterceptor
@@ -100,52 +99,8 @@ def to_big_onnx() -> bytes:
 # -- mTLS ---------------------------------------------------------------------------------------
 
 
-def _certs(directory: Path) -> dict[str, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    def issue(subject: str, key, issuer_name, issuer_key, *, ca: bool = False, ip: bool = False):  # type: ignore[no-untyped-def]
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(name(subject))
-            .issuer_name(issuer_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if ip:
-            san = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    def write(stem: str, cert, key) -> None:  # type: ignore[no-untyped-def]
-        (directory / f"{stem}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (directory / f"{stem}.key").write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        )
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = issue("xaudit test CA", ca_key, name("xaudit test CA"), ca_key, ca=True)
-    write("ca", ca, ca_key)
-    for stem, cn, ip in (("server", "localhost", True), ("client", "team-cert", False)):
-        key = ec.generate_private_key(ec.SECP256R1())
-        write(stem, issue(cn, key, ca.subject, ca_key, ip=ip), key)
-    return {p.stem + p.suffix: p for p in directory.iterdir()}
-
-
 def test_mtls_client_certificate_names_the_tenant(tmp_path: Path) -> None:
-    files = _certs(tmp_path)
+    files = write_certs(tmp_path)
     config = ServerConfig(
         listen="127.0.0.1:0",
         home=tmp_path / "home",
@@ -187,7 +142,7 @@ def test_worker_over_mtls_with_a_worker_token(tmp_path: Path, monkeypatch: pytes
     from xaudit.contract.channel import open_worker_channel
     from xaudit.v1 import worker_pb2, worker_pb2_grpc
 
-    files = _certs(tmp_path)
+    files = write_certs(tmp_path)
     tokens = tmp_path / "tokens.yaml"
     worker_token = create_token(tokens, "workers", "worker")
     config = ServerConfig(
@@ -233,7 +188,7 @@ def test_mtls_end_to_end_serve_local_worker_client_and_cli(tmp_path: Path) -> No
     from clients.client import XauditClient
     from tests.integration.conftest import ROOT
 
-    files = _certs(tmp_path)
+    files = write_certs(tmp_path)
     home = tmp_path / "home"
     home.mkdir()
     env = dict(
