@@ -42,7 +42,7 @@ from service.records import (
 )
 from service.schema import ADDED_COLUMNS, job_tensors, jobs, metadata, models, reports, results
 from service.text import clean, shown
-from xaudit.contract.errors import FailedPrecondition, NotFound
+from xaudit.contract.errors import FailedPrecondition, InvalidInput, NotFound, Unavailable
 
 # Records are re-exported: callers import them from the store.
 __all__ = [
@@ -76,6 +76,10 @@ def _make_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+def _without_password(url: str) -> str:
+    return str(sa.engine.make_url(url).render_as_string(hide_password=True))
+
+
 def _secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
@@ -93,9 +97,29 @@ def _add_columns(engine: Engine) -> None:
 class JobStore:
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = _make_engine(url)
-        metadata.create_all(self.engine)
-        _add_columns(self.engine)
+        try:
+            self.engine = _make_engine(url)
+        except sa.exc.NoSuchModuleError:
+            dialect = url.split("://", 1)[0]
+            raise InvalidInput(
+                f"the job store URL's dialect {shown(dialect, 40)!r} is not one SQLAlchemy knows: "
+                "use postgresql+psycopg:// or sqlite://"
+            ) from None
+        except sa.exc.ArgumentError:  # unparseable
+            raise InvalidInput(
+                "not a job store URL: expected e.g. postgresql+psycopg://USER@HOST/DB or sqlite:///PATH"
+            ) from None
+        except ImportError as exc:  # a dialect whose driver is not installed
+            raise InvalidInput(f"the job store {_without_password(url)} needs {exc.name or exc}") from None
+        try:
+            metadata.create_all(self.engine)
+            _add_columns(self.engine)
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            self.engine.dispose()
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+            raise Unavailable(
+                f"cannot open the job store {_without_password(url)}: {shown(reason, 200)}"
+            ) from None
         # Every change made through this store is published here (WatchJob waits on it).
         self.events = JobEvents()
 
