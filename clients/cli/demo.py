@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clients.cli.arg_types import positive_seconds
+
 if TYPE_CHECKING:
     from clients.client import XauditClient
 
@@ -32,7 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--home", type=Path, help="data directory for the service (default: a temporary one)")
     parser.add_argument("--server", help="audit on this running server instead of starting one")
     parser.add_argument(
-        "--startup-timeout", type=float, default=120.0, help="seconds to wait for the service to come up"
+        "--startup-timeout",
+        type=positive_seconds,
+        default=120.0,
+        help="seconds to wait for the service to come up",
     )
     from clients.cli.options import add_threads_option
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import itertools
 
+from clients.cli.arg_types import non_negative_int
+
 __all__ = ["register", "run"]
 
 
@@ -13,7 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     parser = sub.add_parser("jobs", help="list the jobs on a server, newest first")
     add_server_option(parser)
-    parser.add_argument("--limit", type=int, default=50, help="show at most this many (default 50; 0: all)")
+    parser.add_argument(
+        "--limit", type=non_negative_int, default=50, help="show at most this many (default 50; 0: all)"
+    )
     parser.set_defaults(func=run)
 
 

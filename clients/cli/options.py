@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clients.cli.arg_types import positive_int
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.params import parse_param_text
 from xaudit.contract.spec import CRITERIA, DEFAULT_TOLERANCES, JobSpec
@@ -22,23 +23,11 @@ __all__ = [
     "check_methods",
     "check_writable",
     "job_from_args",
-    "positive_int",
     "read_file",
     "read_inputs",
     "read_model",
     "read_npy",
 ]
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1 (refused, never clamped)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def add_threads_option(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clients.cli.arg_types import host_port, port_number, positive_int, positive_seconds, url
+
 if TYPE_CHECKING:
     from service.plans import Planner
 
@@ -29,19 +31,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--home", type=Path, help="data directory (default $XAUDIT_HOME or the user data dir)"
     )
     parser.add_argument(
-        "--broker", help="Celery broker URL, e.g. redis://127.0.0.1:6379/0 (default: embedded)"
+        "--broker", type=url, help="Celery broker URL, e.g. redis://127.0.0.1:6379/0 (default: embedded)"
     )
     parser.add_argument(
         "--store", help="job store URL, e.g. postgresql+psycopg://user@host/db (default: SQLite)"
     )
     parser.add_argument(
-        "--advertise", help="address workers use to reach this server (default: from --listen)"
+        "--advertise",
+        type=host_port,
+        help="HOST:PORT workers use to reach this server (default: from --listen)",
     )
     parser.add_argument("--local-worker", action="store_true", help="also run a local worker with --broker")
-    parser.add_argument("--concurrency", type=int, default=1, help="local worker processes (default 1)")
-    parser.add_argument("--upload-cap-mb", type=int, help="largest model upload in MiB (default 256)")
     parser.add_argument(
-        "--lease-seconds", type=float, help="worker lease; a silent worker's job is re-queued after it"
+        "--concurrency", type=positive_int, default=1, help="local worker processes (default 1)"
+    )
+    parser.add_argument(
+        "--upload-cap-mb", type=positive_int, help="largest model upload in MiB (default 256)"
+    )
+    parser.add_argument(
+        "--lease-seconds",
+        type=positive_seconds,
+        help="worker lease; a silent worker's job is re-queued after it",
     )
     parser.add_argument("--no-reflection", action="store_true", help="turn gRPC server reflection off")
     parser.add_argument(
@@ -60,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="serve without authentication on a non-loopback address (refused otherwise)",
     )
     parser.add_argument(
-        "--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics"
+        "--metrics-port", type=port_number, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics"
     )
     from clients.cli.options import add_threads_option
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from clients.cli.arg_types import host_port, port_number, positive_int, url
 from clients.cli.options import add_threads_option
 
 __all__ = ["register"]
@@ -12,16 +13,20 @@ __all__ = ["register"]
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("worker", help="run a worker (Celery) for a service")
-    parser.add_argument("--broker", required=True, help="Celery broker URL, e.g. redis://HOST:6379/0")
-    parser.add_argument("--server", required=True, help="HOST:PORT of the service (payloads and model blobs)")
-    parser.add_argument("--queues", default="xaudit.cpu", help="comma-separated: xaudit.cpu, xaudit.gpu")
-    parser.add_argument("--concurrency", type=int, default=1, help="worker processes (one per GPU)")
     parser.add_argument(
-        "--metrics-port", type=int, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics"
+        "--broker", required=True, type=url, help="Celery broker URL, e.g. redis://HOST:6379/0"
+    )
+    parser.add_argument(
+        "--server", required=True, type=host_port, help="HOST:PORT of the service (payloads and model blobs)"
+    )
+    parser.add_argument("--queues", default="xaudit.cpu", help="comma-separated: xaudit.cpu, xaudit.gpu")
+    parser.add_argument("--concurrency", type=positive_int, default=1, help="worker processes (one per GPU)")
+    parser.add_argument(
+        "--metrics-port", type=port_number, help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics"
     )
     parser.add_argument(
         "--time-limit",
-        type=int,
+        type=positive_int,
         metavar="SECONDS",
         help="job time limit: past it a job fails with DEADLINE_EXCEEDED (default 6 h; killed 30 s later)",
     )
