@@ -140,6 +140,10 @@ def _read(path: Path) -> dict[str, Any]:
         text = path.read_text()
     except FileNotFoundError:
         return {}
+    except OSError as exc:  # a directory, no permission
+        raise InvalidInput(f"cannot read the tokens file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"cannot read the tokens file {path}: it is not UTF-8 text") from None
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -255,8 +259,11 @@ def create_token(
         }
     )
     data["tokens"] = entries
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tokens-", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tokens-", dir=path.parent)
+    except OSError as exc:
+        raise InvalidInput(f"cannot write the tokens file {path}: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "w") as handle:
             yaml.safe_dump(data, handle, sort_keys=False)

@@ -53,6 +53,29 @@ def test_file_is_reread_when_it_changes_and_a_broken_edit_keeps_the_last_good_on
         TokenFile(path)  # but a server does not start on it
 
 
+def test_a_tokens_path_that_is_no_file_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match=f"cannot read the tokens file {tmp_path}: Is a directory"):
+        create_token(tmp_path, "a", "read")
+    with pytest.raises(InvalidInput, match=f"cannot read the tokens file {tmp_path}: Is a directory"):
+        TokenFile(tmp_path)
+    binary = tmp_path / "tokens.yaml"
+    binary.write_bytes(b"\x93NUMPY")
+    with pytest.raises(InvalidInput, match="it is not UTF-8 text"):
+        TokenFile(binary)
+    if Path("/proc/self").exists():  # a directory nothing may be created in, even by root
+        with pytest.raises(InvalidInput, match=r"cannot write the tokens file /proc/xaudit/t\.yaml: "):
+            create_token(Path("/proc/xaudit/t.yaml"), "a", "read")
+
+
+def test_a_tokens_file_that_becomes_unreadable_keeps_the_last_good_one(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    first = create_token(path, "a", "read")
+    tokens = TokenFile(path)
+    path.unlink()
+    path.mkdir()  # read again on the change: a directory now
+    assert tokens.lookup(first) is not None
+
+
 @pytest.mark.parametrize("scopes", ["", "root", "read,write", " , "])
 def test_bad_scopes_are_refused(scopes: str) -> None:
     with pytest.raises(InvalidInput):
