@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from workers.methods import ALL_METHODS, get_method
 from workers.methods._isolation import judged_alone
 from workers.models.base import ModelAdapter
+from workers.players import auto_players
 from xaudit.contract.errors import NotApplicable, XauditError
 
 __all__ = ["ModelCheck", "inspect_model"]
@@ -171,9 +172,21 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
         f"--input {i['name']}={i['name']}.npy" for i in check.inputs
     ) if len(check.inputs) > 1 else "--input inputs.npy"  # fmt: skip
     explain = f" --explain {explained.name}" if len(check.inputs) > 1 else ""
-    players = " --players tokens" if explained.integer else ""
+    players = _players_option(explained.integer, explained.sample_shape)
     check.command = f"xaudit audit --model {path} {inputs}{explain}{players} --methods all --out report.json"
     return check
+
+
+def _players_option(integer: bool, sample_shape: tuple[int | None, ...] | None) -> str:
+    """The suggested command's --players: tokens for token ids; for a signal or sequence with no
+    default players (workers.players.auto_players), 8 windows over its last axis (an exact game of
+    256 coalitions); none where the default applies or the shape is not known."""
+    if integer:
+        return " --players tokens"
+    if not sample_shape or not all(isinstance(d, int) for d in sample_shape):
+        return ""
+    shape = tuple(int(d) for d in sample_shape if d is not None)
+    return "" if auto_players(shape) is not None else f" --players windows:{min(8, shape[-1])}"
 
 
 def _torchscript(data: bytes, path: str) -> ModelCheck:

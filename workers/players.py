@@ -127,6 +127,16 @@ def _from_labels(spec: str, labels: np.ndarray, names: Sequence[str] | None) -> 
     return Players(dense.reshape(labels.shape).astype(np.int64), player_names, spec, (1, n))
 
 
+def auto_players(sample_shape: tuple[int, ...]) -> str | None:
+    """The spec ``auto`` stands for on one sample of this shape: ``grid:3x3`` for an image (the last two
+    axes at least 3), ``features`` for at most 16 elements; None where there is no default."""
+    if len(sample_shape) >= 2 and sample_shape[-1] >= 3 and sample_shape[-2] >= 3:
+        return "grid:3x3"
+    if int(np.prod(sample_shape)) <= 16:
+        return "features"
+    return None
+
+
 def parse_players(
     spec: str,
     sample_shape: tuple[int, ...],
@@ -144,9 +154,10 @@ def parse_players(
     kind = parse_player_spec(spec).kind  # syntax and bounds: the contract's one parser
     size = int(np.prod(sample_shape))
     if kind == "auto":
-        if len(sample_shape) >= 2 and sample_shape[-1] >= 3 and sample_shape[-2] >= 3:
-            players = _grid("grid:3x3", sample_shape)
-        elif size <= 16:
+        default = auto_players(sample_shape)
+        if default == "grid:3x3":
+            players = _grid(default, sample_shape)
+        elif default == "features":
             players = _from_flat("features", np.arange(size), sample_shape, _feature_names(group_names, size))
         else:
             raise InvalidInput(

@@ -145,6 +145,8 @@ def test_custom_models_inspect_and_audit(
         )
         held = {h["name"]: h["batch_axis"] for h in report["inputs"]["held"]}
         assert held == {"state": 1, "sr": None}
+        # 64 audio samples have no default players: inspect's command names some that run
+        assert "--explain audio --players windows:8 " in check["command"]
     if name == "onehot_bytes":  # gradients at the one-hot, through GlobalMaxPool
         assert check["embedding_tensor"] == "one_hot"
         assert "integrated_gradients" not in reasons

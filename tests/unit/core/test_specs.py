@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from workers.players import parse_players
+from workers.players import auto_players, parse_players
 from workers.references import check_background, make_baselines
 from workers.targets import parse_target
 from xaudit.contract.errors import InvalidInput
@@ -36,6 +36,20 @@ def test_features_groups_and_masks() -> None:
         parse_players("mask:m.npy", (2, 2), player_mask=np.zeros((3, 3), dtype=int))
     with pytest.raises(InvalidInput, match="unknown player spec"):
         parse_players("voronoi", (6,))
+
+
+@pytest.mark.parametrize(
+    ("shape", "default"),
+    [((3, 32, 32), "grid:3x3"), ((4, 4), "grid:3x3"), ((16,), "features"), ((2, 2), "features"),
+     ((1, 128), None), ((64,), None)],
+)  # fmt: skip
+def test_auto_players_is_what_auto_builds(shape: tuple[int, ...], default: str | None) -> None:
+    assert auto_players(shape) == default
+    if default is None:
+        with pytest.raises(InvalidInput, match="no default players"):
+            parse_players("auto", shape)
+    else:
+        assert parse_players("auto", shape).n == parse_players(default, shape).n
 
 
 def test_spread_and_sum_are_inverse() -> None:
