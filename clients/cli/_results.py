@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from clients._types import Job
+from clients.cli._files import write_npz
 from clients.client import XauditClient
 from xaudit.contract.errors import Cancelled
 
@@ -47,8 +46,7 @@ def write_result(client: XauditClient, job: Job, out: Path) -> None:
             arrays["target_values"] = result.target_values
         if result.target_classes is not None:
             arrays["target_classes"] = result.target_classes
-        with out.open("wb") as fh:  # a file handle: np.savez would append .npz to a bare name
-            np.savez(fh, **arrays)  # type: ignore[arg-type]
+        write_npz(out, arrays)
         for name, reason in result.not_applicable.items():
             print(f"{name}: not applicable: {reason}", file=sys.stderr)
         return

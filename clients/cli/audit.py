@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from clients.cli._files import check_writable, write_npz
 from clients.cli._output import add_json_option, print_outcome
 from clients.cli.options import (
     add_job_options,
     add_threads_option,
-    check_writable,
     job_from_args,
     read_model,
 )
@@ -57,7 +57,6 @@ def run(args: argparse.Namespace) -> int:
     model = read_model(args.model)
     for path in (args.out, args.attributions_out, args.html):
         check_writable(path)
-    import numpy as np
 
     from workers.audit import run_audit
     from workers.prepare import prepare
@@ -73,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_audit(prep, update)
     args.out.write_bytes(result.report_bytes)
     if args.attributions_out is not None:
-        np.savez(args.attributions_out, **result.attributions)  # type: ignore[arg-type]
+        write_npz(args.attributions_out, result.attributions)
     if args.html is not None:
         from clients.cli.options import read_vocab
         from clients.render import write_html

@@ -50,8 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from clients._embedded import embedded_service
+    from clients.cli._files import check_writable
     from clients.client import XauditClient
 
+    check_writable(args.out)  # before the service starts, not after the audit
     if args.server:
         with XauditClient(args.server, timeout=60.0) as client:
             return _audit(client, args)

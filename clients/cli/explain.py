@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clients.cli._files import check_writable, write_npz
 from clients.cli.options import add_job_options, add_threads_option, job_from_args, read_model
 from clients.cli.progress import progress_bar
 
@@ -25,17 +26,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    spec, tensors = job_from_args(args, "attribution")
+    check_writable(args.out)  # checked, like the arguments, before torch is loaded
     from workers.explain import explain
     from workers.prepare import prepare
 
-    spec, tensors = job_from_args(args, "attribution")
     prep = prepare(spec, read_model(args.model), None, tensors)
     with progress_bar("explain") as update:
         result = explain(prep, spec.methods, update)
     arrays: dict[str, np.ndarray] = dict(result.attributions)
     arrays["target_values"] = prep.target_values.astype(np.float32)
     arrays["target_classes"] = prep.classes
-    np.savez(args.out, **arrays)  # type: ignore[arg-type]
+    write_npz(args.out, arrays)
     for name, reason in result.not_applicable.items():
         print(f"{name}: not applicable: {reason}", file=sys.stderr)
     print(f"wrote {len(result.attributions)} attribution arrays to {args.out}", file=sys.stderr)

@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from clients.cli._files import check_writable
     from clients.cli.options import job_from_args, read_model
     from clients.policy import evaluate, load_policy
     from clients.verify import (
@@ -68,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     # Everything local first: a bad policy or a missing file fails before any network call.
     policy = load_policy(args.policy)
     pinned = [load_public_key_file(path) for path in args.key]
+    for path in (args.junit, args.summary, args.envelope_out):
+        check_writable(path)
     if args.methods != "all":
         raise InvalidInput("gate: methods come from the policy's 'audit' key; drop --methods")
     if args.tolerance:

@@ -21,7 +21,6 @@ __all__ = [
     "add_threads_option",
     "apply_threads_option",
     "check_methods",
-    "check_writable",
     "job_from_args",
     "read_file",
     "read_inputs",
@@ -214,15 +213,6 @@ def _sniff_model(path: Path, data: bytes) -> None:
         )
     if path.suffix.lower() == ".onnx" and _looks_like_text(head):
         raise InvalidInput(f"model file {path} is a text file, not an ONNX or TorchScript model")
-
-
-def check_writable(path: Path | None) -> None:
-    """Fail now, not after the audit, when an output cannot be written (a missing directory)."""
-    if path is None:
-        return
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise InvalidInput(f"cannot write {path}: directory {parent} does not exist")
 
 
 def check_methods(text: str) -> None:

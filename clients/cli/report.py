@@ -29,9 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from clients._connect import client_from_args
     from clients._report import report_document
+    from clients.cli._files import check_writable
     from clients.cli._output import print_outcome
     from clients.cli._results import follow, write_result
-    from clients.cli.options import check_writable
     from xaudit.contract.errors import FailedPrecondition, InvalidInput
 
     for path in (args.out, args.html):

@@ -75,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
 
     from clients._connect import client_from_args
     from clients._report import report_document, settings_line
+    from clients.cli._files import check_writable
     from clients.cli._output import print_outcome
     from clients.cli._results import follow, write_result
-    from clients.cli.options import check_writable, job_from_args
+    from clients.cli.options import job_from_args
     from xaudit.contract.errors import InvalidInput
 
     if args.out is None and not args.detach:

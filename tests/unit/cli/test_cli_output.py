@@ -93,6 +93,10 @@ def test_audit_json_summary(files, tmp_path, capsys):
          "is a text file, not a TorchScript model"),
         (["audit", "--model", "{model}", "--input", "missing.npy", "--out", "r.json"], "input file not found"),
         (["audit", "--model", "{model}", "--input", "{x}", "--out", "no/such/dir/r.json"], "does not exist"),
+        (["audit", "--model", "{model}", "--input", "{x}", "--out", "."], "cannot write .: it is a directory"),
+        (["audit", "--model", "{model}", "--input", "{x}", "--out", "r.json", "--attributions-out", "."],
+         "cannot write .: it is a directory"),
+        (["explain", "--model", "{model}", "--input", "{x}", "--out", "."], "cannot write .: it is a directory"),
     ],
 )  # fmt: skip
 def test_argument_errors_are_one_line_and_import_no_torch(files, args, expected):
