@@ -31,6 +31,10 @@ def translate_rpc_error(exc: grpc.RpcError, address: str) -> XauditError:
     details = " ".join(details.split())
     if code == "UNAVAILABLE":
         lowered = details.lower()
+        if "failed parsing http/2" in lowered:  # an HTTP/1 server, Redis, ... answered on that port
+            return Unavailable(
+                f"cannot reach the xaudit server at {address}: what answers there is not a gRPC server"
+            )
         if not details or any(s in lowered for s in _CONNECT_FAILURES):
             return Unavailable(
                 f"cannot reach the xaudit server at {address} ({_short(details) or 'unavailable'})"

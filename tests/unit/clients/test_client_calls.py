@@ -179,3 +179,22 @@ def test_importing_the_client_does_not_import_torch() -> None:
         "import sys, clients.client; assert 'torch' not in sys.modules and 'onnxruntime' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_port_where_something_else_answers_is_named_as_such() -> None:
+    import http.server
+    import threading
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{httpd.server_port}"
+    try:
+        with XauditClient(address, timeout=5) as client, pytest.raises(errors.Unavailable) as info:
+            client.get_job("any")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert (
+        str(info.value)
+        == f"cannot reach the xaudit server at {address}: what answers there is not a gRPC server"
+    )
