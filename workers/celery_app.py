@@ -78,21 +78,32 @@ def _prewarm_sandbox_in_pool_children() -> None:
     worker_process_init.connect(start, weak=False)
 
 
+def checked_worker_dirs(config: WorkerConfig) -> Path:
+    """Refuse, before Celery starts, what would fail every job: an unknown queue, a model cache
+    directory that cannot be made. Returns the cache directory."""
+    from xaudit.contract.errors import InvalidInput
+
+    unknown = sorted(set(config.queues) - set(QUEUES))
+    if unknown:
+        raise InvalidInput(f"unknown queue(s) {', '.join(unknown)} (use {', '.join(QUEUES)})")
+    cache = config.cache_dir or default_cache_dir()
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise InvalidInput(f"cannot use the model cache directory {cache}: it is a file") from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot use the model cache directory {cache}: {exc.strerror}") from None
+    return cache
+
+
 def run_worker(config: WorkerConfig) -> None:
     """Run a Celery worker (prefork pool: time limits only work there) until it is stopped."""
     from workers import tasks
     from workers.threads import CONCURRENCY_ENV
 
-    unknown = sorted(set(config.queues) - set(QUEUES))
-    if unknown:
-        from xaudit.contract.errors import InvalidInput
-
-        raise InvalidInput(f"unknown queue(s) {', '.join(unknown)} (use {', '.join(QUEUES)})")
+    cache = checked_worker_dirs(config)
     app = make_app(config.broker_url, config.settings)
-    app.conf.update(
-        xaudit_server=config.server,
-        xaudit_cache_dir=str(config.cache_dir or default_cache_dir()),
-    )
+    app.conf.update(xaudit_server=config.server, xaudit_cache_dir=str(cache))
     tasks.register(app)
     _die_with_parent_in_pool_children()
     _prewarm_sandbox_in_pool_children()

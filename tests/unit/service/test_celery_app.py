@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.celery_app import QUEUE_CPU, QUEUE_GPU, CelerySettings, make_app, queue_for
+import pytest
+
+from workers.celery_app import (
+    QUEUE_CPU,
+    QUEUE_GPU,
+    CelerySettings,
+    WorkerConfig,
+    checked_worker_dirs,
+    make_app,
+    queue_for,
+)
+from xaudit.contract.errors import InvalidInput
 
 
 def test_long_job_settings() -> None:
@@ -27,3 +38,22 @@ def test_filesystem_broker_lives_under_the_given_directory(tmp_path: Path) -> No
 def test_cuda_jobs_go_to_the_gpu_queue() -> None:
     assert queue_for("cuda") == queue_for("cuda:1") == QUEUE_GPU
     assert queue_for("cpu") == queue_for("auto") == QUEUE_CPU
+
+
+def test_a_worker_refuses_bad_queues_and_a_cache_it_cannot_use_before_it_starts(tmp_path: Path) -> None:
+    assert (
+        checked_worker_dirs(WorkerConfig("redis://h/0", cache_dir=tmp_path / "c" / "d"))
+        == tmp_path / "c" / "d"
+    )
+    assert (tmp_path / "c" / "d").is_dir()
+    broker = "redis://127.0.0.1:1/0"  # never reached: run_worker checks before Celery starts
+    with pytest.raises(InvalidInput, match=r"unknown queue\(s\) xaudit\.gpux"):
+        checked_worker_dirs(WorkerConfig(broker, queues=("xaudit.gpux",), cache_dir=tmp_path / "cache"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(InvalidInput, match=f"cannot use the model cache directory {blocker}: it is a file"):
+        checked_worker_dirs(WorkerConfig(broker, cache_dir=blocker))
+    with pytest.raises(
+        InvalidInput, match=f"cannot use the model cache directory {blocker / 'c'}: Not a directory"
+    ):
+        checked_worker_dirs(WorkerConfig(broker, cache_dir=blocker / "c"))
