@@ -25,7 +25,10 @@ def check_writable(path: Path | None) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise InvalidInput(f"cannot write {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    # An existing file is written in place (it may be /dev/stdout or $GITHUB_STEP_SUMMARY in a
+    # directory the user cannot write); a new one needs its directory writable.
+    writable = os.access(path, os.W_OK) if path.exists() else os.access(parent, os.W_OK | os.X_OK)
+    if not writable:
         raise InvalidInput(f"cannot write {path}: permission denied")
 
 

@@ -21,6 +21,7 @@ def test_unwritable_outputs_are_refused_by_reason(tmp_path: Path) -> None:
         check_writable(tmp_path)
     with pytest.raises(InvalidInput, match="does not exist"):
         check_writable(tmp_path / "missing" / "report.json")
+    check_writable(Path("/dev/null"))  # an existing writable file, in a directory users cannot write
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
@@ -29,6 +30,11 @@ def test_a_read_only_directory_is_refused(tmp_path: Path) -> None:
     locked.mkdir(mode=0o555)
     with pytest.raises(InvalidInput, match="permission denied"):
         check_writable(locked / "report.json")
+    existing = tmp_path / "summary.md"
+    existing.write_text("")
+    existing.chmod(0o444)
+    with pytest.raises(InvalidInput, match="permission denied"):
+        check_writable(existing)
 
 
 def test_an_npz_lands_at_the_path_given(tmp_path: Path) -> None:
