@@ -17,7 +17,8 @@
     defaults: {max_active_jobs: 100}  # optional policy for tenants not listed
 
 Tokens are 256 random bits (``xat_`` + urlsafe base64), so an unsalted sha256 cannot be reversed
-by guessing; the file is re-read when it changes, so ``xaudit token create`` needs no restart.
+by guessing; the file is re-read when it changes, so ``xaudit token create`` and ``xaudit token
+revoke`` need no restart.
 """
 
 from __future__ import annotations
@@ -43,10 +44,13 @@ __all__ = [
     "TOKEN_PREFIX",
     "Identity",
     "TenantPolicy",
+    "TokenEntry",
     "TokenFile",
     "create_token",
     "hash_token",
+    "list_tokens",
     "parse_scopes",
+    "revoke_token",
 ]
 
 logger = logging.getLogger(__name__)
@@ -259,6 +263,70 @@ def create_token(
         }
     )
     data["tokens"] = entries
+    _write(path, data)
+    return token
+
+
+@dataclass(frozen=True)
+class TokenEntry:
+    """A token as its file lists it: never the token, only its hash's first digits as its id."""
+
+    id: str
+    tenant: str
+    scopes: tuple[str, ...]
+    created_at: float | None
+    queues: tuple[str, ...] | None = None
+    job_tenants: tuple[str, ...] | None = None
+
+
+def list_tokens(path: Path) -> list[TokenEntry]:
+    """Every token in ``path``, in file order (an invalid file is refused as a server would)."""
+    TokenFile(path)  # the server's own checks
+    return [_entry(e) for e in _read(path).get("tokens") or []]
+
+
+def revoke_token(path: Path, which: str) -> TokenEntry:
+    """Remove one token from ``path``, named by its id (8 or more hex digits of its sha256) or by the
+    token itself; a server reading the file refuses it from its next call. Returns what was removed."""
+    which = which.strip()
+    if which.startswith(TOKEN_PREFIX):
+        prefix = hash_token(which)
+    elif len(which) >= 8 and all(c in "0123456789abcdef" for c in which.lower()):
+        prefix = which.lower()
+    else:
+        raise InvalidInput(
+            "name the token by its id (8 or more hex digits: xaudit token list) or the token itself"
+        )
+    TokenFile(path)
+    data = _read(path)
+    entries = list(data.get("tokens") or [])
+    matches = [e for e in entries if str(e["sha256"]).strip().lower().startswith(prefix)]
+    if not matches:
+        raise InvalidInput(f"no token {prefix[:16]} in {path} (xaudit token list shows the ids)")
+    if len(matches) > 1:
+        raise InvalidInput(f"{prefix} names {len(matches)} tokens in {path}: give more digits of the sha256")
+    data["tokens"] = [e for e in entries if e is not matches[0]]
+    _write(path, data)
+    return _entry(matches[0])
+
+
+def _entry(raw: Mapping[str, Any]) -> TokenEntry:
+    def names(key: str) -> tuple[str, ...] | None:
+        return None if raw.get(key) is None else tuple(str(v) for v in raw[key])
+
+    created = raw.get("created_at")
+    return TokenEntry(
+        str(raw.get("id") or str(raw["sha256"])[:8]),
+        str(raw.get("tenant", "")),
+        tuple(sorted(parse_scopes(raw.get("scopes") or []))),
+        float(created) if isinstance(created, int | float) else None,
+        names("queues"),
+        names("job_tenants"),
+    )
+
+
+def _write(path: Path, data: Mapping[str, Any]) -> None:
+    """Replace ``path`` with ``data`` at once (a server never reads half a file), mode 0600."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tokens-", dir=path.parent)
@@ -266,10 +334,9 @@ def create_token(
         raise InvalidInput(f"cannot write the tokens file {path}: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "w") as handle:
-            yaml.safe_dump(data, handle, sort_keys=False)
+            yaml.safe_dump(dict(data), handle, sort_keys=False)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return token

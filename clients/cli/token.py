@@ -1,4 +1,5 @@
-"""``xaudit token create``: mint a bearer token; print it once, store only its sha256 in the tokens file."""
+"""``xaudit token create|list|revoke``: mint a bearer token (printed once; the tokens file keeps only its
+sha256), list the file's tokens by id, remove one. A running server re-reads the file: no restart."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["register", "run_create"]
+__all__ = ["register", "run_create", "run_list", "run_revoke"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -32,6 +33,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--job-tenants", help="worker tokens: take only these comma-separated tenants' jobs (default: any)"
     )
     create.set_defaults(func=run_create)
+    listing = verbs.add_parser("list", help="list the tokens in a tokens file: id, tenant, scopes, limits")
+    listing.add_argument("--tokens", required=True, type=Path, help="tokens file (YAML)")
+    listing.add_argument("--json", action="store_true", help="one JSON object per token, one per line")
+    listing.set_defaults(func=run_list)
+    revoke = verbs.add_parser(
+        "revoke",
+        help="remove a token; a running server refuses it from its next call",
+        description="Names the token by its id (xaudit token list) or by the token itself, "
+        "e.g. one that leaked.",
+    )
+    revoke.add_argument("token", metavar="ID|TOKEN", help="the token's id (8+ hex digits) or the token")
+    revoke.add_argument("--tokens", required=True, type=Path, help="tokens file (YAML)")
+    revoke.set_defaults(func=run_revoke)
 
 
 def run_create(args: argparse.Namespace) -> int:
@@ -43,4 +57,50 @@ def run_create(args: argparse.Namespace) -> int:
     token = create_token(args.tokens, args.tenant, args.scopes, names(args.queues), names(args.job_tenants))
     print(token)
     print(f"xaudit: token for tenant '{args.tenant}' stored (hashed) in {args.tokens}", file=sys.stderr)
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    import dataclasses
+    import datetime
+    import json
+
+    from service.tokens import list_tokens
+
+    entries = list_tokens(args.tokens)
+    if args.json:
+        for entry in entries:
+            print(json.dumps(dataclasses.asdict(entry)))
+        return 0
+    if not entries:
+        print(f"no tokens in {args.tokens}", file=sys.stderr)
+        return 0
+    rows = [("ID", "TENANT", "SCOPES", "CREATED (UTC)", "LIMITS")]
+    for e in entries:
+        created = (
+            datetime.datetime.fromtimestamp(e.created_at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+            if e.created_at is not None
+            else "-"
+        )
+        limits = "; ".join(
+            f"{label} {','.join(values)}"
+            for label, values in (("queues", e.queues), ("job tenants", e.job_tenants))
+            if values is not None
+        )
+        rows.append((e.id, e.tenant, ",".join(e.scopes), created, limits or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    return 0
+
+
+def run_revoke(args: argparse.Namespace) -> int:
+    from service.tokens import revoke_token
+
+    entry = revoke_token(args.tokens, args.token)
+    print(
+        f"xaudit: token {entry.id} of tenant '{entry.tenant}' ({','.join(entry.scopes)}) removed from "
+        f"{args.tokens}; a running server refuses it from its next call",
+        file=sys.stderr,
+    )
     return 0

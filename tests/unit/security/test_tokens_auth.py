@@ -12,7 +12,15 @@ import yaml
 
 from service.auth import METHOD_SCOPES, Authenticator, check_exposure
 from service.config import ServerConfig
-from service.tokens import Identity, TenantPolicy, TokenFile, create_token, parse_scopes
+from service.tokens import (
+    Identity,
+    TenantPolicy,
+    TokenFile,
+    create_token,
+    list_tokens,
+    parse_scopes,
+    revoke_token,
+)
 from xaudit.contract.errors import InvalidInput, Unauthenticated
 
 
@@ -74,6 +82,37 @@ def test_a_tokens_file_that_becomes_unreadable_keeps_the_last_good_one(tmp_path:
     path.unlink()
     path.mkdir()  # read again on the change: a directory now
     assert tokens.lookup(first) is not None
+
+
+def test_tokens_are_listed_by_id_and_revoked_by_id_or_token(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    reader = create_token(path, "team-a", "read")
+    worker = create_token(path, "gpu", "worker", ["xaudit.gpu"], ["team-a"])
+    entries = list_tokens(path)
+    assert [(e.id, e.tenant, e.scopes) for e in entries] == [
+        (hashlib.sha256(reader.encode()).hexdigest()[:8], "team-a", ("read",)),
+        (hashlib.sha256(worker.encode()).hexdigest()[:8], "gpu", ("worker",)),
+    ]
+    assert (entries[1].queues, entries[1].job_tenants) == (("xaudit.gpu",), ("team-a",))
+    running = TokenFile(path)  # a server that has the file loaded
+    assert revoke_token(path, entries[0].id) == entries[0]
+    assert running.lookup(reader) is None and running.lookup(worker) is not None
+    with pytest.raises(InvalidInput, match="no token"):
+        revoke_token(path, entries[0].id)
+    assert revoke_token(path, worker).tenant == "gpu"  # by the token itself
+    assert list_tokens(path) == []
+    with pytest.raises(InvalidInput, match="8 or more hex digits"):
+        revoke_token(path, "abc")
+
+
+def test_an_id_that_names_two_tokens_revokes_neither(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    twins = [{"sha256": "ab12cd34" + c * 56, "tenant": "a", "scopes": ["read"]} for c in "01"]
+    path.write_text(yaml.safe_dump({"tokens": twins}))
+    with pytest.raises(InvalidInput, match="names 2 tokens"):
+        revoke_token(path, "ab12cd34")
+    assert revoke_token(path, "ab12cd34" + "1" * 4).tenant == "a"
+    assert [e.id for e in list_tokens(path)] == ["ab12cd34"]
 
 
 @pytest.mark.parametrize("scopes", ["", "root", "read,write", " , "])
