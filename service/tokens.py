@@ -23,6 +23,8 @@ revoke`` need no restart.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -30,7 +32,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,20 +252,21 @@ def create_token(
             limits[name] = sorted(check_tenant(v) if name == "job_tenants" else v for v in values)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     digest = hash_token(token)
-    data = _read(path)
-    entries = list(data.get("tokens") or [])
-    entries.append(
-        {
-            "id": digest[:8],
-            "sha256": digest,
-            "tenant": tenant,
-            "scopes": sorted(scope_set),
-            "created_at": round(time.time(), 3),
-            **limits,
-        }
-    )
-    data["tokens"] = entries
-    _write(path, data)
+    with _editing(path):
+        data = _read(path)
+        entries = list(data.get("tokens") or [])
+        entries.append(
+            {
+                "id": digest[:8],
+                "sha256": digest,
+                "tenant": tenant,
+                "scopes": sorted(scope_set),
+                "created_at": round(time.time(), 3),
+                **limits,
+            }
+        )
+        data["tokens"] = entries
+        _write(path, data)
     return token
 
 
@@ -297,16 +300,19 @@ def revoke_token(path: Path, which: str) -> TokenEntry:
         raise InvalidInput(
             "name the token by its id (8 or more hex digits: xaudit token list) or the token itself"
         )
-    TokenFile(path)
-    data = _read(path)
-    entries = list(data.get("tokens") or [])
-    matches = [e for e in entries if str(e["sha256"]).strip().lower().startswith(prefix)]
-    if not matches:
-        raise InvalidInput(f"no token {prefix[:16]} in {path} (xaudit token list shows the ids)")
-    if len(matches) > 1:
-        raise InvalidInput(f"{prefix} names {len(matches)} tokens in {path}: give more digits of the sha256")
-    data["tokens"] = [e for e in entries if e is not matches[0]]
-    _write(path, data)
+    with _editing(path):
+        TokenFile(path)
+        data = _read(path)
+        entries = list(data.get("tokens") or [])
+        matches = [e for e in entries if str(e["sha256"]).strip().lower().startswith(prefix)]
+        if not matches:
+            raise InvalidInput(f"no token {prefix[:16]} in {path} (xaudit token list shows the ids)")
+        if len(matches) > 1:
+            raise InvalidInput(
+                f"{prefix} names {len(matches)} tokens in {path}: give more digits of the sha256"
+            )
+        data["tokens"] = [e for e in entries if e is not matches[0]]
+        _write(path, data)
     return _entry(matches[0])
 
 
@@ -323,6 +329,21 @@ def _entry(raw: Mapping[str, Any]) -> TokenEntry:
         names("queues"),
         names("job_tenants"),
     )
+
+
+@contextlib.contextmanager
+def _editing(path: Path) -> Iterator[None]:
+    """One read-modify-write of ``path`` at a time, across processes (an flock on a file beside it):
+    two `xaudit token create` at once would otherwise both read the old list and one token, already
+    printed, would be lost."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path.with_name(f".{path.name}.lock"), "a")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        raise InvalidInput(f"cannot write the tokens file {path}: {exc.strerror}") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _write(path: Path, data: Mapping[str, Any]) -> None:
