@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+from clients._columns import aligned
 from clients._types import Job
 
 __all__ = ["job_details", "job_summary", "job_table"]
@@ -27,10 +28,7 @@ def job_table(jobs: Iterable[Job]) -> str:
                 job.model_sha256[:12],
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    )
+    return "\n".join(aligned(rows))
 
 
 def job_details(job: Job) -> str:

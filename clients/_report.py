@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from clients._columns import aligned
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.spec import CRITERIA
 
@@ -75,8 +76,7 @@ def verdict_table(report: Mapping[str, Any]) -> str:
                 " ".join(reason.split()),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = aligned(rows)
     tolerances = (
         report.get("config", {}).get("tolerances") if isinstance(report.get("config"), dict) else None
     )

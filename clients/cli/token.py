@@ -65,6 +65,7 @@ def run_list(args: argparse.Namespace) -> int:
     import datetime
     import json
 
+    from clients._columns import aligned
     from service.tokens import list_tokens
 
     entries = list_tokens(args.tokens)
@@ -88,9 +89,7 @@ def run_list(args: argparse.Namespace) -> int:
             if values is not None
         )
         rows.append((e.id, e.tenant, ",".join(e.scopes), created, limits or "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    print("\n".join(aligned(rows)))
     return 0
 
 
