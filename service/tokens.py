@@ -347,9 +347,9 @@ def _editing(path: Path) -> Iterator[None]:
 
 
 def _write(path: Path, data: Mapping[str, Any]) -> None:
-    """Replace ``path`` with ``data`` at once (a server never reads half a file), mode 0600."""
+    """Replace ``path`` with ``data`` at once (a server never reads half a file), mode 0600; called
+    inside :func:`_editing`, which made the directory."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tokens-", dir=path.parent)
     except OSError as exc:
         raise InvalidInput(f"cannot write the tokens file {path}: {exc.strerror}") from None

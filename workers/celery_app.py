@@ -78,9 +78,9 @@ def _prewarm_sandbox_in_pool_children() -> None:
     worker_process_init.connect(start, weak=False)
 
 
-def checked_worker_dirs(config: WorkerConfig) -> Path:
+def check_worker_config(config: WorkerConfig) -> Path:
     """Refuse, before Celery starts, what would fail every job: an unknown queue, a model cache
-    directory that cannot be made. Returns the cache directory."""
+    directory that cannot be made. Returns the cache directory, made."""
     from xaudit.contract.errors import InvalidInput
 
     unknown = sorted(set(config.queues) - set(QUEUES))
@@ -101,7 +101,7 @@ def run_worker(config: WorkerConfig) -> None:
     from workers import tasks
     from workers.threads import CONCURRENCY_ENV
 
-    cache = checked_worker_dirs(config)
+    cache = check_worker_config(config)
     app = make_app(config.broker_url, config.settings)
     app.conf.update(xaudit_server=config.server, xaudit_cache_dir=str(cache))
     tasks.register(app)

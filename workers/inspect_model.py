@@ -183,9 +183,9 @@ def _players_option(integer: bool, sample_shape: tuple[int | None, ...] | None) 
     256 coalitions); none where the default applies or the shape is not known."""
     if integer:
         return " --players tokens"
-    if not sample_shape or not all(isinstance(d, int) for d in sample_shape):
+    shape = tuple(d for d in sample_shape or () if isinstance(d, int))
+    if not shape or len(shape) != len(sample_shape or ()):  # no shape, or a symbolic axis
         return ""
-    shape = tuple(int(d) for d in sample_shape if d is not None)
     return "" if auto_players(shape) is not None else f" --players windows:{min(8, shape[-1])}"
 
 

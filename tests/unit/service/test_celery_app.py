@@ -11,7 +11,7 @@ from workers.celery_app import (
     QUEUE_GPU,
     CelerySettings,
     WorkerConfig,
-    checked_worker_dirs,
+    check_worker_config,
     make_app,
     queue_for,
 )
@@ -42,18 +42,18 @@ def test_cuda_jobs_go_to_the_gpu_queue() -> None:
 
 def test_a_worker_refuses_bad_queues_and_a_cache_it_cannot_use_before_it_starts(tmp_path: Path) -> None:
     assert (
-        checked_worker_dirs(WorkerConfig("redis://h/0", cache_dir=tmp_path / "c" / "d"))
+        check_worker_config(WorkerConfig("redis://h/0", cache_dir=tmp_path / "c" / "d"))
         == tmp_path / "c" / "d"
     )
     assert (tmp_path / "c" / "d").is_dir()
     broker = "redis://127.0.0.1:1/0"  # never reached: run_worker checks before Celery starts
     with pytest.raises(InvalidInput, match=r"unknown queue\(s\) xaudit\.gpux"):
-        checked_worker_dirs(WorkerConfig(broker, queues=("xaudit.gpux",), cache_dir=tmp_path / "cache"))
+        check_worker_config(WorkerConfig(broker, queues=("xaudit.gpux",), cache_dir=tmp_path / "cache"))
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(InvalidInput, match=f"cannot use the model cache directory {blocker}: it is a file"):
-        checked_worker_dirs(WorkerConfig(broker, cache_dir=blocker))
+        check_worker_config(WorkerConfig(broker, cache_dir=blocker))
     with pytest.raises(
         InvalidInput, match=f"cannot use the model cache directory {blocker / 'c'}: Not a directory"
     ):
-        checked_worker_dirs(WorkerConfig(broker, cache_dir=blocker / "c"))
+        check_worker_config(WorkerConfig(broker, cache_dir=blocker / "c"))
