@@ -6,6 +6,7 @@
         tenant: team-a
         scopes: [submit, read]
         created_at: 1760000000.0
+        expires_at: 1767776000.0      # optional: refused from then on (xaudit token create --expires-in)
       - id: 7c01d2e4                  # a worker token may be limited to some queues and tenants' jobs
         sha256: <hex sha256 of the token>
         tenant: gpu-pool
@@ -18,15 +19,18 @@
 
 Tokens are 256 random bits (``xat_`` + urlsafe base64), so an unsalted sha256 cannot be reversed
 by guessing; the file is re-read when it changes, so ``xaudit token create`` and ``xaudit token
-revoke`` need no restart.
+revoke`` need no restart. An expired token is refused with its id and expiry (it stays in the file
+until revoked, so ``xaudit token list`` still shows it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import hashlib
 import logging
+import math
 import os
 import secrets
 import tempfile
@@ -39,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from xaudit.contract.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput, Unauthenticated
 
 __all__ = [
     "SCOPES",
@@ -53,6 +57,7 @@ __all__ = [
     "list_tokens",
     "parse_scopes",
     "revoke_token",
+    "utc",
 ]
 
 logger = logging.getLogger(__name__)
@@ -166,7 +171,8 @@ class TokenFile:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
-        self._by_hash: dict[str, Identity] = {}
+        # sha256 -> the token's identity and when it stops working (epoch seconds; None: never)
+        self._by_hash: dict[str, tuple[Identity, float | None]] = {}
         self._tenants: dict[str, TenantPolicy] = {}
         self._default = TenantPolicy()
         self._refresh(strict=True)
@@ -192,7 +198,7 @@ class TokenFile:
             self._stamp = stamp
 
     def _load(self, data: Mapping[str, Any]) -> None:
-        by_hash: dict[str, Identity] = {}
+        by_hash: dict[str, tuple[Identity, float | None]] = {}
         for entry in data.get("tokens") or []:
             if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
                 raise InvalidInput(f"tokens file {self.path}: each token needs a sha256 field")
@@ -201,13 +207,19 @@ class TokenFile:
                 raise InvalidInput(f"tokens file {self.path}: sha256 {digest!r} is not a sha256 hex digest")
             tenant = check_tenant(str(entry.get("tenant", "")))
             scopes = parse_scopes(entry.get("scopes") or [])
-            by_hash[digest] = Identity(
+            expiry = entry.get("expires_at")
+            if expiry is not None and (isinstance(expiry, bool) or not isinstance(expiry, int | float)):
+                raise InvalidInput(
+                    f"tokens file {self.path}: expires_at {expiry!r} is not a number of seconds"
+                )
+            identity = Identity(
                 tenant,
                 scopes,
                 f"token:{entry.get('id') or digest[:8]}",
                 _names(entry.get("queues"), "queues", str),
                 _names(entry.get("job_tenants"), "job_tenants", check_tenant),
             )
+            by_hash[digest] = (identity, None if expiry is None else float(expiry))
         default = TenantPolicy.from_mapping(data.get("defaults") or {})
         tenants = {
             check_tenant(str(name)): TenantPolicy.from_mapping(policy or {}, default)
@@ -217,8 +229,16 @@ class TokenFile:
         logger.info("tokens file %s: %d token(s), %d tenant policies", self.path, len(by_hash), len(tenants))
 
     def lookup(self, token: str) -> Identity | None:
+        """The token's identity; None for a token the file does not hold. An expired one raises
+        Unauthenticated saying so: its holder knows the token anyway, and learns what to renew."""
         self._refresh()
-        return self._by_hash.get(hash_token(token))
+        identity, expiry = self._by_hash.get(hash_token(token), (None, None))
+        if identity is not None and expiry is not None and time.time() >= expiry:
+            raise Unauthenticated(
+                f"token {identity.source.removeprefix('token:')} expired at {utc(expiry)} UTC: "
+                "ask for a new one (xaudit token create)"
+            )
+        return identity
 
     def policy(self, tenant: str) -> TenantPolicy:
         self._refresh()
@@ -239,10 +259,14 @@ def create_token(
     scopes: str | Iterable[str],
     queues: Iterable[str] | None = None,
     job_tenants: Iterable[str] | None = None,
+    expires_in: float | None = None,
 ) -> str:
     """Append a new token's hash to ``path`` (created 0600 if missing); returns the token, once.
-    ``queues`` / ``job_tenants`` limit a worker token to those queues' / tenants' jobs."""
+    ``queues`` / ``job_tenants`` limit a worker token to those queues' / tenants' jobs;
+    ``expires_in`` (seconds) makes it stop working that long from now."""
     check_tenant(tenant)
+    if expires_in is not None and not (math.isfinite(expires_in) and expires_in > 0):
+        raise InvalidInput(f"a token's lifetime must be a finite number of seconds above 0, got {expires_in}")
     scope_set = parse_scopes(scopes)
     limits: dict[str, list[str]] = {}
     for name, values in (("queues", queues), ("job_tenants", job_tenants)):
@@ -252,6 +276,8 @@ def create_token(
             limits[name] = sorted(check_tenant(v) if name == "job_tenants" else v for v in values)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     digest = hash_token(token)
+    now = time.time()
+    expiry = {} if expires_in is None else {"expires_at": round(now + expires_in, 3)}
     with _editing(path):
         data = _read(path)
         entries = list(data.get("tokens") or [])
@@ -261,7 +287,8 @@ def create_token(
                 "sha256": digest,
                 "tenant": tenant,
                 "scopes": sorted(scope_set),
-                "created_at": round(time.time(), 3),
+                "created_at": round(now, 3),
+                **expiry,
                 **limits,
             }
         )
@@ -280,6 +307,15 @@ class TokenEntry:
     created_at: float | None
     queues: tuple[str, ...] | None = None
     job_tenants: tuple[str, ...] | None = None
+    expires_at: float | None = None
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.expires_at is not None and (time.time() if now is None else now) >= self.expires_at
+
+
+def utc(seconds: float) -> str:
+    """Epoch seconds as the UTC time the CLI and error messages show."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def list_tokens(path: Path) -> list[TokenEntry]:
@@ -320,14 +356,18 @@ def _entry(raw: Mapping[str, Any]) -> TokenEntry:
     def names(key: str) -> tuple[str, ...] | None:
         return None if raw.get(key) is None else tuple(str(v) for v in raw[key])
 
-    created = raw.get("created_at")
+    def seconds(key: str) -> float | None:
+        value = raw.get(key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
     return TokenEntry(
         str(raw.get("id") or str(raw["sha256"])[:8]),
         str(raw.get("tenant", "")),
         tuple(sorted(parse_scopes(raw.get("scopes") or []))),
-        float(created) if isinstance(created, int | float) else None,
+        seconds("created_at"),
         names("queues"),
         names("job_tenants"),
+        seconds("expires_at"),
     )
 
 

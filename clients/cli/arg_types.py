@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 import math
 
-__all__ = ["host_port", "non_negative_int", "port_number", "positive_int", "positive_seconds", "url"]
+__all__ = [
+    "duration",
+    "host_port",
+    "non_negative_int",
+    "port_number",
+    "positive_int",
+    "positive_seconds",
+    "url",
+]
 
 
 def _integer(text: str) -> int:
@@ -48,6 +56,24 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text}")
+    return value
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """A lifetime such as 90d, 12h, 30m or 45s (a number above 0 and a unit), in seconds: a bare
+    number would leave a reader guessing the unit."""
+    number, unit = text[:-1], text[-1:].lower()
+    try:
+        value = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 90d, 12h, 30m or 45s, got '{text}'"
+        ) from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite duration above 0, got '{text}'")
     return value
 
 

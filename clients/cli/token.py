@@ -1,11 +1,14 @@
 """``xaudit token create|list|revoke``: mint a bearer token (printed once; the tokens file keeps only its
-sha256), list the file's tokens by id, remove one. A running server re-reads the file: no restart."""
+sha256), optionally with an expiry, list the file's tokens by id, remove one. A running server re-reads
+the file: no restart."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+
+from clients.cli.arg_types import duration
 
 __all__ = ["register", "run_create", "run_list", "run_revoke"]
 
@@ -32,8 +35,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     create.add_argument(
         "--job-tenants", help="worker tokens: take only these comma-separated tenants' jobs (default: any)"
     )
+    create.add_argument(
+        "--expires-in",
+        type=duration,
+        metavar="DURATION",
+        help="the token stops working this long from now: 90d, 12h, 30m, 45s (default: never)",
+    )
     create.set_defaults(func=run_create)
-    listing = verbs.add_parser("list", help="list the tokens in a tokens file: id, tenant, scopes, limits")
+    listing = verbs.add_parser(
+        "list", help="list the tokens in a tokens file: id, tenant, scopes, creation, expiry, limits"
+    )
     listing.add_argument("--tokens", required=True, type=Path, help="tokens file (YAML)")
     listing.add_argument("--json", action="store_true", help="one JSON object per token, one per line")
     listing.set_defaults(func=run_list)
@@ -49,24 +60,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_create(args: argparse.Namespace) -> int:
-    from service.tokens import create_token
+    import time
+
+    from service.tokens import create_token, utc
 
     def names(text: str | None) -> list[str] | None:
         return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
 
-    token = create_token(args.tokens, args.tenant, args.scopes, names(args.queues), names(args.job_tenants))
+    token = create_token(
+        args.tokens, args.tenant, args.scopes, names(args.queues), names(args.job_tenants), args.expires_in
+    )
     print(token)
-    print(f"xaudit: token for tenant '{args.tenant}' stored (hashed) in {args.tokens}", file=sys.stderr)
+    until = "" if args.expires_in is None else f"; it expires at {utc(time.time() + args.expires_in)} UTC"
+    print(
+        f"xaudit: token for tenant '{args.tenant}' stored (hashed) in {args.tokens}{until}", file=sys.stderr
+    )
     return 0
 
 
 def run_list(args: argparse.Namespace) -> int:
     import dataclasses
-    import datetime
     import json
+    import time
 
     from clients._columns import aligned
-    from service.tokens import list_tokens
+    from service.tokens import list_tokens, utc
 
     entries = list_tokens(args.tokens)
     if args.json:
@@ -76,19 +94,19 @@ def run_list(args: argparse.Namespace) -> int:
     if not entries:
         print(f"no tokens in {args.tokens}", file=sys.stderr)
         return 0
-    rows = [("ID", "TENANT", "SCOPES", "CREATED (UTC)", "LIMITS")]
+    now = time.time()
+    rows = [("ID", "TENANT", "SCOPES", "CREATED (UTC)", "EXPIRES (UTC)", "LIMITS")]
     for e in entries:
-        created = (
-            datetime.datetime.fromtimestamp(e.created_at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
-            if e.created_at is not None
-            else "-"
+        created = utc(e.created_at) if e.created_at is not None else "-"
+        expires = (
+            "never" if e.expires_at is None else utc(e.expires_at) + (" expired" if e.expired(now) else "")
         )
         limits = "; ".join(
             f"{label} {','.join(values)}"
             for label, values in (("queues", e.queues), ("job tenants", e.job_tenants))
             if values is not None
         )
-        rows.append((e.id, e.tenant, ",".join(e.scopes), created, limits or "-"))
+        rows.append((e.id, e.tenant, ",".join(e.scopes), created, expires, limits or "-"))
     print("\n".join(aligned(rows)))
     return 0
 

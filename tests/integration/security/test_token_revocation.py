@@ -1,9 +1,11 @@
 """A leaked token is revoked with `xaudit token revoke`, and a running server refuses it from its next
 call, with no restart; the tenant's other tokens keep working. Without revocation the leaked token
-would keep reading the tenant's jobs."""
+would keep reading the tenant's jobs. A token created with `--expires-in` is refused once it expires,
+with a message that says so, by a server that loaded it while it was valid."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import grpc
@@ -20,13 +22,17 @@ pytestmark = pytest.mark.integration
 
 
 def _list_jobs(address: str, token: str) -> grpc.StatusCode:
+    return _answer(address, token)[0]
+
+
+def _answer(address: str, token: str) -> tuple[grpc.StatusCode, str]:
     with grpc.insecure_channel(address) as channel:
         api = audit_pb2_grpc.AuditServiceStub(grpc.intercept_channel(channel, BearerInterceptor(token)))
         try:
             api.ListJobs(audit_pb2.ListJobsRequest(page_size=1), timeout=10)
         except grpc.RpcError as exc:
-            return exc.code()
-    return grpc.StatusCode.OK
+            return exc.code(), exc.details() or ""
+    return grpc.StatusCode.OK, ""
 
 
 def test_a_revoked_token_is_refused_by_the_running_server(
@@ -43,3 +49,26 @@ def test_a_revoked_token_is_refused_by_the_running_server(
         assert _list_jobs(server.address, leaked) == grpc.StatusCode.UNAUTHENTICATED
         assert _list_jobs(server.address, kept) == grpc.StatusCode.OK
     assert leaked not in tokens.read_text() and kept not in tokens.read_text()
+
+
+def test_an_expired_token_is_refused_and_the_cli_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    assert main(["token", "create", "--tenant", "team-a", "--tokens", str(tokens), "--expires-in", "2s"]) == 0
+    brief = capsys.readouterr().out.strip()
+    lasting = create_token(tokens, "team-a", "read")
+    config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", tokens_file=tokens)
+    with serving(config) as server:
+        assert _list_jobs(server.address, brief) == grpc.StatusCode.OK
+        time.sleep(2.1)
+        code, details = _answer(server.address, brief)
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "expired at" in details, details
+        assert _list_jobs(server.address, lasting) == grpc.StatusCode.OK
+        monkeypatch.setenv("XAUDIT_TOKEN", brief)
+        assert main(["jobs", "--server", server.address]) != 0
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "expired at" in err and "xaudit token create" in err, err
+    assert main(["token", "list", "--tokens", str(tokens)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert "EXPIRES (UTC)" in listed[0] and " expired" in listed[1] and "never" in listed[2], listed

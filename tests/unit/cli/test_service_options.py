@@ -1,4 +1,4 @@
-"""`xaudit serve`, `worker`, `jobs` and `demo` refuse a bad option value where it is parsed, in one
+"""`xaudit serve`, `worker`, `jobs`, `demo` and `token create` refuse a bad option value where it is parsed, in one
 line naming the option: a negative port or count, a NaN lease, a broker without a scheme (which Celery
 would read as an AMQP host and retry forever), an address without a port."""
 
@@ -8,6 +8,7 @@ import pytest
 
 from clients.cli.main import build_parser
 
+TOKEN = ["token", "create", "--tenant", "a", "--tokens", "t.yaml"]
 WORKER = ["worker", "--broker", "redis://127.0.0.1:6379/0", "--server", "127.0.0.1:50051"]
 
 
@@ -32,6 +33,10 @@ WORKER = ["worker", "--broker", "redis://127.0.0.1:6379/0", "--server", "127.0.0
         ([*WORKER, "--metrics-port", "70000"], "argument --metrics-port: a port is 0 to 65535, got 70000"),
         (["jobs", "--limit", "-1"], "argument --limit: must be at least 0, got -1"),
         (["demo", "--startup-timeout", "-5"], "argument --startup-timeout: must be a finite number of seconds above 0"),
+        ([*TOKEN, "--expires-in", "90"], "argument --expires-in: expected a duration such as 90d, 12h, 30m or 45s, got '90'"),
+        ([*TOKEN, "--expires-in", "0d"], "argument --expires-in: must be a finite duration above 0, got '0d'"),
+        ([*TOKEN, "--expires-in", "infh"], "argument --expires-in: must be a finite duration above 0, got 'infh'"),
+        ([*TOKEN, "--expires-in", "soon"], "argument --expires-in: expected a duration"),
     ],
 )  # fmt: skip
 def test_a_bad_value_is_refused_in_one_line(
@@ -54,3 +59,8 @@ def test_good_values_parse_as_typed_values() -> None:
     worker = build_parser().parse_args([*WORKER, "--time-limit", "60", "--metrics-port", "9108"])
     assert (worker.server, worker.time_limit, worker.metrics_port) == ("127.0.0.1:50051", 60, 9108)
     assert build_parser().parse_args(["jobs", "--limit", "0"]).limit == 0
+    lifetimes = [
+        build_parser().parse_args([*TOKEN, "--expires-in", d]).expires_in
+        for d in ("90d", "1.5h", "30m", "45S")
+    ]
+    assert lifetimes == [90 * 86400.0, 5400.0, 1800.0, 45.0]

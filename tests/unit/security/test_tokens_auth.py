@@ -106,6 +106,35 @@ def test_tokens_are_listed_by_id_and_revoked_by_id_or_token(tmp_path: Path) -> N
         revoke_token(path, "abc")
 
 
+def test_a_token_stops_working_when_it_expires(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "tokens.yaml"
+    lasting = create_token(path, "team-a", "read")
+    brief = create_token(path, "team-a", "read", expires_in=3600.0)
+    running = TokenFile(path)
+    now = time.time()
+    assert running.lookup(brief) is not None
+    [kept, expiring] = list_tokens(path)
+    assert kept.expires_at is None and not kept.expired()
+    assert expiring.expires_at == pytest.approx(now + 3600.0, abs=5) and not expiring.expired()
+    monkeypatch.setattr(time, "time", lambda: now + 3601.0)
+    assert expiring.expired()
+    with pytest.raises(Unauthenticated, match=rf"token {expiring.id} expired at .* UTC: ask for a new one"):
+        running.lookup(brief)
+    assert running.lookup(lasting) is not None
+    with pytest.raises(InvalidInput, match="lifetime must be a finite number of seconds above 0"):
+        create_token(path, "team-a", "read", expires_in=0.0)
+
+
+def test_an_expiry_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    create_token(path, "team-a", "read", expires_in=60.0)
+    data = yaml.safe_load(path.read_text())
+    data["tokens"][0]["expires_at"] = "tomorrow"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InvalidInput, match="expires_at 'tomorrow' is not a number of seconds"):
+        TokenFile(path)
+
+
 def test_tokens_created_at_once_are_all_kept(tmp_path: Path) -> None:
     # Each create reads, appends and rewrites the file: without a lock, concurrent ones lost 11 to
     # 13 of 20 tokens here, each already printed to its caller.
