@@ -21,6 +21,7 @@ model process is given its path; model processes cannot open it (docs/security.m
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
+from service.file_lock import exclusive
 from xaudit.contract.dsse import (
     INPUTS_SUBJECT,
     PAYLOAD_TYPE,
@@ -276,19 +278,27 @@ class ReportSigner:
         """Retire the current key of ``key_dir`` to ``trusted/`` and start signing with a new one.
 
         The new key replaces the file in one rename: a running server reading it sees the old key or
-        the new one, never a partial file."""
+        the new one, never a partial file. Rotations run one at a time (service/file_lock.py): two at
+        once would both retire the same key, and the key the first made, which a server may already
+        have signed with, would be replaced without being trusted."""
         key_dir = Path(key_dir)
         path = key_dir / KEY_FILE_NAME
-        old = _load_private_key(path).public_key()
-        trusted_dir = key_dir / TRUSTED_DIR_NAME
-        trusted_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (trusted_dir / f"{key_id(old)}.pem").write_text(public_key_pem(old))
-        # Keep the old private key beside (still 0600) rather than delete it: an operator decides.
-        retired = path.with_name(f"{KEY_FILE_NAME}.retired-{key_id(old)[:16]}")
-        if not retired.exists():
-            os.link(path, retired)
-        fresh = path.with_name(f".{KEY_FILE_NAME}.new-{os.getpid()}")
-        fresh.unlink(missing_ok=True)
-        _write_private_key(fresh, Ed25519PrivateKey.generate())
-        os.replace(fresh, path)
-        return cls(key_dir)
+        _load_private_key(path)  # a missing or broken key: nothing to rotate (and nothing to lock)
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(exclusive(key_dir / f".{KEY_FILE_NAME}.lock"))
+            except OSError as exc:
+                raise InvalidInput(f"cannot rotate the signing key in {key_dir}: {exc.strerror}") from None
+            old = _load_private_key(path).public_key()
+            trusted_dir = key_dir / TRUSTED_DIR_NAME
+            trusted_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (trusted_dir / f"{key_id(old)}.pem").write_text(public_key_pem(old))
+            # Keep the old private key beside (still 0600) rather than delete it: an operator decides.
+            retired = path.with_name(f"{KEY_FILE_NAME}.retired-{key_id(old)[:16]}")
+            if not retired.exists():
+                os.link(path, retired)
+            fresh = path.with_name(f".{KEY_FILE_NAME}.new-{os.getpid()}")
+            fresh.unlink(missing_ok=True)
+            _write_private_key(fresh, Ed25519PrivateKey.generate())
+            os.replace(fresh, path)
+            return cls(key_dir)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import hashlib
 import logging
 import math
@@ -43,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from service.file_lock import exclusive
 from xaudit.contract.errors import InvalidInput, Unauthenticated
 
 __all__ = [
@@ -373,16 +373,14 @@ def _entry(raw: Mapping[str, Any]) -> TokenEntry:
 
 @contextlib.contextmanager
 def _editing(path: Path) -> Iterator[None]:
-    """One read-modify-write of ``path`` at a time, across processes (an flock on a file beside it):
-    two `xaudit token create` at once would otherwise both read the old list and one token, already
-    printed, would be lost."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path.with_name(f".{path.name}.lock"), "a")  # noqa: SIM115 (closed by the with below)
-    except OSError as exc:
-        raise InvalidInput(f"cannot write the tokens file {path}: {exc.strerror}") from None
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    """One read-modify-write of ``path`` at a time (service/file_lock.py): two `xaudit token create`
+    at once would otherwise both read the old list and one token, already printed, would be lost."""
+    with contextlib.ExitStack() as held:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            held.enter_context(exclusive(path.with_name(f".{path.name}.lock")))
+        except OSError as exc:
+            raise InvalidInput(f"cannot write the tokens file {path}: {exc.strerror}") from None
         yield
 
 

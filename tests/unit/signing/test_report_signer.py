@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import stat
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -96,6 +98,28 @@ def test_rotation_keeps_old_reports_verifiable(tmp_path: Path) -> None:
     # The old key alone does not accept what the new one signed.
     with pytest.raises(VerificationError):
         verify_envelope(new_envelope, [pem for kid, pem in restarted.public_keys() if kid == old.key_id])
+
+
+def _rotate_after(key_dir: Path, barrier: Any) -> None:
+    barrier.wait()
+    ReportSigner.rotate(key_dir)
+
+
+def test_rotations_at_once_each_retire_a_key_that_stays_trusted(tmp_path: Path) -> None:
+    # Without the lock, 8 rotations at once left 1 to 3 keys trusted (the others, which a server may
+    # have signed with, were replaced untrusted) and half of the commands failed.
+    ctx = multiprocessing.get_context("fork")
+    ReportSigner(tmp_path)
+    barrier = ctx.Barrier(8)
+    runs = [ctx.Process(target=_rotate_after, args=(tmp_path, barrier)) for _ in range(8)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(60)
+    assert [run.exitcode for run in runs] == [0] * 8
+    signer = ReportSigner(tmp_path)
+    assert len(list((tmp_path / TRUSTED_DIR_NAME).glob("*.pem"))) == 8
+    assert len({kid for kid, _ in signer.public_keys()}) == 9
 
 
 def test_extra_verification_keys_are_published(tmp_path: Path) -> None:
