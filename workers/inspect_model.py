@@ -191,15 +191,33 @@ def _players_option(integer: bool, sample_shape: tuple[int | None, ...] | None) 
 
 def _torchscript(data: bytes, path: str) -> ModelCheck:
     from workers.models import load_model
+    from workers.models.torchscript_model import TorchScriptModel
 
     model = load_model(data, "torchscript", "cpu")
+    assert isinstance(model, TorchScriptModel)
+    # A module declares no input types; one whose input indexes an embedding takes token ids, and
+    # the audit will find so from the input (TorchScriptModel.check_sample).
+    ids = model.input_feeds_embedding()
     check = ModelCheck("torchscript", explained="input")
-    check.inputs.append({"name": "input", "dtype": "float32", "shape": "(not declared)", "batch_axis": 0})
+    check.inputs.append(
+        {
+            "name": "input",
+            "dtype": "int64" if ids else "float32",
+            "shape": "(not declared; token ids: it indexes aten::embedding)" if ids else "(not declared)",
+            "batch_axis": 0,
+        }
+    )
     check.outputs.append({"name": "output", "dtype": "float32", "shape": "(not declared)"})
     for name in ALL_METHODS:
         caps = get_method(name).capabilities
         needs = " (needs --background)" if caps.baseline == "distribution" else ""
-        if caps.hooks:
+        if ids and (caps.hooks or caps.gradients):
+            check.methods[name] = (
+                "not applicable: the TorchScript model takes integer token ids; gradient and rule "
+                "methods need the embedding's output, which xaudit finds in an ONNX export of the "
+                "model (torch.onnx.export)"
+            )
+        elif caps.hooks:
             check.methods[name] = (
                 "decided at audit time: needs a hookable graph, made by exporting the scripted module "
                 f"to ONNX with the given input{needs}"
@@ -212,7 +230,8 @@ def _torchscript(data: bytes, path: str) -> ModelCheck:
         else:
             check.methods[name] = f"runs: forward passes only{needs}"
     del model
-    check.command = f"xaudit audit --model {path} --input inputs.npy --methods all --out report.json"
+    players = _players_option(ids, None)
+    check.command = f"xaudit audit --model {path} --input inputs.npy{players} --methods all --out report.json"
     return check
 
 

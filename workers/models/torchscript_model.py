@@ -78,6 +78,16 @@ class TorchScriptModel(ModelAdapter):
                 self.token_ids = False
                 raise as_floats from None
 
+    def input_feeds_embedding(self) -> bool:
+        """Whether ``forward``'s input is the indices of an ``aten::embedding``: token ids, known
+        from the graph before any input is seen (``xaudit inspect``; the audit decides from the
+        input itself, check_sample)."""
+        graph = self._module.inlined_graph
+        first = next((v for v in list(graph.inputs())[1:] if v.type().kind() == "TensorType"), None)
+        if first is None:
+            return False
+        return any(use.user.kind() == "aten::embedding" and use.offset == 1 for use in first.uses())
+
     def _typed(self, chunk: torch.Tensor) -> torch.Tensor:
         return chunk.to(torch.int64) if self.token_ids else chunk
 
