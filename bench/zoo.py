@@ -56,6 +56,9 @@ def main() -> None:
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--custom", default=",".join(CUSTOM))
     opts = parser.parse_args()
+    unknown = {e for e in opts.exporters.split(",") if e} - set(EXPORTERS) - {"dynamo_auto", "dynamo_batch2"}
+    if unknown:
+        parser.error(f"unknown exporter(s) {', '.join(sorted(unknown))}; choose from {', '.join(EXPORTERS)}")
     root = Path(tempfile.mkdtemp(prefix="xaudit-zoo-"))
     operators: dict[str, set[str]] = {}
     rows = []
@@ -77,8 +80,10 @@ def main() -> None:
         seconds, verdicts, reasons = _audit(zoo.cli_args(folder), folder / "report.json")
         why = Counter(r.split(" (")[0][:70] for r in reasons.values())
         rows.append((name, exporter, export_s, seconds, verdicts, why))
+        split = "/".join(str(verdicts[v]) for v in ("reliable", "unreliable", "inconclusive"))
         print(f"{name:20} {exporter:11} export {export_s:6.1f}s audit {seconds:6.1f}s "
-              f"judged {sum(verdicts.values()) - verdicts['not_applicable']:2} n/a {verdicts['not_applicable']:2}  "
+              f"judged {sum(verdicts.values()) - verdicts['not_applicable']:2} (r/u/i {split}) "
+              f"n/a {verdicts['not_applicable']:2}  "
               + "; ".join(f"{n}x {r}" for r, n in why.most_common()), flush=True)  # fmt: skip
     print("\noperator coverage (torch conversion) over the exported graphs:")
     for op in sorted(k for k in operators if not k.startswith("!")):

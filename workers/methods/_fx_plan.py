@@ -18,7 +18,12 @@ the operator. Node kinds on the input's path ("activations"):
   concatenations);
 - ``clip`` (only where the caller asks): an activation clamped to [0, c], ReLU6
   (MobileNetV2's; onnx2torch writes ``Clip(0, 6)`` as ``nn.ReLU6``); see ``clips`` in
-  :func:`plan_graph` for each family's rule.
+  :func:`plan_graph` for each family's rule;
+- ``gate`` and ``gated`` (only where the caller asks, LRP): a sigmoid or hard sigmoid whose every
+  use is to multiply another activation (``gate``: EfficientNet's SiLU, ``x * sigmoid(x)``, and the
+  squeeze-and-excitation blocks of EfficientNet and MobileNetV3), the product (``gated``, its source
+  the multiplied activation), and SiLU and Hardswish modules, each ``x`` times a gate of ``x``
+  (``gated``); see ``gates`` in :func:`plan_graph`.
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
@@ -44,6 +49,7 @@ __all__ = [
     "below_output",
     "evaluate",
     "family_plan",
+    "is_self_gated",
     "merge_parts",
     "plan_graph",
     "run_node",
@@ -51,7 +57,19 @@ __all__ = [
 ]
 
 Kind = Literal[
-    "input", "affine", "avgpool", "relu", "shape", "maxpool", "merge", "move", "scale", "clip", "static"
+    "input",
+    "affine",
+    "avgpool",
+    "relu",
+    "shape",
+    "maxpool",
+    "merge",
+    "move",
+    "scale",
+    "clip",
+    "gate",
+    "gated",
+    "static",
 ]
 
 AFFINE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -83,6 +101,13 @@ MERGES = "Add and Concat of activations"
 MOVES = "Transpose, Slice, Split"
 SCALES = "BatchNorm"
 CLIPS = "ReLU6"
+GATES = "SiLU, Hardswish, sigmoid gates (squeeze-and-excitation)"
+# A gate's value is in [0, 1]; onnx2torch writes HardSigmoid as its own module.
+_GATE_TYPES: tuple[type[nn.Module], ...] = (nn.Sigmoid, nn.Hardsigmoid)
+_GATE_NAMES = {"OnnxHardSigmoid"}
+_MUL_NAMES = {"OnnxBinaryMathOperation[mul]", "mul"}
+# Activations that are their input times a gate of it: SiLU = x sigmoid(x), Hardswish = x hardsigmoid(x).
+_SELF_GATED = (nn.SiLU, nn.Hardswish)
 # The elementwise activations the rule passes have rules for: a ReLU, and a ReLU clamped at c (clip).
 ACTIVATIONS = ("relu", "clip")
 _SCALE_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -96,11 +121,12 @@ class Admits:
     moves: bool = False
     scales: bool = False
     clips: bool = False
+    gates: bool = False
 
 
 # The passes and `xaudit inspect` read these here, so they cannot disagree.
 _FAMILY_ADMITS: dict[str, Admits] = {
-    "LRP": Admits(merges=True, moves=True, clips=True),  # workers.methods._modified_backward
+    "LRP": Admits(merges=True, moves=True, clips=True, gates=True),  # workers.methods._modified_backward
     "DeepLIFT": Admits(merges=True, moves=True, scales=True, clips=True),  # ._rescale_graph
     "RevealCancel": Admits(merges=True, moves=True, scales=True, clips=True),  # ._revealcancel_graph
 }
@@ -179,6 +205,11 @@ def _is_clip(module: nn.Module | None) -> bool:
     return isinstance(module, nn.Hardtanh) and module.min_val == 0 and module.max_val > 0
 
 
+def is_self_gated(module: nn.Module | None) -> bool:
+    """A ``gated`` step that is one activation module (SiLU, Hardswish), not a product of two nodes."""
+    return isinstance(module, _SELF_GATED)
+
+
 def _is_row_mean(module: nn.Module | None, name: str) -> bool:
     """A mean over given axes other than the batch axis: a linear map with W >= 0 within each row."""
     axes = list(getattr(module, "axes", None) or [])
@@ -193,6 +224,7 @@ def plan_graph(
     moves: bool = False,
     scales: bool = False,
     clips: bool = False,
+    gates: bool = False,
 ) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
@@ -218,12 +250,18 @@ def plan_graph(
     (Zennit's ``Pass``): where the unit saturates its gradient would drop relevance the layer above
     gave it; for DeepLIFT, whose Rescale multiplier is defined for any nonlinearity (Captum, which
     does not list ReLU6, would take its gradient); and for RevealCancel, whose rule is linear in the
-    nonlinearity (relu(z) - relu(z - c))."""
+    nonlinearity (relu(z) - relu(z - c)).
+
+    ``gates``: admit multiplicative gates for LRP, which holds the gate constant: the product passes
+    its relevance to the activation it gates and none to the gate's branch (the rule of Arras et al.
+    2017 for LSTM gates; on SiLU and Hardswish it is Zennit's ``Pass``, relevance unchanged through
+    the activation). The gate's branch is evaluated, never explained."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
     active: set[fx.Node] = set()
     output: fx.Node | None = None
+    gate_nodes = _gates(graph) if gates else set()
     for node in graph.graph.nodes:
         if node.op == "output":
             leaves = _leaves(node.args[0])
@@ -253,8 +291,19 @@ def plan_graph(
             kind = "scale"
         if kind is None and clips and len(inputs) == 1 and _is_clip(module):
             kind = "clip"
+        if kind is None and node in gate_nodes and len(inputs) == 1:
+            kind = "gate"
+        if kind is None and gates and len(inputs) == 1 and isinstance(module, _SELF_GATED):
+            kind = "gated"
+        if kind is None and gates and name in _MUL_NAMES:
+            gated = _gated_source(node, gate_nodes, active)
+            if gated is not None:
+                steps.append(Step(node, "gated", module, gated))
+                active.add(node)
+                continue
         if kind is None:
             extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales + [CLIPS] * clips
+            extra += [GATES] * gates
             supported = ", ".join([SUPPORTED, *extra])
             raise NotApplicable(
                 method,
@@ -272,7 +321,9 @@ def plan_graph(
 def family_plan(graph: nn.Module, method: str, family: str) -> Plan:
     """:func:`plan_graph` with what ``family``'s own pass has rules for (LRP, DeepLIFT, RevealCancel)."""
     admits = _FAMILY_ADMITS[family]
-    return plan_graph(graph, method, family, admits.merges, admits.moves, admits.scales, admits.clips)
+    return plan_graph(
+        graph, method, family, admits.merges, admits.moves, admits.scales, admits.clips, admits.gates
+    )
 
 
 def below_output(steps: Sequence[Step], output: fx.Node) -> Step:
@@ -312,6 +363,35 @@ def merge_parts(step: Step) -> tuple[list[fx.Node], int | None]:
         assert isinstance(dim, int)
         return parts, dim
     return parts, None
+
+
+def _gates(graph: fx.GraphModule) -> set[fx.Node]:
+    """Sigmoids and hard sigmoids whose every use is one of the two factors of a product."""
+    found = set()
+    for node in graph.graph.nodes:
+        module = graph.get_submodule(str(node.target)) if node.op == "call_module" else None
+        if not (isinstance(module, _GATE_TYPES) or type(module).__name__ in _GATE_NAMES) or not node.users:
+            continue
+        uses = [
+            (user, graph.get_submodule(str(user.target)) if user.op == "call_module" else None)
+            for user in node.users
+        ]
+        if all(
+            _operator_name(user, m) in _MUL_NAMES and len(_leaves((user.args, user.kwargs))) == 2
+            for user, m in uses
+        ):
+            found.add(node)
+    return found
+
+
+def _gated_source(node: fx.Node, gate_nodes: set[fx.Node], active: set[fx.Node]) -> fx.Node | None:
+    """The activation a product gates: one factor a gate, the other an activation (not a gate)."""
+    factors = _leaves((node.args, node.kwargs))
+    if len(factors) != 2:
+        return None
+    gate = [f for f in factors if f in gate_nodes]
+    other = [f for f in factors if f not in gate_nodes and f in active]
+    return other[0] if len(gate) == 1 and len(other) == 1 else None
 
 
 def _all_active(node: fx.Node, active: set[fx.Node], name: str) -> bool:

@@ -11,6 +11,10 @@ activation): with ``g = R / value`` on both sides, its backward multiplies by ``
 is the ReLU's gradient wherever the unit does not saturate; where it does (z > 6) the gradient
 would drop the relevance the layer above handed the unit.
 
+Multiplicative gates are held constant (docs/science.md 5.8): a sigmoid gate's value is taken
+without its gradient, so the product ``a * g`` hands ``a`` all of its relevance and the gate's
+branch none; SiLU and Hardswish, ``z`` times a gate of ``z``, pass relevance as ReLU6 does.
+
 Residual sums and concatenations keep their gradient too: below the topmost rule layer the backward
 quantity is ``g = R / value``, so a sum z = a + b hands a and b the relevance ``a * g`` and ``b * g``,
 shares a / z and b / z of z's (the proportional rule, Zennit's Norm on the Sum its ResNet canonizer
@@ -28,12 +32,21 @@ import torch
 from torch import fx
 
 from workers.methods._base import AttributionContext, in_row_chunks
-from workers.methods._fx_plan import ACTIVATIONS, Plan, Step, below_output, evaluate, family_plan
+from workers.methods._fx_plan import (
+    ACTIVATIONS,
+    Plan,
+    Step,
+    below_output,
+    evaluate,
+    family_plan,
+    is_self_gated,
+)
 from workers.methods._lrp_rules import Epsilon, LayerRule
 from workers.methods._reroute import rerouted
 from workers.targets import Target
+from xaudit.contract.errors import NotApplicable
 
-__all__ = ["CHUNK", "ELEMENTS", "RelevanceGraph", "Rules", "lrp_relevance", "rows_per_pass"]
+__all__ = ["CHUNK", "ELEMENTS", "RelevanceGraph", "Rules", "lrp_relevance", "output_path", "rows_per_pass"]
 
 # Rows per backward pass, and input elements per pass: bound the memory of the stored activations
 # (a heuristic: activations are assumed to be tens of times the input).
@@ -49,11 +62,12 @@ def rows_per_pass(inputs: np.ndarray) -> int:
 # The rule of the i-th Linear/Conv layer in execution order (Zennit's composite's index).
 Rules = Callable[[int], LayerRule]
 _NORM = Epsilon(1e-6)  # average pooling: LRP-0 with Zennit's stabiliser (its Norm rule)
-_PASS_SIGN = ("relu", "shape", "move", "maxpool", "avgpool")  # x >= 0 in, x >= 0 out
+_PASS_SIGN = ("relu", "shape", "move", "maxpool", "avgpool", "gated")  # x >= 0 in, x >= 0 out
 
 
-def _path(plan: Plan) -> list[Step]:
-    """The steps the output depends on, in execution order (merges have several sources)."""
+def output_path(plan: Plan) -> list[Step]:
+    """The steps the output's relevance reaches, in execution order (merges have several sources; a
+    gate's branch is not on it)."""
     by_node = {step.node: step for step in plan.steps}
     needed, stack = set(), [plan.output]
     while stack:
@@ -73,15 +87,23 @@ class RelevanceGraph:
         self.plan = plan
         self.layers = layers  # node -> (module, rule, top, nonneg)
         self.has_rules = bool(layers)
-        self.clips = {step.node: step.module for step in plan.steps if step.kind == "clip"}
+        # ReLU6, SiLU and Hardswish pass relevance through; a gate is taken as a constant
+        self.passes = {
+            step.node: step.module
+            for step in plan.steps
+            if step.kind == "clip" or (step.kind == "gated" and is_self_gated(step.module))
+        }
+        self.gates = {step.node: step.module for step in plan.steps if step.kind == "gate"}
 
     @classmethod
     def build(cls, plan: Plan, rules: Rules) -> RelevanceGraph | None:
-        index = {s.node: i for i, s in enumerate(s for s in plan.steps if s.kind == "affine")}
+        path = output_path(plan)
+        # the rules' index counts the layers relevance passes (a gate's branch has none)
+        index = {s.node: i for i, s in enumerate(s for s in path if s.kind == "affine")}
         nonneg: set[fx.Node] = set()
         reshaped_input: set[fx.Node] = set()  # the input and reshapes of it
         layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]] = {}
-        for step in _path(plan):
+        for step in path:
             if step.kind == "input" or (step.kind == "shape" and step.source in reshaped_input):
                 reshaped_input.add(step.node)
             if step.kind in ACTIVATIONS or (step.kind in _PASS_SIGN and step.source in nonneg):
@@ -109,7 +131,8 @@ class RelevanceGraph:
             node: (lambda a, m=module, r=rule, t=top, s=sign: r.modified(m, a, t, s, leaves))
             for node, (module, rule, top, sign) in self.layers.items()
         }
-        replace.update({node: partial(_passed, module) for node, module in self.clips.items()})
+        replace.update({node: partial(_passed, module) for node, module in self.passes.items()})
+        replace.update({node: partial(_constant, module) for node, module in self.gates.items()})
         x = x.detach().requires_grad_(True)
         out = evaluate(self.plan, x, replace)[self.plan.output]
         scores = out.reshape(out.shape[0], -1)
@@ -123,13 +146,20 @@ class RelevanceGraph:
         return relevance.detach()
 
 
-def _passed(clip: Any, z: torch.Tensor) -> torch.Tensor:
-    """``clip(z)``, relevance passed through unchanged: the backward quantity (relevance / value)
-    times ``clip(z) / z``, 0 where the unit is off."""
-    y: torch.Tensor = clip(z)
+def _passed(activation: Any, z: torch.Tensor) -> torch.Tensor:
+    """``activation(z)``, relevance passed through unchanged: the backward quantity (relevance /
+    value) times ``activation(z) / z`` (for ``z`` times a gate of ``z``, the gate), 0 at z = 0,
+    where the relevance is 0 either way."""
+    y: torch.Tensor = activation(z)
     with torch.no_grad():
-        scale = torch.where(z > 0, y / z, torch.zeros_like(z))
+        scale = torch.where(z != 0, y / z, torch.zeros_like(z))
     return rerouted(y, z, scale)
+
+
+def _constant(gate: Any, z: torch.Tensor) -> torch.Tensor:
+    """A gate's value without its gradient: the product it scales passes all relevance to the other
+    factor."""
+    return gate(z).detach()
 
 
 def lrp_relevance(
@@ -142,6 +172,12 @@ def lrp_relevance(
     plan = family_plan(graph, method, "LRP")
     modified = RelevanceGraph.build(plan, rules)
     if modified is None:
+        if any(step.kind in ("gate", "gated") for step in plan.steps):  # Zennit has no gate rule
+            raise NotApplicable(
+                method,
+                "its first layer's z-beta rule needs the input itself, and a gate or SiLU/Hardswish "
+                "comes before that layer",
+            )
         from workers.methods._zennit import lrp_relevance as zennit_relevance
 
         return zennit_relevance(ctx, method, lambda i, _: rules(i).zennit(), inputs, classes)

@@ -15,7 +15,7 @@ import torch
 from workers.light_imports import zennit as _light_zennit
 from workers.methods._base import AttributionContext, in_row_chunks
 from workers.methods._fx_plan import Plan, plan_graph
-from workers.methods._modified_backward import rows_per_pass
+from workers.methods._modified_backward import output_path, rows_per_pass
 
 _light_zennit()  # before any zennit import: keeps torchvision out
 from zennit.attribution import Gradient  # noqa: E402
@@ -32,7 +32,7 @@ def _composite(plan: Plan, rule: AffineRule) -> Composite:
     """Linear/Conv layers get ``rule``; average pooling LRP-0 (Zennit's Norm, as in its own
     composites); ReLU6 Zennit's Pass (as its composites give every activation); ReLU, reshapes and
     max-pooling the gradient, which passes relevance through."""
-    affine = [s.module for s in plan.steps if s.kind == "affine"]
+    affine = [s.module for s in output_path(plan) if s.kind == "affine"]  # indexed as the own pass does
     pools = [s.module for s in plan.steps if s.kind == "avgpool"]
     clips = [s.module for s in plan.steps if s.kind == "clip"]
 

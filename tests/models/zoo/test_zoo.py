@@ -196,6 +196,9 @@ def test_torchvision_models_audit(
     if arch == "mobilenet_v2":  # ReLU6: LRP passes relevance through it, RevealCancel's rule applies
         rules = {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_revealcancel"}
         assert not rules & set(reasons), reasons
+    if arch in ("efficientnet_b0", "mobilenet_v3_small"):  # SiLU/Hardswish and SE gates: LRP's gate rule
+        assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor"} & set(reasons), reasons
+        assert "deeplift_revealcancel" in reasons  # no RevealCancel rule for a gate
     if arch == "shufflenet_v2_x0_5":  # channel split and shuffle: data movement has rules too
         rules = {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_revealcancel"}
         assert not rules & set(reasons), reasons

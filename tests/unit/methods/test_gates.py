@@ -1,0 +1,154 @@
+"""Multiplicative gates in LRP: EfficientNet's SiLU (x * sigmoid(x), two ONNX nodes), Hardswish, and
+the squeeze-and-excitation blocks of EfficientNet and MobileNetV3 (x * sigmoid(branch(x))).
+
+The rule holds the gate constant (docs/science.md 5.8): the product passes all of its relevance to
+the activation it gates, none to the gate's branch; on SiLU and Hardswish that is Zennit's Pass. The
+reference is Zennit's own hooks on a twin of the model whose gates are detached in its forward pass
+and whose products get Zennit's Pass (Zennit itself has no rule for a product and would take the
+product rule of the gradient, which is not conservative), and on a bias-free model relevance must
+add up to the explained score, which the product rule breaks."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from zennit.attribution import Gradient
+from zennit.core import Composite, Hook
+from zennit.rules import Norm, Pass
+
+from tests.models import to_onnx
+from workers.methods import AttributionContext, get_method
+from workers.methods import _modified_backward as modified_backward
+from workers.methods._lrp_rules import AlphaBeta, Epsilon, LayerRule, ZBox
+from workers.models import load_model
+from workers.players import parse_players
+from workers.targets import Target
+
+SHAPE = (3, 8, 8)
+X = torch.randn(4, *SHAPE, generator=torch.Generator().manual_seed(5))
+
+
+class _Product(nn.Module):
+    """The reference twin's product: ``x`` times a gate set just before the call, so that the
+    product is a module of one input a Zennit rule can hook (its Pass: relevance unchanged)."""
+
+    gate: torch.Tensor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gate
+
+
+class _SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, gate: nn.Module, bias: bool) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.down = nn.Conv2d(channels, channels // 2, 1, bias=bias)
+        self.relu = nn.ReLU()
+        self.up = nn.Conv2d(channels // 2, channels, 1, bias=bias)
+        self.gate = gate
+        self.detached = False  # the reference twin: the gate as a constant
+        self.product = _Product()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = self.gate(self.up(self.relu(self.down(self.pool(x)))))
+        if not self.detached:
+            return x * gate
+        self.product.gate = gate.detach()
+        return self.product(x)
+
+
+def _gated_net(bias: bool = True) -> nn.Sequential:
+    """``bias=False``: none in the convolutions and a zero one in the Linear layer (without one, it
+    is exported as a MatMul)."""
+    torch.manual_seed(3)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=bias),
+        nn.SiLU(),
+        _SqueezeExcite(8, nn.Sigmoid(), bias),
+        nn.Conv2d(8, 8, 3, padding=1, bias=bias),
+        nn.Hardswish(),
+        _SqueezeExcite(8, nn.Hardsigmoid(), bias),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+    ).eval()
+    with torch.no_grad():
+        for layer in model.modules():
+            if isinstance(layer, nn.Conv2d | nn.Linear):
+                layer.weight.mul_(3.0)  # scores of order 1, gates away from 0 and 1
+        if not bias:
+            model[8].bias.zero_()
+    return model
+
+
+def _context(model: nn.Module, params: dict, dynamo: bool = False) -> AttributionContext:
+    loaded = load_model(to_onnx(model, X[:1], opset=18 if dynamo else 17, dynamo=dynamo), "onnx", "cpu")
+    loaded.check_sample(X.numpy())
+    return AttributionContext(loaded, parse_players("grid:2x2", SHAPE), Target(), params)
+
+
+def _zennit(model: nn.Sequential, rules: list[LayerRule], x: torch.Tensor, classes: np.ndarray) -> np.ndarray:
+    """Zennit's relevance with our rules' hooks on the main path's Conv/Linear layers (the gates'
+    branches get none: no gradient reaches them), Norm on the last pooling, Pass on SiLU and
+    Hardswish, on a twin whose gates are detached."""
+    twin = copy.deepcopy(model)
+    for module in twin.modules():
+        if isinstance(module, _SqueezeExcite):
+            module.detached = True
+    hooks = {id(layer): rule for layer, rule in zip([twin[0], twin[3], twin[8]], rules, strict=True)}
+
+    def mapping(ctx: dict, name: str, module: nn.Module) -> Hook | None:
+        if id(module) in hooks:
+            return hooks[id(module)].zennit()
+        if module is twin[6]:
+            return Norm()
+        return Pass() if isinstance(module, nn.SiLU | nn.Hardswish | _Product) else None
+
+    c = torch.as_tensor(classes)
+    with Gradient(model=twin, composite=Composite(module_map=mapping)) as attributor:
+        _, relevance = attributor(
+            x.clone().requires_grad_(True),
+            lambda out: torch.zeros_like(out).scatter_(1, c[:, None], 1.0) * out.detach(),
+        )
+    return relevance.detach().numpy()
+
+
+Z_PLUS = AlphaBeta(1.0, 0.0, zero_bias=True)
+CASES = {
+    "lrp_epsilon": ({}, [Epsilon(1e-6)] * 3),
+    "lrp_alpha_beta": ({"alpha": 2.0, "beta": 1.0}, [AlphaBeta(2.0, 1.0)] * 3),
+    "deep_taylor": ({"low": -4.0, "high": 4.0}, [ZBox(-4.0, 4.0), Z_PLUS, Z_PLUS]),
+}
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gated_network_equals_zennit_with_constant_gates(name: str, dynamo: bool) -> None:
+    model = _gated_net()
+    params, rules = CASES[name]
+    ctx = _context(model, params, dynamo)
+    classes = np.array([0, 1, 2, 1])
+    ours = get_method(name).attribute(ctx, X.numpy(), np.zeros_like(X.numpy()), classes)
+    want = _zennit(model, rules, X, classes)
+    assert np.abs(want).max() > 1e-3
+    np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def test_relevance_adds_up_to_the_score_only_with_constant_gates(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _gated_net(bias=False)
+    ctx = _context(model, {})
+    x = X.numpy()
+    scores = ctx.model.predict(x)
+    classes = scores.argmax(1)
+    explained = scores[np.arange(len(x)), classes]
+    relevance = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+    np.testing.assert_allclose(relevance.reshape(len(x), -1).sum(1), explained, rtol=1e-4)
+    # The product rule (the gate's gradient kept) hands relevance to the gate's branch, which never
+    # reaches the input: the sum no longer matches.
+    monkeypatch.setattr(modified_backward, "_constant", lambda gate, z: gate(z))
+    product = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+    assert np.abs(product.reshape(len(x), -1).sum(1) - explained).max() > 1e-2 * np.abs(explained).max()
