@@ -19,11 +19,12 @@ the operator. Node kinds on the input's path ("activations"):
 - ``clip`` (only where the caller asks): an activation clamped to [0, c], ReLU6
   (MobileNetV2's; onnx2torch writes ``Clip(0, 6)`` as ``nn.ReLU6``); see ``clips`` in
   :func:`plan_graph` for each family's rule;
-- ``gate`` and ``gated`` (only where the caller asks, LRP): a sigmoid or hard sigmoid whose every
+- ``gate`` and ``gated`` (only where the caller asks): a sigmoid or hard sigmoid whose every
   use is to multiply another activation (``gate``: EfficientNet's SiLU, ``x * sigmoid(x)``, and the
   squeeze-and-excitation blocks of EfficientNet and MobileNetV3), the product (``gated``, its source
   the multiplied activation), and SiLU and Hardswish modules, each ``x`` times a gate of ``x``
-  (``gated``); see ``gates`` in :func:`plan_graph`.
+  (``gated``); see ``gates`` (LRP: every gate) and ``self_gates`` (DeepLIFT: ``x`` times a gate of
+  ``x`` only, an elementwise activation) in :func:`plan_graph`.
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
@@ -102,6 +103,7 @@ MOVES = "Transpose, Slice, Split"
 SCALES = "BatchNorm"
 CLIPS = "ReLU6"
 GATES = "SiLU, Hardswish, sigmoid gates (squeeze-and-excitation)"
+SELF_GATES = "SiLU, Hardswish"
 # A gate's value is in [0, 1]; onnx2torch writes HardSigmoid as its own module.
 _GATE_TYPES: tuple[type[nn.Module], ...] = (nn.Sigmoid, nn.Hardsigmoid)
 _GATE_NAMES = {"OnnxHardSigmoid"}
@@ -122,12 +124,13 @@ class Admits:
     scales: bool = False
     clips: bool = False
     gates: bool = False
+    self_gates: bool = False
 
 
 # The passes and `xaudit inspect` read these here, so they cannot disagree.
 _FAMILY_ADMITS: dict[str, Admits] = {
     "LRP": Admits(merges=True, moves=True, clips=True, gates=True),  # workers.methods._modified_backward
-    "DeepLIFT": Admits(merges=True, moves=True, scales=True, clips=True),  # ._rescale_graph
+    "DeepLIFT": Admits(merges=True, moves=True, scales=True, clips=True, self_gates=True),  # ._rescale_graph
     "RevealCancel": Admits(merges=True, moves=True, scales=True, clips=True),  # ._revealcancel_graph
 }
 
@@ -139,6 +142,7 @@ class Step:
     module: nn.Module | None
     source: fx.Node | None  # the (first) activation argument (None for input and static nodes)
     sources: tuple[fx.Node, ...] = ()  # a merge's activation arguments, all of them
+    gate: nn.Module | None = None  # a gated product's gate (the sigmoid's module)
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,7 @@ def plan_graph(
     scales: bool = False,
     clips: bool = False,
     gates: bool = False,
+    self_gates: bool = False,
 ) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
@@ -255,13 +260,17 @@ def plan_graph(
     ``gates``: admit multiplicative gates for LRP, which holds the gate constant: the product passes
     its relevance to the activation it gates and none to the gate's branch (the rule of Arras et al.
     2017 for LSTM gates; on SiLU and Hardswish it is Zennit's ``Pass``, relevance unchanged through
-    the activation). The gate's branch is evaluated, never explained."""
+    the activation). The gate's branch is evaluated, never explained.
+
+    ``self_gates``: admit only ``x`` times a gate of ``x`` (SiLU, Hardswish, and ``x * sigmoid(x)``
+    written as two nodes): an elementwise activation, for DeepLIFT, whose Rescale multiplier is
+    defined for any (a squeeze-and-excitation gate, a product of two activations, has none)."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
     active: set[fx.Node] = set()
     output: fx.Node | None = None
-    gate_nodes = _gates(graph) if gates else set()
+    gate_nodes = _gates(graph, every=gates) if gates or self_gates else {}
     for node in graph.graph.nodes:
         if node.op == "output":
             leaves = _leaves(node.args[0])
@@ -293,17 +302,18 @@ def plan_graph(
             kind = "clip"
         if kind is None and node in gate_nodes and len(inputs) == 1:
             kind = "gate"
-        if kind is None and gates and len(inputs) == 1 and isinstance(module, _SELF_GATED):
+        if kind is None and (gates or self_gates) and len(inputs) == 1 and isinstance(module, _SELF_GATED):
             kind = "gated"
-        if kind is None and gates and name in _MUL_NAMES:
+        if kind is None and (gates or self_gates) and name in _MUL_NAMES:
             gated = _gated_source(node, gate_nodes, active)
             if gated is not None:
-                steps.append(Step(node, "gated", module, gated))
+                source, gate = gated
+                steps.append(Step(node, "gated", module, source, gate=gate_nodes[gate]))
                 active.add(node)
                 continue
         if kind is None:
             extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales + [CLIPS] * clips
-            extra += [GATES] * gates
+            extra += [GATES] * gates + [SELF_GATES] * (self_gates and not gates)
             supported = ", ".join([SUPPORTED, *extra])
             raise NotApplicable(
                 method,
@@ -322,7 +332,15 @@ def family_plan(graph: nn.Module, method: str, family: str) -> Plan:
     """:func:`plan_graph` with what ``family``'s own pass has rules for (LRP, DeepLIFT, RevealCancel)."""
     admits = _FAMILY_ADMITS[family]
     return plan_graph(
-        graph, method, family, admits.merges, admits.moves, admits.scales, admits.clips, admits.gates
+        graph,
+        method,
+        family,
+        admits.merges,
+        admits.moves,
+        admits.scales,
+        admits.clips,
+        admits.gates,
+        admits.self_gates,
     )
 
 
@@ -365,33 +383,39 @@ def merge_parts(step: Step) -> tuple[list[fx.Node], int | None]:
     return parts, None
 
 
-def _gates(graph: fx.GraphModule) -> set[fx.Node]:
-    """Sigmoids and hard sigmoids whose every use is one of the two factors of a product."""
-    found = set()
+def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
+    """Sigmoids and hard sigmoids whose every use is one of the two factors of a product, with their
+    modules; ``every=False``: only those whose products multiply the gate's own input (x * gate(x))."""
+    found = {}
     for node in graph.graph.nodes:
         module = graph.get_submodule(str(node.target)) if node.op == "call_module" else None
         if not (isinstance(module, _GATE_TYPES) or type(module).__name__ in _GATE_NAMES) or not node.users:
             continue
-        uses = [
-            (user, graph.get_submodule(str(user.target)) if user.op == "call_module" else None)
-            for user in node.users
-        ]
-        if all(
-            _operator_name(user, m) in _MUL_NAMES and len(_leaves((user.args, user.kwargs))) == 2
-            for user, m in uses
-        ):
-            found.add(node)
+        own_input = node.args[0] if node.args else None
+        products = [_leaves((user.args, user.kwargs)) for user in node.users if _is_product(graph, user)]
+        if len(products) != len(node.users) or any(len(factors) != 2 for factors in products):
+            continue
+        if every or all(own_input in factors for factors in products):
+            assert module is not None
+            found[node] = module
     return found
 
 
-def _gated_source(node: fx.Node, gate_nodes: set[fx.Node], active: set[fx.Node]) -> fx.Node | None:
-    """The activation a product gates: one factor a gate, the other an activation (not a gate)."""
+def _is_product(graph: fx.GraphModule, node: fx.Node) -> bool:
+    module = graph.get_submodule(str(node.target)) if node.op == "call_module" else None
+    return _operator_name(node, module) in _MUL_NAMES
+
+
+def _gated_source(
+    node: fx.Node, gate_nodes: dict[fx.Node, nn.Module], active: set[fx.Node]
+) -> tuple[fx.Node, fx.Node] | None:
+    """The activation a product gates and the gate: one factor a gate, the other an activation."""
     factors = _leaves((node.args, node.kwargs))
     if len(factors) != 2:
         return None
     gate = [f for f in factors if f in gate_nodes]
     other = [f for f in factors if f not in gate_nodes and f in active]
-    return other[0] if len(gate) == 1 and len(other) == 1 else None
+    return (other[0], gate[0]) if len(gate) == 1 and len(other) == 1 else None
 
 
 def _all_active(node: fx.Node, active: set[fx.Node], name: str) -> bool:

@@ -3,8 +3,9 @@ one backward pass over the fx plan (docs/science.md 5.8).
 
 Each ReLU keeps its value and takes Captum's multiplier as its gradient:
 ``(relu(z) - relu(z0)) / (z - z0)``, or the ReLU's gradient where ``|z - z0| < 1e-10`` (Captum's
-``eps``). A ReLU6 takes the same Rescale multiplier of its own function (the paper's rule for any
-nonlinearity; Captum, which does not list ReLU6, would pass its gradient: docs/science.md 5.8).
+``eps``). A ReLU6, SiLU and Hardswish take the same Rescale multiplier of their own functions (the
+paper's rule for any nonlinearity; Captum, which does not list them, would pass their gradients:
+docs/science.md 5.8); SiLU also where the exporter wrote it as ``x * sigmoid(x)``.
 Linear, Conv, pooling and reshapes are linear: their gradient is their multiplier. The target's
 softmax (probability, log-odds) is crossed by its gradient at the input, as Captum does
 through the wrapped model. Attributions are ``(x - x0) * multiplier``, Captum's DeepLift with
@@ -25,7 +26,7 @@ import torch
 from torch import fx, nn
 
 from workers.methods._base import distinct_references
-from workers.methods._fx_plan import ACTIVATIONS, Plan, evaluate, family_plan
+from workers.methods._fx_plan import ACTIVATIONS, Plan, Step, evaluate, family_plan
 from workers.methods._reroute import rerouted
 from workers.targets import Target
 from xaudit.contract.errors import NotApplicable
@@ -41,7 +42,7 @@ class RescaleGraph:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.relus = [s for s in plan.steps if s.kind in ACTIVATIONS]
+        self.relus = [s for s in plan.steps if s.kind in ACTIVATIONS or s.kind == "gated"]
 
     @staticmethod
     def refusal(graph: nn.Module, method: str) -> str | None:
@@ -69,14 +70,18 @@ class RescaleGraph:
 
         def rescaled(z: torch.Tensor, step: Any) -> torch.Tensor:
             with torch.no_grad():  # in place on two temporaries: new tensors cost more than arithmetic
-                y = torch.relu(z) if step.kind == "relu" else step.module(z)
+                y = torch.relu(z) if step.kind == "relu" else _activation(step)(z)
                 delta_in = z - at_reference(step.source)
                 multiplier = torch.sub(y, at_reference(step.node)).div_(delta_in)
                 unchanged = delta_in.abs_() < EPS
                 if step.kind == "relu":
                     gradient = torch.sign(y, out=delta_in)  # the ReLU's own gradient: 1 where z > 0, else 0
-                else:  # a clamp to [0, c]: 1 strictly inside
+                elif step.kind == "clip":  # a clamp to [0, c]: 1 strictly inside
                     gradient = ((z > 0) & (z < step.module.max_val)).to(z.dtype)
+                elif bool(unchanged.any()):  # SiLU, Hardswish: their derivative, by autograd
+                    gradient = _derivative(_activation(step), z)
+                else:
+                    gradient = multiplier
                 multiplier = torch.where(unchanged, gradient, multiplier, out=multiplier)
             return rerouted(y, z, multiplier)
 
@@ -88,6 +93,23 @@ class RescaleGraph:
             scores = target.transform(scores)
         (grad,) = torch.autograd.grad(scores.gather(1, classes[:, None]).sum(), x)
         return (x.detach() - x0) * grad
+
+
+def _activation(step: Step) -> Any:
+    """The elementwise function of a ``clip`` or ``gated`` step: its module, or ``z * gate(z)`` for a
+    SiLU the exporter wrote as a product."""
+    gate = step.gate
+    if gate is None:
+        return step.module
+    return lambda z: z * gate(z)
+
+
+def _derivative(function: Any, z: torch.Tensor) -> torch.Tensor:
+    """The derivative of an elementwise ``function`` at ``z``."""
+    with torch.enable_grad():
+        at = z.detach().requires_grad_(True)
+        (slope,) = torch.autograd.grad(function(at).sum(), at)
+    return slope
 
 
 def _plan_or_refusal(graph: nn.Module, method: str) -> Plan | str:
