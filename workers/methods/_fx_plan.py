@@ -31,6 +31,7 @@ Nodes that do not depend on the input (constants, shape arithmetic after ``Shape
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -283,7 +284,7 @@ def plan_graph(
             active.add(node)
             continue
         inputs = [a for a in _leaves((node.args, node.kwargs)) if a in active]
-        module = graph.get_submodule(str(node.target)) if node.op == "call_module" else None
+        module = _module(graph, node)
         name = _operator_name(node, module)
         # x.shape / x.size() / Shape read an activation but give the same value at every input.
         if not inputs or name in _SHAPE_READERS or node.target == "size" or node.target is getattr:
@@ -330,18 +331,7 @@ def plan_graph(
 
 def family_plan(graph: nn.Module, method: str, family: str) -> Plan:
     """:func:`plan_graph` with what ``family``'s own pass has rules for (LRP, DeepLIFT, RevealCancel)."""
-    admits = _FAMILY_ADMITS[family]
-    return plan_graph(
-        graph,
-        method,
-        family,
-        admits.merges,
-        admits.moves,
-        admits.scales,
-        admits.clips,
-        admits.gates,
-        admits.self_gates,
-    )
+    return plan_graph(graph, method, family, **dataclasses.asdict(_FAMILY_ADMITS[family]))
 
 
 def below_output(steps: Sequence[Step], output: fx.Node) -> Step:
@@ -388,7 +378,7 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
     modules; ``every=False``: only those whose products multiply the gate's own input (x * gate(x))."""
     found = {}
     for node in graph.graph.nodes:
-        module = graph.get_submodule(str(node.target)) if node.op == "call_module" else None
+        module = _module(graph, node)
         if not (isinstance(module, _GATE_TYPES) or type(module).__name__ in _GATE_NAMES) or not node.users:
             continue
         own_input = node.args[0] if node.args else None
@@ -401,9 +391,12 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
     return found
 
 
+def _module(graph: fx.GraphModule, node: fx.Node) -> nn.Module | None:
+    return graph.get_submodule(str(node.target)) if node.op == "call_module" else None
+
+
 def _is_product(graph: fx.GraphModule, node: fx.Node) -> bool:
-    module = graph.get_submodule(str(node.target)) if node.op == "call_module" else None
-    return _operator_name(node, module) in _MUL_NAMES
+    return _operator_name(node, _module(graph, node)) in _MUL_NAMES
 
 
 def _gated_source(
