@@ -188,15 +188,29 @@ def execute(job_id: str, config: RuntimeConfig) -> str:
 
     with open_worker_channel(config.server, options) as channel:
         stub = worker_pb2_grpc.WorkerServiceStub(channel)
-        payload = _retrying(
-            lambda: stub.FetchJob(
-                worker_pb2.FetchJobRequest(job_id=job_id, worker_id=wid),
-                timeout=config.rpc_timeout_s,
-                wait_for_ready=True,
-            ),
-            "FetchJob",
-            config,
-        )
+        try:
+            payload = _retrying(
+                lambda: stub.FetchJob(
+                    worker_pb2.FetchJobRequest(job_id=job_id, worker_id=wid),
+                    timeout=config.rpc_timeout_s,
+                    wait_for_ready=True,
+                ),
+                "FetchJob",
+                config,
+            )
+        except grpc.RpcError as exc:
+            if exc.code() not in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise
+            # An expired, revoked or too narrow worker token: no traceback per task. The job stays
+            # queued in the service, which sends it again (requeue_after_seconds).
+            logger.error(
+                "job %s: the service refused this worker's credentials (%s: %s); set "
+                "$XAUDIT_WORKER_TOKEN to a valid worker token. The job stays queued and is sent again.",
+                job_id,
+                exc.code().name,
+                exc.details(),
+            )
+            return "refused"
         if not payload.claimed:
             logger.info("job %s: nothing to do (state %s)", job_id, payload.state)
             return "skipped"

@@ -72,3 +72,32 @@ def test_an_expired_token_is_refused_and_the_cli_says_so(
     assert main(["token", "list", "--tokens", str(tokens)]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert "EXPIRES (UTC)" in listed[0] and " expired" in listed[1] and "never" in listed[2], listed
+
+
+def test_a_worker_with_an_expired_token_leaves_the_job_queued_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.integration.service._helpers import chunks, inputs, mlp_onnx, request
+    from workers.runtime import RuntimeConfig, execute
+
+    tokens = tmp_path / "tokens.yaml"
+    client = create_token(tokens, "team-a", "submit,read")
+    expired = create_token(tokens, "pool", "worker", expires_in=1.0)
+    config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", tokens_file=tokens)
+    with serving(config) as server, grpc.insecure_channel(server.address) as channel:
+        api = audit_pb2_grpc.AuditServiceStub(grpc.intercept_channel(channel, BearerInterceptor(client)))
+        sha = api.UploadModel(chunks(mlp_onnx()), timeout=60).sha256
+        job = api.SubmitAttribution(request(sha, inputs(), {"gradient_x_input": {}}), timeout=10)
+        time.sleep(1.1)
+        runtime = RuntimeConfig(server=server.address, cache_dir=tmp_path / "cache", retry_seconds=1.0)
+        monkeypatch.setenv("XAUDIT_WORKER_TOKEN", expired)
+        with caplog.at_level("ERROR", logger="workers.runtime"):
+            assert execute(job.id, runtime) == "refused"
+        assert (
+            "refused this worker's credentials (UNAUTHENTICATED" in caplog.text
+            and "expired at" in caplog.text
+        )
+        queued = api.GetJob(audit_pb2.GetJobRequest(job_id=job.id), timeout=5)
+        assert queued.state == audit_pb2.JOB_STATE_QUEUED
+        monkeypatch.setenv("XAUDIT_WORKER_TOKEN", create_token(tokens, "pool", "worker"))  # a new one
+        assert execute(job.id, runtime) == "succeeded"
