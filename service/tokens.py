@@ -20,7 +20,7 @@
 Tokens are 256 random bits (``xat_`` + urlsafe base64), so an unsalted sha256 cannot be reversed
 by guessing; the file is re-read when it changes, so ``xaudit token create`` and ``xaudit token
 revoke`` need no restart. An expired token is refused with its id and expiry (it stays in the file
-until revoked, so ``xaudit token list`` still shows it).
+until revoked or pruned, so ``xaudit token list`` still shows it; ``xaudit token prune`` removes the expired ones).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ __all__ = [
     "hash_token",
     "list_tokens",
     "parse_scopes",
+    "prune_tokens",
     "revoke_token",
     "utc",
 ]
@@ -198,33 +199,7 @@ class TokenFile:
             self._stamp = stamp
 
     def _load(self, data: Mapping[str, Any]) -> None:
-        by_hash: dict[str, tuple[Identity, float | None]] = {}
-        for entry in data.get("tokens") or []:
-            if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
-                raise InvalidInput(f"tokens file {self.path}: each token needs a sha256 field")
-            digest = entry["sha256"].strip().lower()
-            if len(digest) != 64:
-                raise InvalidInput(f"tokens file {self.path}: sha256 {digest!r} is not a sha256 hex digest")
-            tenant = check_tenant(str(entry.get("tenant", "")))
-            scopes = parse_scopes(entry.get("scopes") or [])
-            expiry = entry.get("expires_at")
-            if expiry is not None and (isinstance(expiry, bool) or not isinstance(expiry, int | float)):
-                raise InvalidInput(
-                    f"tokens file {self.path}: expires_at {expiry!r} is not a number of seconds"
-                )
-            identity = Identity(
-                tenant,
-                scopes,
-                f"token:{entry.get('id') or digest[:8]}",
-                _names(entry.get("queues"), "queues", str),
-                _names(entry.get("job_tenants"), "job_tenants", check_tenant),
-            )
-            by_hash[digest] = (identity, None if expiry is None else float(expiry))
-        default = TenantPolicy.from_mapping(data.get("defaults") or {})
-        tenants = {
-            check_tenant(str(name)): TenantPolicy.from_mapping(policy or {}, default)
-            for name, policy in (data.get("tenants") or {}).items()
-        }
+        by_hash, tenants, default = _parse(self.path, data)
         self._by_hash, self._tenants, self._default = by_hash, tenants, default
         logger.info("tokens file %s: %d token(s), %d tenant policies", self.path, len(by_hash), len(tenants))
 
@@ -243,6 +218,46 @@ class TokenFile:
     def policy(self, tenant: str) -> TenantPolicy:
         self._refresh()
         return self._tenants.get(tenant, self._default)
+
+
+def _parse(
+    path: Path, data: Mapping[str, Any]
+) -> tuple[dict[str, tuple[Identity, float | None]], dict[str, TenantPolicy], TenantPolicy]:
+    """A tokens file's contents as a server uses them (sha256 -> identity and expiry, tenant
+    policies, the default policy); InvalidInput naming what is wrong."""
+    by_hash: dict[str, tuple[Identity, float | None]] = {}
+    for entry in data.get("tokens") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            raise InvalidInput(f"tokens file {path}: each token needs a sha256 field")
+        digest = entry["sha256"].strip().lower()
+        if len(digest) != 64:
+            raise InvalidInput(f"tokens file {path}: sha256 {digest!r} is not a sha256 hex digest")
+        tenant = check_tenant(str(entry.get("tenant", "")))
+        scopes = parse_scopes(entry.get("scopes") or [])
+        expiry = entry.get("expires_at")
+        if expiry is not None and (isinstance(expiry, bool) or not isinstance(expiry, int | float)):
+            raise InvalidInput(f"tokens file {path}: expires_at {expiry!r} is not a number of seconds")
+        identity = Identity(
+            tenant,
+            scopes,
+            f"token:{entry.get('id') or digest[:8]}",
+            _names(entry.get("queues"), "queues", str),
+            _names(entry.get("job_tenants"), "job_tenants", check_tenant),
+        )
+        by_hash[digest] = (identity, None if expiry is None else float(expiry))
+    default = TenantPolicy.from_mapping(data.get("defaults") or {})
+    tenants = {
+        check_tenant(str(name)): TenantPolicy.from_mapping(policy or {}, default)
+        for name, policy in (data.get("tenants") or {}).items()
+    }
+    return by_hash, tenants, default
+
+
+def _checked(path: Path) -> dict[str, Any]:
+    """``path``'s contents, read once and refused as a server would refuse them."""
+    data = _read(path)
+    _parse(path, data)
+    return data
 
 
 def _names(value: Any, what: str, check: Any) -> frozenset[str] | None:
@@ -320,8 +335,7 @@ def utc(seconds: float) -> str:
 
 def list_tokens(path: Path) -> list[TokenEntry]:
     """Every token in ``path``, in file order (an invalid file is refused as a server would)."""
-    TokenFile(path)  # the server's own checks
-    return [_entry(e) for e in _read(path).get("tokens") or []]
+    return [_entry(e) for e in _checked(path).get("tokens") or []]
 
 
 def revoke_token(path: Path, which: str) -> TokenEntry:
@@ -337,8 +351,7 @@ def revoke_token(path: Path, which: str) -> TokenEntry:
             "name the token by its id (8 or more hex digits: xaudit token list) or the token itself"
         )
     with _editing(path):
-        TokenFile(path)
-        data = _read(path)
+        data = _checked(path)
         entries = list(data.get("tokens") or [])
         matches = [e for e in entries if str(e["sha256"]).strip().lower().startswith(prefix)]
         if not matches:
@@ -350,6 +363,19 @@ def revoke_token(path: Path, which: str) -> TokenEntry:
         data["tokens"] = [e for e in entries if e is not matches[0]]
         _write(path, data)
     return _entry(matches[0])
+
+
+def prune_tokens(path: Path, now: float | None = None) -> list[TokenEntry]:
+    """Remove every expired token from ``path`` (a server already refuses them); returns those removed."""
+    now = time.time() if now is None else now
+    with _editing(path):
+        data = _checked(path)
+        entries = [(raw, _entry(raw)) for raw in data.get("tokens") or []]
+        expired = [entry for _, entry in entries if entry.expired(now)]
+        if expired:
+            data["tokens"] = [raw for raw, entry in entries if not entry.expired(now)]
+            _write(path, data)
+    return expired
 
 
 def _entry(raw: Mapping[str, Any]) -> TokenEntry:

@@ -1,6 +1,6 @@
-"""``xaudit token create|list|revoke``: mint a bearer token (printed once; the tokens file keeps only its
-sha256), optionally with an expiry, list the file's tokens by id, remove one. A running server re-reads
-the file: no restart."""
+"""``xaudit token create|list|revoke|prune``: mint a bearer token (printed once; the tokens file keeps
+only its sha256), optionally with an expiry, list the file's tokens by id, remove one, remove the
+expired ones. A running server re-reads the file: no restart."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from clients.cli.arg_types import duration
 
-__all__ = ["register", "run_create", "run_list", "run_revoke"]
+__all__ = ["register", "run_create", "run_list", "run_prune", "run_revoke"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     revoke.add_argument("token", metavar="ID|TOKEN", help="the token's id (8+ hex digits) or the token")
     revoke.add_argument("--tokens", required=True, type=Path, help="tokens file (YAML)")
     revoke.set_defaults(func=run_revoke)
+    prune = verbs.add_parser("prune", help="remove every expired token (a server already refuses them)")
+    prune.add_argument("--tokens", required=True, type=Path, help="tokens file (YAML)")
+    prune.set_defaults(func=run_prune)
 
 
 def run_create(args: argparse.Namespace) -> int:
@@ -120,4 +123,15 @@ def run_revoke(args: argparse.Namespace) -> int:
         f"{args.tokens}; a running server refuses it from its next call",
         file=sys.stderr,
     )
+    return 0
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    from service.tokens import prune_tokens, utc
+
+    removed = prune_tokens(args.tokens)
+    for entry in removed:
+        assert entry.expires_at is not None
+        print(f"removed {entry.id} of tenant '{entry.tenant}', expired at {utc(entry.expires_at)} UTC")
+    print(f"xaudit: {len(removed)} expired token(s) removed from {args.tokens}", file=sys.stderr)
     return 0

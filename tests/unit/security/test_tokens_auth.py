@@ -20,6 +20,7 @@ from service.tokens import (
     create_token,
     list_tokens,
     parse_scopes,
+    prune_tokens,
     revoke_token,
 )
 from xaudit.contract.errors import InvalidInput, Unauthenticated
@@ -123,6 +124,29 @@ def test_a_token_stops_working_when_it_expires(tmp_path: Path, monkeypatch: pyte
     assert running.lookup(lasting) is not None
     with pytest.raises(InvalidInput, match="lifetime must be a finite number of seconds above 0"):
         create_token(path, "team-a", "read", expires_in=0.0)
+
+
+def test_prune_removes_only_the_expired_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from clients.cli.main import main
+
+    path = tmp_path / "tokens.yaml"
+    lasting = create_token(path, "team-a", "read")
+    soon = create_token(path, "team-a", "read", expires_in=60.0)
+    later = create_token(path, "team-b", "read", expires_in=3600.0)
+    [_, soon_entry, _] = list_tokens(path)
+    assert prune_tokens(path) == []  # nothing expired yet: the file is left as it is
+    removed = prune_tokens(path, now=time.time() + 120.0)
+    assert removed == [soon_entry]
+    running = TokenFile(path)
+    assert running.lookup(soon) is None and running.lookup(lasting) and running.lookup(later)
+    assert main(["token", "prune", "--tokens", str(path)]) == 0
+    assert "0 expired token(s) removed" in capsys.readouterr().err
+    create_token(path, "team-c", "read", expires_in=0.01)
+    time.sleep(0.05)
+    assert main(["token", "prune", "--tokens", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "of tenant 'team-c', expired at" in out and "1 expired token(s) removed" in err
+    assert [e.tenant for e in list_tokens(path)] == ["team-a", "team-b"]
 
 
 def test_an_expiry_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
