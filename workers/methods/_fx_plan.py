@@ -26,6 +26,9 @@ the operator. Node kinds on the input's path ("activations"):
   (``gated``); see ``gates`` (LRP: every gate) and ``self_gates`` (DeepLIFT: ``x`` times a gate of
   ``x`` only, an elementwise activation) in :func:`plan_graph`.
 
+- ``head`` (only where the caller asks): a Softmax, LogSoftmax or Sigmoid whose only use is the
+  model's output (a classifier exported with its probabilities); see ``heads`` in :func:`plan_graph`.
+
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
 
@@ -49,13 +52,16 @@ __all__ = [
     "Plan",
     "Step",
     "below_output",
+    "crossed_head",
     "evaluate",
     "family_plan",
     "is_self_gated",
     "merge_parts",
+    "output_head",
     "plan_graph",
     "run_node",
     "scale_and_shift",
+    "without_head",
 ]
 
 Kind = Literal[
@@ -71,6 +77,7 @@ Kind = Literal[
     "clip",
     "gate",
     "gated",
+    "head",
     "static",
 ]
 
@@ -105,6 +112,9 @@ SCALES = "BatchNorm"
 CLIPS = "ReLU6"
 GATES = "SiLU, Hardswish, sigmoid gates (squeeze-and-excitation)"
 SELF_GATES = "SiLU, Hardswish"
+HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
+_HEAD_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax, nn.LogSoftmax, nn.Sigmoid)
+_HEAD_NAMES = {"OnnxSoftmaxV1V11"}
 # A gate's value is in [0, 1]; onnx2torch writes HardSigmoid as its own module.
 _GATE_TYPES: tuple[type[nn.Module], ...] = (nn.Sigmoid, nn.Hardsigmoid)
 _GATE_NAMES = {"OnnxHardSigmoid"}
@@ -126,13 +136,18 @@ class Admits:
     clips: bool = False
     gates: bool = False
     self_gates: bool = False
+    heads: bool = False
 
 
 # The passes and `xaudit inspect` read these here, so they cannot disagree.
 _FAMILY_ADMITS: dict[str, Admits] = {
-    "LRP": Admits(merges=True, moves=True, clips=True, gates=True),  # workers.methods._modified_backward
-    "DeepLIFT": Admits(merges=True, moves=True, scales=True, clips=True, self_gates=True),  # ._rescale_graph
-    "RevealCancel": Admits(merges=True, moves=True, scales=True, clips=True),  # ._revealcancel_graph
+    "LRP": Admits(merges=True, moves=True, clips=True, gates=True, heads=True),  # ._modified_backward
+    "DeepLIFT": Admits(
+        merges=True, moves=True, scales=True, clips=True, self_gates=True, heads=True
+    ),  # ._rescale_graph
+    "RevealCancel": Admits(
+        merges=True, moves=True, scales=True, clips=True, heads=True
+    ),  # ._revealcancel_graph
 }
 
 
@@ -231,6 +246,7 @@ def plan_graph(
     clips: bool = False,
     gates: bool = False,
     self_gates: bool = False,
+    heads: bool = False,
 ) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
@@ -265,7 +281,12 @@ def plan_graph(
 
     ``self_gates``: admit only ``x`` times a gate of ``x`` (SiLU, Hardswish, and ``x * sigmoid(x)``
     written as two nodes): an elementwise activation, for DeepLIFT, whose Rescale multiplier is
-    defined for any (a squeeze-and-excitation gate, a product of two activations, has none)."""
+    defined for any (a squeeze-and-excitation gate, a product of two activations, has none).
+
+    ``heads``: admit a Softmax, LogSoftmax or Sigmoid that is the model's output, for a pass that
+    crosses it by its gradient, as it crosses the softmax of a probability or log-odds target (LRP,
+    DeepLIFT Rescale): the model then explains its probabilities, and relevance is no longer
+    conservative there (:func:`output_head` names it for the report)."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
@@ -301,6 +322,8 @@ def plan_graph(
             kind = "scale"
         if kind is None and clips and len(inputs) == 1 and _is_clip(module):
             kind = "clip"
+        if kind is None and heads and len(inputs) == 1 and _is_head(module, name, node):
+            kind = "head"
         if kind is None and node in gate_nodes and len(inputs) == 1:
             kind = "gate"
         if kind is None and (gates or self_gates) and len(inputs) == 1 and isinstance(module, _SELF_GATED):
@@ -314,7 +337,7 @@ def plan_graph(
                 continue
         if kind is None:
             extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales + [CLIPS] * clips
-            extra += [GATES] * gates + [SELF_GATES] * (self_gates and not gates)
+            extra += [GATES] * gates + [SELF_GATES] * (self_gates and not gates) + [HEADS] * heads
             supported = ", ".join([SUPPORTED, *extra])
             raise NotApplicable(
                 method,
@@ -389,6 +412,45 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
             assert module is not None
             found[node] = module
     return found
+
+
+def _is_head(module: nn.Module | None, name: str, node: fx.Node) -> bool:
+    """A probability-like output op (Softmax, LogSoftmax, Sigmoid) whose only use is the output."""
+    is_head_op = isinstance(module, _HEAD_TYPES) or name in _HEAD_NAMES
+    return is_head_op and bool(node.users) and all(user.op == "output" for user in node.users)
+
+
+def output_head(plan: Plan) -> str | None:
+    """The operator of the plan's ``head`` step (the output's Softmax, LogSoftmax or Sigmoid), if any."""
+    for step in plan.steps:
+        if step.kind == "head":
+            return _operator_name(step.node, step.module)
+    return None
+
+
+def without_head(plan: Plan) -> tuple[Plan, nn.Module | None]:
+    """The plan ending before its ``head`` step (its output the head's input), and the head's module;
+    the plan itself and None where it has none."""
+    head = next((step for step in plan.steps if step.kind == "head"), None)
+    if head is None:
+        return plan, None
+    assert head.source is not None and head.module is not None
+    steps = tuple(step for step in plan.steps if step is not head)
+    return Plan(plan.graph, steps, head.source), head.module
+
+
+def crossed_head(graph: nn.Module, method: str, family: str) -> str:
+    """For the report: that ``family``'s pass crosses the model's output head by its gradient, or ""."""
+    try:
+        head = output_head(family_plan(graph, method, family))
+    except NotApplicable:
+        return ""
+    if head is None:
+        return ""
+    return (
+        f"; the model's output {head} is crossed by its gradient, as a probability target is (no "
+        "rule covers it), so the attributions do not add up to the output change there"
+    )
 
 
 def _module(graph: fx.GraphModule, node: fx.Node) -> nn.Module | None:

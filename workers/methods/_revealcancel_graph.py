@@ -54,6 +54,7 @@ from workers.methods._fx_plan import (
     merge_parts,
     run_node,
     scale_and_shift,
+    without_head,
 )
 from workers.methods._revealcancel_maps import AffineMaps, affine_maps, dense_maps
 from workers.methods._revealcancel_rules import (
@@ -113,7 +114,8 @@ class RevealCancelGraph:
     """A validated plan over ``graph``; :meth:`reference` then :meth:`multipliers` per chunk of rows."""
 
     def __init__(self, graph: nn.Module, method: str, dtype: torch.dtype) -> None:
-        self.plan: Plan = family_plan(graph, method, "RevealCancel")
+        # A Softmax/Sigmoid output is left to the target's seed (deeplift_revealcancel.target_seed)
+        self.plan, self.head = without_head(family_plan(graph, method, "RevealCancel"))
         self.dtype = dtype
         if needs_float64(self.plan) and dtype != torch.float64:
             raise ValueError("a graph with sums, concatenations or data movement runs in float64")

@@ -65,6 +65,7 @@ def _captum(
 def _implementation(model: ModelAdapter, method: str) -> str | None:
     """xaudit's Rescale pass, or Captum's DeepLift with the operator that sent the graph there."""
     from workers.methods._embedding import graph_model
+    from workers.methods._fx_plan import crossed_head
     from workers.methods._rescale_graph import RescaleGraph
     from xaudit.contract.errors import NotApplicable
 
@@ -74,7 +75,7 @@ def _implementation(model: ModelAdapter, method: str) -> str | None:
         return None  # the method does not run at all; its entry says why
     refusal = RescaleGraph.refusal(graph, method)
     if refusal is None:
-        return "xaudit's Rescale pass (docs/science.md 5.8)"
+        return "xaudit's Rescale pass (docs/science.md 5.8)" + crossed_head(graph, method, "DeepLIFT")
     return (
         f"Captum's DeepLift: xaudit's Rescale pass has no rule for this graph ({refusal}); Captum "
         "passes the gradient through operators it has no DeepLIFT rule for, and the verdict judges that"

@@ -14,6 +14,7 @@ Attributions are (x - x0) times the input multipliers.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -41,25 +42,35 @@ _PLANS: weakref.WeakKeyDictionary[Any, dict[torch.dtype, RevealCancelGraph]] = w
 
 
 def target_seed(
-    target: Target, out: torch.Tensor, out0: torch.Tensor, *, classes: torch.Tensor
+    target: Target,
+    out: torch.Tensor,
+    out0: torch.Tensor,
+    *,
+    classes: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Multipliers of the raw outputs (k, C) for the target score of ``classes``.
+    """Multipliers of the raw outputs (k, C) for the target score of ``classes``; ``head``: the
+    model's own output Softmax/Sigmoid, which the plan stops before (``out`` is its input).
 
     For a logit target this is the one-hot vector. Probabilities and log-odds are a softmax of all
-    outputs, which no DeepLIFT rule covers; their multipliers are the gradient averaged along the
-    straight path from out0 to out (Gauss-Legendre, 64 nodes), which keeps summation-to-delta.
-    All nodes go through the transform in one batch (it acts row by row).
+    outputs, which no DeepLIFT rule covers, and so is a model's own head; their multipliers are the
+    gradient averaged along the straight path from out0 to out (Gauss-Legendre, 64 nodes), which
+    keeps summation-to-delta. All nodes go through the transform in one batch (it acts row by row).
     """
     import torch
 
     onehot = torch.zeros_like(out).scatter_(1, classes[:, None], 1.0)
-    if target.kind == "logit":
+    if target.kind == "logit" and head is None:
         return onehot
+
+    def transform(z: torch.Tensor) -> torch.Tensor:
+        return target.transform(z if head is None else head(z).reshape(z.shape[0], -1))
+
     nodes, weights = (torch.as_tensor(a, dtype=out.dtype, device=out.device) for a in _QUADRATURE)
     t = ((nodes + 1) / 2)[:, None, None]
     z = (out0 + t * (out - out0)).reshape(-1, out.shape[1]).detach().requires_grad_(True)
     with torch.enable_grad():
-        value = (target.transform(z).reshape(len(nodes), *out.shape) * onehot).sum()
+        value = (transform(z).reshape(len(nodes), *out.shape) * onehot).sum()
         (grad,) = torch.autograd.grad(value, z)
     return torch.einsum("n,nkc->kc", weights / 2, grad.reshape(len(nodes), *out.shape))
 
@@ -101,7 +112,7 @@ class DeepLiftRevealCancel(Method):
             for start in range(0, inputs.shape[0], chunk):
                 part = slice(start, start + chunk)
                 dx = dx_all[part]
-                seed = partial(target_seed, ctx.target, classes=c_all[part])
+                seed = partial(target_seed, ctx.target, classes=c_all[part], head=plan.head)
                 m, shaky = plan.multipliers(dx, Reference(ref.values, rows[part]), seed)
                 out[part] = (dx * m).cpu().numpy()
                 if shaky is not None:
@@ -112,7 +123,7 @@ class DeepLiftRevealCancel(Method):
                 exact = _plan(graph, self.name, torch.float64)
                 dx = torch.as_tensor(np.subtract(inputs[index], baselines[index], dtype=np.float64))
                 dx = dx.to(device)
-                seed = partial(target_seed, ctx.target, classes=c_all[again])
+                seed = partial(target_seed, ctx.target, classes=c_all[again], head=exact.head)
                 m, _ = exact.multipliers(dx, Reference(ref.values, rows[again]), seed)
                 out[index] = (dx * m).cpu().numpy()
         return out

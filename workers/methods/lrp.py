@@ -23,13 +23,31 @@ from xaudit.contract.params import parameter_defaults
 
 if TYPE_CHECKING:  # the catalogue loads neither torch nor zennit
     from workers.methods._lrp_rules import LayerRule
+    from workers.models.base import ModelAdapter
 
 __all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon"]
 
 _CAPABILITIES = Capabilities(gradients=True, hooks=True, baseline="none", stochastic=False)
 
 
-class LrpEpsilon(Method):
+class _Lrp(Method):
+    """What the three LRP-family methods share: the report says when a model's output head (its
+    Softmax, LogSoftmax or Sigmoid) is crossed by its gradient."""
+
+    def implementation(self, model: ModelAdapter) -> str | None:
+        from workers.methods._embedding import graph_model
+        from workers.methods._fx_plan import crossed_head
+        from xaudit.contract.errors import NotApplicable
+
+        try:
+            graph = graph_model(model).torch_hookable(self.name)
+        except NotApplicable:
+            return None  # the method does not run at all; its entry says why
+        crossed = crossed_head(graph, self.name, "LRP")
+        return f"xaudit's LRP pass{crossed}" if crossed else None
+
+
+class LrpEpsilon(_Lrp):
     """LRP-epsilon on every Linear/Conv layer (bias kept in the denominator, as in Bach et al. eq. 58).
 
     ``epsilon`` defaults to 1e-6, a stabiliser only: with it LRP-epsilon on a ReLU network is
@@ -60,7 +78,7 @@ class LrpEpsilon(Method):
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
 
-class LrpAlphaBeta(Method):
+class LrpAlphaBeta(_Lrp):
     """LRP-alpha-beta on every Linear/Conv layer (Bach et al. eq. 60; positive/negative bias parts in
     the matching denominators). Zennit requires alpha - beta = 1 (relevance conservation)."""
 
@@ -92,7 +110,7 @@ class LrpAlphaBeta(Method):
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
 
-class DeepTaylor(Method):
+class DeepTaylor(_Lrp):
     """Deep Taylor decomposition: the z-beta (ZBox) rule on the first affine layer, z+ on the others.
 
     Both rules follow Montavon et al. 2017 exactly: z+ ignores biases (Zennit's ZPlus would otherwise
