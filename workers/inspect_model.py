@@ -26,6 +26,18 @@ _RULE_FAMILIES = {
 }
 
 
+# Operators whose output is a probability (or its log): a classifier exported with its head.
+_HEAD_ADVICE = {
+    "Softmax": "its values are probabilities, which the default target (logit) reads as they are; "
+    "--target prob or logodds would take a softmax of them again",
+    "Sigmoid": "its values are probabilities, which the default target (logit) reads as they are; "
+    "--target prob or logodds would take a sigmoid or softmax of them again",
+    "LogSoftmax": "its values are log-probabilities; --target prob reads the probabilities (a softmax "
+    "of log-probabilities gives them back)",
+}
+_PROBABILITY_OPS = tuple(_HEAD_ADVICE)
+
+
 @dataclass
 class ModelCheck:
     format: str
@@ -36,6 +48,7 @@ class ModelCheck:
     explained: str = ""
     embedding_tensor: str = ""
     fixed_batch: int | None = None
+    output_head: str = ""  # the op making the first output when it gives probabilities (Softmax, Sigmoid...)
     rebatched: bool = False  # a fixed batch of 1 that the graph lets us widen (checked on two rows)
     command: str = ""
 
@@ -66,6 +79,10 @@ class ModelCheck:
         lines.append("outputs:")
         for o in self.outputs:
             lines.append(f"  {o['name']}: {o['dtype']} {o['shape']}")
+        if self.output_head:
+            lines.append(
+                f"  {self.outputs[0]['name']} comes out of a {self.output_head}: {_HEAD_ADVICE[self.output_head]}"
+            )
         lines.append("methods:")
         width = max(len(m) for m in self.methods)
         for name, why in self.methods.items():
@@ -150,6 +167,9 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
         check.outputs.append(
             {"name": name, "dtype": str(_ORT_DTYPES.get(arg.type, arg.type)), "shape": _shape(dims)}
         )
+    producer = {out: node.op_type for node in graph.proto.graph.node for out in node.output}
+    if producer.get(graph.outputs[0]) in _PROBABILITY_OPS:
+        check.output_head = producer[graph.outputs[0]]
     # Example held values (zeros, one sample) to bind the graph the way an audit binds it.
     fixed = {}
     for spec in graph.inputs:

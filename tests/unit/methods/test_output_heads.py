@@ -90,3 +90,14 @@ def test_the_report_says_the_head_was_crossed_and_other_softmaxes_stay_refused()
     graph = _context(inner, Target()).model.torch_hookable("lrp_epsilon")
     with pytest.raises(NotApplicable, match="operator Softmax"):
         family_plan(graph, "lrp_epsilon", "LRP")
+
+
+def test_inspect_says_what_a_head_means_for_the_target() -> None:
+    from workers.inspect_model import inspect_model
+
+    for head, said in ((nn.Softmax(dim=1), "--target prob or logodds would take a softmax of them again"),
+                       (nn.LogSoftmax(dim=1), "--target prob reads the probabilities")):  # fmt: skip
+        check = inspect_model(to_onnx(nn.Sequential(_body(3), head).eval(), X[:1]))
+        assert check.output_head == type(head).__name__ and said in check.text()
+        assert check.methods["deeplift_revealcancel"].startswith("runs")
+    assert inspect_model(to_onnx(_body(3), X[:1])).output_head == ""
