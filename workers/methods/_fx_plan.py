@@ -53,6 +53,7 @@ __all__ = [
     "Step",
     "below_output",
     "crossed_head",
+    "elementwise",
     "evaluate",
     "family_plan",
     "is_self_gated",
@@ -145,9 +146,9 @@ _FAMILY_ADMITS: dict[str, Admits] = {
     "DeepLIFT": Admits(
         merges=True, moves=True, scales=True, clips=True, self_gates=True, heads=True
     ),  # ._rescale_graph
-    "RevealCancel": Admits(
-        merges=True, moves=True, scales=True, clips=True, heads=True
-    ),  # ._revealcancel_graph
+    "RevealCancel": Admits(  # ._revealcancel_graph
+        merges=True, moves=True, scales=True, clips=True, self_gates=True, heads=True
+    ),
 }
 
 
@@ -223,6 +224,16 @@ def scale_and_shift(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
 def _is_clip(module: nn.Module | None) -> bool:
     """ReLU6, or any Hardtanh clamping to [0, c] with c > 0: zero below 0, the identity up to c."""
     return isinstance(module, nn.Hardtanh) and module.min_val == 0 and module.max_val > 0
+
+
+def elementwise(step: Step) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The elementwise function of a ``clip`` or ``gated`` step (``x`` times a gate of ``x``): its
+    module, or ``z * gate(z)`` for a SiLU the exporter wrote as a product."""
+    gate = step.gate
+    if gate is None:
+        assert step.module is not None
+        return step.module
+    return lambda z: z * gate(z)
 
 
 def is_self_gated(module: nn.Module | None) -> bool:

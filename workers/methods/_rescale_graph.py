@@ -26,7 +26,7 @@ import torch
 from torch import fx, nn
 
 from workers.methods._base import distinct_references
-from workers.methods._fx_plan import ACTIVATIONS, Plan, Step, evaluate, family_plan
+from workers.methods._fx_plan import ACTIVATIONS, Plan, elementwise, evaluate, family_plan
 from workers.methods._reroute import rerouted
 from workers.targets import Target
 from xaudit.contract.errors import NotApplicable
@@ -70,7 +70,7 @@ class RescaleGraph:
 
         def rescaled(z: torch.Tensor, step: Any) -> torch.Tensor:
             with torch.no_grad():  # in place on two temporaries: new tensors cost more than arithmetic
-                y = torch.relu(z) if step.kind == "relu" else _activation(step)(z)
+                y = torch.relu(z) if step.kind == "relu" else elementwise(step)(z)
                 delta_in = z - at_reference(step.source)
                 multiplier = torch.sub(y, at_reference(step.node)).div_(delta_in)
                 unchanged = delta_in.abs_() < EPS
@@ -79,7 +79,7 @@ class RescaleGraph:
                 elif step.kind == "clip":  # a clamp to [0, c]: 1 strictly inside
                     gradient = ((z > 0) & (z < step.module.max_val)).to(z.dtype)
                 elif bool(unchanged.any()):  # SiLU, Hardswish: their derivative, by autograd
-                    gradient = _derivative(_activation(step), z)
+                    gradient = _derivative(elementwise(step), z)
                 else:
                     gradient = multiplier
                 multiplier = torch.where(unchanged, gradient, multiplier, out=multiplier)
@@ -93,15 +93,6 @@ class RescaleGraph:
             scores = target.transform(scores)
         (grad,) = torch.autograd.grad(scores.gather(1, classes[:, None]).sum(), x)
         return (x.detach() - x0) * grad
-
-
-def _activation(step: Step) -> Any:
-    """The elementwise function of a ``clip`` or ``gated`` step: its module, or ``z * gate(z)`` for a
-    SiLU the exporter wrote as a product."""
-    gate = step.gate
-    if gate is None:
-        return step.module
-    return lambda z: z * gate(z)
 
 
 def _derivative(function: Any, z: torch.Tensor) -> torch.Tensor:

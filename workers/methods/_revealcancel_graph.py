@@ -49,6 +49,7 @@ from workers.methods._fx_plan import (
     ACTIVATIONS,
     Plan,
     Step,
+    elementwise,
     evaluate,
     family_plan,
     merge_parts,
@@ -66,6 +67,7 @@ from workers.methods._revealcancel_rules import (
     collapse,
     reveal_cancel,
     reveal_cancel_clipped,
+    reveal_cancel_smooth,
     scaled_pair,
     scaled_split,
     sign_split,
@@ -82,11 +84,15 @@ Moved = Callable[[torch.Tensor], torch.Tensor]  # a move node's value as a funct
 _ROUNDING = 2**-23
 _MAX_TOLERANCE = 1e-4
 _SPLIT_SOURCES = ("affine", "avgpool")
-_FLOAT64_KINDS = ("merge", "move")  # the float32 rounding checks are written for chains
+_RULED = (*ACTIVATIONS, "gated")  # elementwise nonlinearities: the RevealCancel rule
+# The float32 rounding checks are written for chains of ReLUs; SiLU and Hardswish take differences of
+# their values (reveal_cancel_smooth).
+_FLOAT64_KINDS = ("merge", "move", "gated")
 
 
 def needs_float64(plan: Plan) -> bool:
-    """A graph with sums, concatenations or data movement runs in float64 (the module's docstring)."""
+    """A graph with sums, concatenations, data movement, SiLU or Hardswish runs in float64 (the
+    module's docstring)."""
     return any(step.kind in _FLOAT64_KINDS for step in plan.steps)
 
 
@@ -142,7 +148,7 @@ class RevealCancelGraph:
         # the input's is exact, and an average pooling read directly by a split layer is not checked.
         self.sign_read: set[fx.Node] = set()
         for step in self.plan.steps:
-            if step.kind in ACTIVATIONS:
+            if step.kind in _RULED:
                 self._needs_split(steps, step.source)
         self._per_row: dict[tuple[tuple[int, ...], torch.device], int] = {}
         self._dense: dict[tuple[fx.Node, torch.Size], AffineMaps] = {}
@@ -215,7 +221,9 @@ class RevealCancelGraph:
                     delta[node] = split[node][0].total
                 else:
                     delta[node] = maps.linear(delta[src])
-            elif step.kind in ACTIVATIONS:
+            elif step.kind == "gate":
+                continue  # a SiLU's sigmoid: the product's rule takes the SiLU whole
+            elif step.kind in _RULED:
                 assert src is not None
                 if src in split:
                     parts, made_by = split[src]
@@ -225,6 +233,8 @@ class RevealCancelGraph:
                     parts, tolerance = sign_split(delta[src]), None
                 if step.kind == "relu":
                     reveal[node] = reveal_cancel(at_rows(src), parts, tolerance)
+                elif step.kind == "gated":  # SiLU, Hardswish (float64 plans)
+                    reveal[node] = reveal_cancel_smooth(at_rows(src), parts, elementwise(step))
                 else:
                     assert isinstance(step.module, nn.Hardtanh)  # ReLU6, or a clamp to [0, c]
                     cap = float(step.module.max_val)
@@ -290,7 +300,7 @@ class RevealCancelGraph:
             assert src is not None
             if step.kind in _SPLIT_SOURCES:
                 give(src, Pair(affine_backward(self._maps_at(node, delta[src]), delta[src], pair)))
-            elif step.kind in ACTIVATIONS:
+            elif step.kind in _RULED:
                 d = collapse(pair, delta[node])
                 rule = reveal.pop(node)  # its buffers become the source's multipliers
                 give(src, Pair(rule.mean.mul_(d), rule.half_diff.mul_(d)))

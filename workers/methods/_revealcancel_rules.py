@@ -32,6 +32,7 @@ __all__ = [
     "collapse",
     "reveal_cancel",
     "reveal_cancel_clipped",
+    "reveal_cancel_smooth",
     "scaled_pair",
     "scaled_split",
     "sign_split",
@@ -203,3 +204,22 @@ def reveal_cancel_clipped(
     return Reveal(
         low.delta.sub_(high.delta), low.mean.sub_(high.mean), low.half_diff.sub_(high.half_diff), unresolved
     )
+
+
+def reveal_cancel_smooth(
+    z0: torch.Tensor, split: Split, function: Callable[[torch.Tensor], torch.Tensor]
+) -> Reveal:
+    """:func:`reveal_cancel` for any elementwise ``function`` (SiLU, Hardswish), from its values at
+    the rule's four points. Differences of values cancel where ReLU's closed forms do not, so the
+    plans that use it run in float64 (``_revealcancel_graph.needs_float64``). dy = (2 dy+ + 2 dy-) / 2
+    keeps summation-to-delta with the multipliers; an absent part (0/0) gets multiplier 0."""
+    pos, neg = split.pos, split.neg
+    at_ref = function(z0)
+    at_pos, at_neg, at_both = function(z0 + pos), function(z0 + neg), function(z0 + split.total)
+    up = (at_pos - at_ref).add_(at_both - at_neg)  # 2 dy+
+    down = (at_neg - at_ref).add_(at_both - at_pos)  # 2 dy-
+    delta = torch.lerp(up, down, 0.5)
+    m_pos = up.div_(pos).mul_(0.5).nan_to_num_(nan=0.0)
+    m_neg = down.div_(neg).mul_(0.5).nan_to_num_(nan=0.0)
+    mean = torch.lerp(m_pos, m_neg, 0.5)
+    return Reveal(delta, mean, m_pos.sub_(mean), None)

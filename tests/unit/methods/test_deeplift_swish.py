@@ -1,10 +1,14 @@
-"""DeepLIFT Rescale and DeepSHAP through SiLU and Hardswish, which exporters write as ``x *
-sigmoid(x)`` (two nodes) or as one HardSwish node: the Rescale multiplier (f(z) - f(z0)) / (z - z0),
-the paper's rule for any elementwise nonlinearity (docs/science.md 5.8), against DeepLIFT written out
-layer by layer in float64 and by summation-to-delta. A squeeze-and-excitation gate, a product of
+"""DeepLIFT Rescale, DeepSHAP and RevealCancel through SiLU and Hardswish, which exporters write as
+``x * sigmoid(x)`` (two nodes) or as one HardSwish node: the Rescale multiplier (f(z) - f(z0)) /
+(z - z0) and the RevealCancel rule, the paper's rules for any elementwise nonlinearity
+(docs/science.md 5.8), against DeepLIFT written out layer by layer in float64 (RevealCancel: the
+per-unit reference of its tests) and by summation-to-delta. A squeeze-and-excitation gate, a product of
 two activations, has no DeepLIFT rule and still goes to Captum, as the report says."""
 
 from __future__ import annotations
+
+import copy
+import math
 
 import numpy as np
 import pytest
@@ -12,6 +16,8 @@ import torch
 from torch import nn
 
 from tests.models import to_onnx
+from tests.unit.methods._context import dense_layers
+from tests.unit.methods.test_revealcancel import revealcancel_ref
 from workers.methods import AttributionContext, get_method
 from workers.methods._rescale_graph import RescaleGraph, _derivative
 from workers.models import load_model
@@ -84,3 +90,36 @@ def test_a_squeeze_and_excitation_gate_has_no_deeplift_rule() -> None:
     graph = load_model(to_onnx(_gated_net(), example), "onnx", "cpu").torch_hookable("deeplift_rescale")
     refusal = RescaleGraph.refusal(graph, "deeplift_rescale")
     assert refusal is not None and "Sigmoid" in refusal and "_2_gate_sigmoid" in refusal, refusal
+
+
+def _silu_float(v: float) -> float:
+    return v / (1.0 + math.exp(-v))
+
+
+def _hardswish_float(v: float) -> float:
+    return v * min(max(v + 3.0, 0.0), 6.0) / 6.0
+
+
+ACTIVATION_TWINS = {"silu": (nn.SiLU, _silu_float), "hardswish": (nn.Hardswish, _hardswish_float)}
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("activation", sorted(ACTIVATION_TWINS))
+def test_revealcancel_through_silu_and_hardswish_is_the_papers_rule(activation: str, dynamo: bool) -> None:
+    module, function = ACTIVATION_TWINS[activation]
+    torch.manual_seed(24)
+    model = nn.Sequential(nn.Linear(6, 10), module(), nn.Linear(10, 8), module(), nn.Linear(8, 3)).eval()
+    loaded = load_model(to_onnx(model, X[:1], opset=18 if dynamo else 17, dynamo=dynamo), "onnx", "cpu")
+    loaded.check_sample(X.numpy())
+    ctx = AttributionContext(loaded, parse_players("features", (6,)), Target(), {})
+    classes = np.array([0, 1, 2, 0, 1])
+    got = get_method("deeplift_revealcancel").attribute(ctx, X.numpy(), X0.numpy(), classes)
+    twin = copy.deepcopy(model)
+    twin[1], twin[3] = nn.ReLU(), nn.ReLU()  # the same affine layers, for their dense views
+    layers = dense_layers(twin, (6,))
+    x, x0 = X.double().numpy(), X0.double().numpy()
+    want = np.stack([revealcancel_ref(layers, x[k], x0[k], int(classes[k]), function) for k in range(len(x))])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        delta = (model(X) - model(X0)).numpy()[np.arange(len(X)), classes]
+    np.testing.assert_allclose(got.sum(1), delta, rtol=1e-4, atol=1e-5)  # summation-to-delta
