@@ -4,10 +4,13 @@
 
 Rules are declared for Linear/Conv layers; average pooling gets LRP-0 (Zennit's Norm); ReLU,
 flatten, reshape and max-pooling keep Zennit's default (the gradient), which passes relevance
-through. Graphs with any other operator on the input's path are refused (NotApplicable).
-For probability or log-odds targets the softmax sits above the graph and relevance crosses it by
-its gradient (no LRP rule covers it), so relevance is then no longer conservative. Relevance starts as the target score of the
-explained class, so it is in the target's units.
+through; ReLU6, SiLU and Hardswish pass it unchanged and sigmoid gates are held constant. Graphs with
+any other operator on the input's path are refused (NotApplicable); the layer kinds and their rules
+are in :mod:`workers.methods._fx_plan` and docs/science.md 5.8. For probability or log-odds targets
+the softmax sits above the graph and relevance crosses it by its gradient (no LRP rule covers it), as
+it crosses a Softmax or Sigmoid that is the model's own output, so relevance is then no longer
+conservative. Relevance starts as the target score of the explained class, so it is in the target's
+units.
 """
 
 from __future__ import annotations
