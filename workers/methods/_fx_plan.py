@@ -34,7 +34,9 @@ Nodes that do not depend on the input (constants, shape arithmetic after ``Shape
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -56,6 +58,7 @@ __all__ = [
     "elementwise",
     "evaluate",
     "family_plan",
+    "folded_layer",
     "is_self_gated",
     "merge_parts",
     "output_head",
@@ -110,6 +113,7 @@ SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool
 MERGES = "Add and Concat of activations"
 MOVES = "Transpose, Slice, Split"
 SCALES = "BatchNorm"
+FOLDED_SCALES = "BatchNorm right after a Linear/Conv layer"
 CLIPS = "ReLU6"
 GATES = "SiLU, Hardswish, sigmoid gates (squeeze-and-excitation)"
 SELF_GATES = "SiLU, Hardswish"
@@ -138,11 +142,14 @@ class Admits:
     gates: bool = False
     self_gates: bool = False
     heads: bool = False
+    folded_scales: bool = False
 
 
 # The passes and `xaudit inspect` read these here, so they cannot disagree.
 _FAMILY_ADMITS: dict[str, Admits] = {
-    "LRP": Admits(merges=True, moves=True, clips=True, gates=True, heads=True),  # ._modified_backward
+    "LRP": Admits(  # ._modified_backward
+        merges=True, moves=True, clips=True, gates=True, heads=True, folded_scales=True
+    ),
     "DeepLIFT": Admits(
         merges=True, moves=True, scales=True, clips=True, self_gates=True, heads=True
     ),  # ._rescale_graph
@@ -236,6 +243,32 @@ def elementwise(step: Step) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda z: z * gate(z)
 
 
+def _folds_into(graph: fx.GraphModule, source: fx.Node) -> bool:
+    """A batch norm on ``source`` folds into it: a Linear/Conv layer whose one use is the norm."""
+    return isinstance(_module(graph, source), AFFINE_TYPES) and len(source.users) == 1
+
+
+_FOLDED: weakref.WeakKeyDictionary[nn.Module, nn.Module] = weakref.WeakKeyDictionary()
+
+
+def folded_layer(affine: nn.Module, norm: nn.Module) -> nn.Module:
+    """``affine`` with the eval-mode batch norm after it folded in (weights times s, bias times s plus
+    the norm's shift): one layer computing the same values, made once per norm so that the rules'
+    caches of derived weights keep hitting."""
+    if norm not in _FOLDED:
+        scale, shift = scale_and_shift(norm)
+        weight = affine.weight
+        assert isinstance(weight, torch.Tensor)
+        folded = copy.deepcopy(affine)
+        with torch.no_grad():
+            shape = (-1, *[1] * (weight.ndim - 1))
+            folded.weight = nn.Parameter(weight * scale.reshape(shape), requires_grad=False)
+            bias = affine.bias if isinstance(affine.bias, torch.Tensor) else torch.zeros_like(scale)
+            folded.bias = nn.Parameter(bias * scale + shift, requires_grad=False)
+        _FOLDED[norm] = folded
+    return _FOLDED[norm]
+
+
 def is_self_gated(module: nn.Module | None) -> bool:
     """A ``gated`` step that is one activation module (SiLU, Hardswish), not a product of two nodes."""
     return isinstance(module, _SELF_GATED)
@@ -258,6 +291,7 @@ def plan_graph(
     gates: bool = False,
     self_gates: bool = False,
     heads: bool = False,
+    folded_scales: bool = False,
 ) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
@@ -277,7 +311,10 @@ def plan_graph(
 
     ``scales``: admit eval-mode batch norms (per-channel ``s x + b``) for DeepLIFT, whose reference
     implementation scales a difference's parts and multipliers by ``s`` (swapping them where
-    ``s < 0``): what folding the norm into the layers before it gives. LRP has no agreed rule.
+    ``s < 0``): what folding the norm into the layers before it gives. LRP has no agreed rule for a
+    norm in general; ``folded_scales`` admits one that directly follows a Linear/Conv layer which
+    feeds nothing else, and which its pass folds into that layer (Zennit's canonizers do the same:
+    :func:`folded_layer`).
 
     ``clips``: admit ReLU6 (a clamp to [0, c]) for LRP, which passes relevance through it unchanged
     (Zennit's ``Pass``): where the unit saturates its gradient would drop relevance the layer above
@@ -329,7 +366,8 @@ def plan_graph(
         kind = _kind(module, name) if len(inputs) == 1 else None
         if kind is None and moves and len(inputs) == 1 and name in _MOVE_NAMES:
             kind = "move"
-        if kind is None and scales and len(inputs) == 1 and _is_scale(module):
+        foldable = folded_scales and len(inputs) == 1 and _folds_into(graph, inputs[0])
+        if kind is None and (scales or foldable) and len(inputs) == 1 and _is_scale(module):
             kind = "scale"
         if kind is None and clips and len(inputs) == 1 and _is_clip(module):
             kind = "clip"
@@ -348,6 +386,7 @@ def plan_graph(
                 continue
         if kind is None:
             extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales + [CLIPS] * clips
+            extra += [FOLDED_SCALES] * (folded_scales and not scales)
             extra += [GATES] * gates + [SELF_GATES] * (self_gates and not gates) + [HEADS] * heads
             supported = ", ".join([SUPPORTED, *extra])
             raise NotApplicable(

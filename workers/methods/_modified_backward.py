@@ -39,6 +39,7 @@ from workers.methods._fx_plan import (
     below_output,
     evaluate,
     family_plan,
+    folded_layer,
     is_self_gated,
 )
 from workers.methods._lrp_rules import Epsilon, LayerRule
@@ -62,6 +63,13 @@ def rows_per_pass(inputs: np.ndarray) -> int:
 # The rule of the i-th Linear/Conv layer in execution order (Zennit's composite's index).
 Rules = Callable[[int], LayerRule]
 _NORM = Epsilon(1e-6)  # average pooling: LRP-0 with Zennit's stabiliser (its Norm rule)
+# What this pass has rules for and Zennit's (the fallback for a z-beta layer not at the input) has not.
+_ZENNIT_LACKS = {
+    "gate": "gates (SiLU, squeeze-and-excitation)",
+    "gated": "gates (SiLU, squeeze-and-excitation)",
+    "head": "the output's Softmax or Sigmoid",
+    "scale": "a batch norm folded into its layer",
+}
 _PASS_SIGN = ("relu", "shape", "move", "maxpool", "avgpool", "gated")  # x >= 0 in, x >= 0 out
 
 
@@ -94,12 +102,15 @@ class RelevanceGraph:
             if step.kind == "clip" or (step.kind == "gated" and is_self_gated(step.module))
         }
         self.gates = {step.node: step.module for step in plan.steps if step.kind == "gate"}
+        self.folded = {step.node for step in plan.steps if step.kind == "scale"}  # in the layer before
 
     @classmethod
     def build(cls, plan: Plan, rules: Rules) -> RelevanceGraph | None:
         path = output_path(plan)
         # the rules' index counts the layers relevance passes (a gate's branch has none)
         index = {s.node: i for i, s in enumerate(s for s in path if s.kind == "affine")}
+        # a batch norm right after a layer is folded into it; the norm itself then passes values on
+        norms = {s.source: s.module for s in path if s.kind == "scale"}
         nonneg: set[fx.Node] = set()
         reshaped_input: set[fx.Node] = set()  # the input and reshapes of it
         layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]] = {}
@@ -114,7 +125,12 @@ class RelevanceGraph:
                 rule = rules(index[step.node]) if step.kind == "affine" else _NORM
                 if rule.needs_input_layer and step.source not in reshaped_input:
                     return None
-                layers[step.node] = (step.module, rule, False, step.source in nonneg)
+                norm = norms.get(step.node)
+                module = step.module
+                if norm is not None:
+                    assert module is not None
+                    module = folded_layer(module, norm)
+                layers[step.node] = (module, rule, False, step.source in nonneg)
         if layers:  # the topmost rule layer receives relevance, not the modified gradient
             # the rule layer that receives relevance itself (plan_graph refuses a merge on the way,
             # which would hand each branch all of it)
@@ -133,6 +149,7 @@ class RelevanceGraph:
         }
         replace.update({node: partial(_passed, module) for node, module in self.passes.items()})
         replace.update({node: partial(_constant, module) for node, module in self.gates.items()})
+        replace.update({node: _unchanged for node in self.folded})
         x = x.detach().requires_grad_(True)
         out = evaluate(self.plan, x, replace)[self.plan.output]
         scores = out.reshape(out.shape[0], -1)
@@ -156,6 +173,10 @@ def _passed(activation: Any, z: torch.Tensor) -> torch.Tensor:
     return rerouted(y, z, scale)
 
 
+def _unchanged(z: torch.Tensor) -> torch.Tensor:
+    return z
+
+
 def _constant(gate: Any, z: torch.Tensor) -> torch.Tensor:
     """A gate's value without its gradient: the product it scales passes all relevance to the other
     factor."""
@@ -172,11 +193,12 @@ def lrp_relevance(
     plan = family_plan(graph, method, "LRP")
     modified = RelevanceGraph.build(plan, rules)
     if modified is None:
-        if any(step.kind in ("gate", "gated") for step in plan.steps):  # Zennit has no gate rule
+        beyond = sorted({_ZENNIT_LACKS[s.kind] for s in plan.steps if s.kind in _ZENNIT_LACKS})
+        if beyond:  # only Zennit's hooks write that rule, and they have none for these
             raise NotApplicable(
                 method,
-                "its first layer's z-beta rule needs the input itself, and a gate or SiLU/Hardswish "
-                "comes before that layer",
+                "its first layer's z-beta rule needs the input itself, which only Zennit's hooks "
+                f"can apply, and Zennit has no rule here for {' or '.join(beyond)}",
             )
         from workers.methods._zennit import lrp_relevance as zennit_relevance
 
