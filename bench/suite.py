@@ -306,6 +306,21 @@ def _plain_torch(data: bytes, device: Any) -> Any:
     return graph
 
 
+def _efficientnet_b0() -> tuple[bytes, Any, Any]:
+    """torchvision's efficientnet_b0 built as _resnet18 builds resnet18: SiLU (Sigmoid x Mul in the
+    export) and squeeze-and-excitation gates, which the LRP methods hold constant (docs/science.md
+    5.8), and depthwise convolutions."""
+    import numpy as np
+    import torch
+
+    from tests.models import to_onnx
+    from tests.models.zoo.builders import image_model
+
+    rng = np.random.default_rng(0)
+    inputs, background = (rng.random((2, 3, 64, 64), dtype=np.float32) for _ in range(2))
+    return to_onnx(image_model("efficientnet_b0"), torch.from_numpy(inputs[:1])), inputs, background
+
+
 def _resnet18() -> tuple[bytes, Any, Any]:
     """torchvision's resnet18 as the zoo tests build it (random weights, 10 classes, batch norms
     calibrated: tests/models/zoo/builders.py), at 64x64 from the legacy exporter (opset 17): a model
@@ -407,6 +422,12 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     print()
     data, inputs, background = _resnet18()
     one_pass = [name for name, passes in GRADIENT_METHODS.items() if passes == 1]
+    _method_rows(data, inputs, background, "grid:2x2", one_pass, repeats, device)
+    print("torchvision efficientnet_b0, built and exported the same way, the same rows and floor: SiLU and")
+    print("squeeze-and-excitation gates (LRP holds them constant), signed activations (alpha-beta and")
+    print("Deep Taylor multiply both parts of each), and DeepLIFT on Captum's path (no rule for the gates).")
+    print()
+    data, inputs, background = _efficientnet_b0()
     _method_rows(data, inputs, background, "grid:2x2", one_pass, repeats, device)
 
 
