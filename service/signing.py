@@ -21,7 +21,6 @@ model process is given its path; model processes cannot open it (docs/security.m
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import os
@@ -284,11 +283,7 @@ class ReportSigner:
         key_dir = Path(key_dir)
         path = key_dir / KEY_FILE_NAME
         _load_private_key(path)  # a missing or broken key: nothing to rotate (and nothing to lock)
-        with contextlib.ExitStack() as held:
-            try:
-                held.enter_context(exclusive(key_dir / f".{KEY_FILE_NAME}.lock"))
-            except OSError as exc:
-                raise InvalidInput(f"cannot rotate the signing key in {key_dir}: {exc.strerror}") from None
+        with exclusive(key_dir / f".{KEY_FILE_NAME}.lock", f"cannot rotate the signing key in {key_dir}"):
             old = _load_private_key(path).public_key()
             trusted_dir = key_dir / TRUSTED_DIR_NAME
             trusted_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -397,17 +397,10 @@ def _entry(raw: Mapping[str, Any]) -> TokenEntry:
     )
 
 
-@contextlib.contextmanager
-def _editing(path: Path) -> Iterator[None]:
+def _editing(path: Path) -> contextlib.AbstractContextManager[None]:
     """One read-modify-write of ``path`` at a time (service/file_lock.py): two `xaudit token create`
     at once would otherwise both read the old list and one token, already printed, would be lost."""
-    with contextlib.ExitStack() as held:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            held.enter_context(exclusive(path.with_name(f".{path.name}.lock")))
-        except OSError as exc:
-            raise InvalidInput(f"cannot write the tokens file {path}: {exc.strerror}") from None
-        yield
+    return exclusive(path.with_name(f".{path.name}.lock"), f"cannot write the tokens file {path}")
 
 
 def _write(path: Path, data: Mapping[str, Any]) -> None:
