@@ -35,7 +35,6 @@ _HEAD_ADVICE = {
     "LogSoftmax": "its values are log-probabilities; --target prob reads the probabilities (a softmax "
     "of log-probabilities gives them back)",
 }
-_PROBABILITY_OPS = tuple(_HEAD_ADVICE)
 
 
 @dataclass
@@ -168,7 +167,7 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
             {"name": name, "dtype": str(_ORT_DTYPES.get(arg.type, arg.type)), "shape": _shape(dims)}
         )
     producer = {out: node.op_type for node in graph.proto.graph.node for out in node.output}
-    if producer.get(graph.outputs[0]) in _PROBABILITY_OPS:
+    if producer.get(graph.outputs[0]) in _HEAD_ADVICE:
         check.output_head = producer[graph.outputs[0]]
     # Example held values (zeros, one sample) to bind the graph the way an audit binds it.
     fixed = {}
@@ -211,7 +210,7 @@ def _players_option(integer: bool, sample_shape: tuple[int | None, ...] | None) 
 
 def _torchscript(data: bytes, path: str) -> ModelCheck:
     from workers.models import load_model
-    from workers.models.torchscript_model import TorchScriptModel
+    from workers.models.torchscript_model import IDS_NO_GRADIENTS, IDS_NO_HOOKS, TorchScriptModel
 
     model = load_model(data, "torchscript", "cpu")
     assert isinstance(model, TorchScriptModel)
@@ -231,12 +230,12 @@ def _torchscript(data: bytes, path: str) -> ModelCheck:
     for name in ALL_METHODS:
         caps = get_method(name).capabilities
         needs = " (needs --background)" if caps.baseline == "distribution" else ""
-        if ids and (caps.hooks or caps.gradients):
+        if ids and caps.hooks:  # worded as the audit words it (TorchScriptModel)
             check.methods[name] = (
-                "not applicable: the TorchScript model takes integer token ids; gradient and rule "
-                "methods need the embedding's output, which xaudit finds in an ONNX export of the "
-                "model (torch.onnx.export)"
+                f"not applicable: needs a hookable graph and the TorchScript model {IDS_NO_HOOKS}"
             )
+        elif ids and caps.gradients:
+            check.methods[name] = f"not applicable: {IDS_NO_GRADIENTS}"
         elif caps.hooks:
             check.methods[name] = (
                 "decided at audit time: needs a hookable graph, made by exporting the scripted module "

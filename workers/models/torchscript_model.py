@@ -15,7 +15,15 @@ from workers.models.native_output import captured_native_output
 from workers.models.torchscript_check import check_archive, check_module
 from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
 
-__all__ = ["TorchScriptModel"]
+__all__ = ["IDS_NO_GRADIENTS", "IDS_NO_HOOKS", "TorchScriptModel"]
+
+# Why the gradient and the hook methods cannot run on a module fed token ids (the audit's reasons,
+# which `xaudit inspect` predicts from the graph).
+IDS_NO_GRADIENTS = (
+    "the TorchScript model takes integer token ids; gradient methods need the embedding's output, "
+    "which xaudit finds in an ONNX export of the model (torch.onnx.export)"
+)
+IDS_NO_HOOKS = "takes integer token ids (export the model to ONNX: xaudit finds its embedding)"
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +101,7 @@ class TorchScriptModel(ModelAdapter):
 
     def torch_differentiable(self) -> torch.nn.Module:
         if self.token_ids:
-            raise InvalidModel(
-                "the TorchScript model takes integer token ids; gradient methods need the embedding's "
-                "output, which xaudit finds in an ONNX export of the model (torch.onnx.export)"
-            )
+            raise InvalidModel(IDS_NO_GRADIENTS)
         return self._module
 
     def torch_hookable(self, method: str) -> torch.nn.Module:
@@ -116,7 +121,7 @@ class TorchScriptModel(ModelAdapter):
         if self._example is None:
             return None, "has no example input to trace the export"
         if self.token_ids:
-            return None, "takes integer token ids (export the model to ONNX: xaudit finds its embedding)"
+            return None, IDS_NO_HOOKS
         buffer = io.BytesIO()
         example = torch.from_numpy(self._example)
         printed: list[str] = []

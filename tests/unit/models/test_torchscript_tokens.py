@@ -88,6 +88,8 @@ def test_inspect_finds_the_token_ids_and_suggests_a_command_that_runs(tmp_path: 
     refused_here = {name: why for name, why in audited.items() if "integer token ids" in why}
     no_background = {name for name, why in audited.items() if "background" in why}  # checked first
     assert set(refused_here) == (refused & set(audited)) - no_background
+    for name, why in refused_here.items():  # in the audit's own words
+        assert check.methods[name] == f"not applicable: {why}", name
     judged = {m["name"] for m in report["methods"] if m["verdict"] != "not_applicable"}
     assert judged == set(audited) - refused - no_background
     # An image model's input feeds a convolution: not ids.
