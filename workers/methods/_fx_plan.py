@@ -61,7 +61,6 @@ __all__ = [
     "folded_layer",
     "is_self_gated",
     "merge_parts",
-    "output_head",
     "plan_graph",
     "run_node",
     "scale_and_shift",
@@ -334,7 +333,7 @@ def plan_graph(
     ``heads``: admit a Softmax, LogSoftmax or Sigmoid that is the model's output, for a pass that
     crosses it by its gradient, as it crosses the softmax of a probability or log-odds target (LRP,
     DeepLIFT Rescale): the model then explains its probabilities, and relevance is no longer
-    conservative there (:func:`output_head` names it for the report)."""
+    conservative there (:func:`crossed_head` says so for the report)."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
@@ -470,18 +469,10 @@ def _is_head(module: nn.Module | None, name: str, node: fx.Node) -> bool:
     return is_head_op and bool(node.users) and all(user.op == "output" for user in node.users)
 
 
-def output_head(plan: Plan) -> str | None:
-    """The operator of the plan's ``head`` step (the output's Softmax, LogSoftmax or Sigmoid), if any."""
-    for step in plan.steps:
-        if step.kind == "head":
-            return _operator_name(step.node, step.module)
-    return None
-
-
 def without_head(plan: Plan) -> tuple[Plan, nn.Module | None]:
     """The plan ending before its ``head`` step (its output the head's input), and the head's module;
     the plan itself and None where it has none."""
-    head = next((step for step in plan.steps if step.kind == "head"), None)
+    head = _head_step(plan)
     if head is None:
         return plan, None
     assert head.source is not None and head.module is not None
@@ -489,17 +480,22 @@ def without_head(plan: Plan) -> tuple[Plan, nn.Module | None]:
     return Plan(plan.graph, steps, head.source), head.module
 
 
+def _head_step(plan: Plan) -> Step | None:
+    return next((step for step in plan.steps if step.kind == "head"), None)
+
+
 def crossed_head(graph: nn.Module, method: str, family: str) -> str:
     """For the report: that ``family``'s pass crosses the model's output head by its gradient, or ""."""
     try:
-        head = output_head(family_plan(graph, method, family))
+        head = _head_step(family_plan(graph, method, family))
     except NotApplicable:
         return ""
     if head is None:
         return ""
     return (
-        f"; the model's output {head} is crossed by its gradient, as a probability target is (no "
-        "rule covers it), so the attributions do not add up to the output change there"
+        f"; the model's output {_operator_name(head.node, head.module)} is crossed by its gradient, "
+        "as a probability target is (no rule covers it), so the attributions do not add up to the "
+        "output change there"
     )
 
 
