@@ -12,18 +12,15 @@ from dataclasses import dataclass, field
 
 from workers.methods import ALL_METHODS, get_method
 from workers.methods._isolation import judged_alone
+from workers.methods.lrp import LrpMethod
 from workers.models.base import ModelAdapter
 from workers.players import auto_players
 from xaudit.contract.errors import NotApplicable, XauditError
 
 __all__ = ["ModelCheck", "inspect_model"]
 
-_RULE_FAMILIES = {
-    "lrp_epsilon": "LRP",
-    "lrp_alpha_beta": "LRP",
-    "deep_taylor": "LRP",
-    "deeplift_revealcancel": "RevealCancel",
-}
+# Beside the LRP methods, which check their own plan (LrpMethod.check_plan).
+_RULE_FAMILIES = {"deeplift_revealcancel": "RevealCancel"}
 
 
 # Operators whose output is a probability (or its log): a classifier exported with its head.
@@ -112,7 +109,9 @@ def _methods(model: ModelAdapter, check: ModelCheck) -> None:
         try:
             with judged_alone(name):
                 hookable = graph_model(model)
-                if name in _RULE_FAMILIES:
+                if isinstance(method, LrpMethod):
+                    method.check_plan(hookable.torch_hookable(name))
+                elif name in _RULE_FAMILIES:
                     family_plan(hookable.torch_hookable(name), name, _RULE_FAMILIES[name])
                 elif name == "grad_cam":
                     from workers.methods.grad_cam import conv_layers

@@ -28,6 +28,14 @@ the operator. Node kinds on the input's path ("activations"):
 
 - ``head`` (only where the caller asks): a Softmax, LogSoftmax or Sigmoid whose only use is the
   model's output (a classifier exported with its probabilities); see ``heads`` in :func:`plan_graph`.
+- ``norm`` (only where the caller asks): a layer normalisation, whose scale LRP holds constant;
+  see ``norms`` in :func:`plan_graph`.
+- ``factor``, ``bias`` and ``folded`` (only where the caller asks): an activation times or divided
+  by a constant, plus or concatenated with constants, and the constant bias a product with a
+  constant matrix (an ``affine`` step, a Linear layer as exporters write it on 3-d inputs) folds
+  in; see ``constants`` in :func:`plan_graph`.
+- ``branch`` (with ``gates``): a node whose every use leads only into gates (the query-key scores
+  of an attention head, GELU's ``erf``): evaluated, never explained, so any operator will do.
 
 Nodes that do not depend on the input (constants, shape arithmetic after ``Shape``) are ``static``.
 """
@@ -37,7 +45,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,6 +59,7 @@ __all__ = [
     "AFFINE_TYPES",
     "AVGPOOL_TYPES",
     "SUPPORTED",
+    "ConstantMatMul",
     "Plan",
     "Step",
     "below_output",
@@ -60,6 +69,7 @@ __all__ = [
     "family_plan",
     "folded_layer",
     "is_self_gated",
+    "layer_norm_parts",
     "merge_parts",
     "plan_graph",
     "run_node",
@@ -81,6 +91,11 @@ Kind = Literal[
     "gate",
     "gated",
     "head",
+    "norm",
+    "factor",
+    "bias",
+    "folded",
+    "branch",
     "static",
 ]
 
@@ -114,15 +129,34 @@ MOVES = "Transpose, Slice, Split"
 SCALES = "BatchNorm"
 FOLDED_SCALES = "BatchNorm right after a Linear/Conv layer"
 CLIPS = "ReLU6"
-GATES = "SiLU, Hardswish, sigmoid gates (squeeze-and-excitation)"
+GATES = "SiLU, Hardswish, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights"
 SELF_GATES = "SiLU, Hardswish"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
+NORMS = "LayerNorm (its scale held constant)"
+CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants, Gather at a constant index, zero Pad"
 _HEAD_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax, nn.LogSoftmax, nn.Sigmoid)
 _HEAD_NAMES = {"OnnxSoftmaxV1V11"}
 # A gate's value is in [0, 1]; onnx2torch writes HardSigmoid as its own module.
 _GATE_TYPES: tuple[type[nn.Module], ...] = (nn.Sigmoid, nn.Hardsigmoid)
 _GATE_NAMES = {"OnnxHardSigmoid"}
 _MUL_NAMES = {"OnnxBinaryMathOperation[mul]", "mul"}
+_MATMUL_NAMES = {"OnnxMatMul", "matmul"}
+# LRP's gates beside sigmoids (docs/science.md 5.8): an attention head's softmax weights, and GELU's
+# 1 + erf(x / sqrt 2) (1 + tanh(...) approximated), as the legacy exporter writes GELU.
+_SOFTMAX_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax,)
+_SOFTMAX_NAMES = {"OnnxSoftmaxV1V11"}
+_SQUASH_NAMES = {"OnnxErf", "Tanh", "OnnxFunction[tanh]"}
+_WHERE_NAMES = {"OnnxWhere"}
+_ADD_NAMES = {"OnnxBinaryMathOperation[add]", "add"}
+_SUB_NAMES = {"OnnxBinaryMathOperation[sub]", "sub"}
+_DIV_NAMES = {"OnnxBinaryMathOperation[_onnx_div]", "truediv"}
+_GATHER_NAMES = {"OnnxGather"}
+_PAD_NAMES = {"OnnxPadDynamic", "OnnxPadStatic", "PadAxes"}
+# nn.LayerNorm, and workers.models.onnx_converters' LayerNorm of the same name (sizes at run time).
+_NORM_NAMES = {"LayerNorm"}
+# GELU modules (nn.GELU; ONNX Gelu, opset 20) and tanh (BERT's pooler): x times a gate of x in
+# [0, 1] (tanh(x) / x), for LRP only (DeepLIFT has rules for the activations in _SELF_GATED).
+_LRP_SELF_GATED_NAMES = {"GELU", "Gelu", "Tanh", "OnnxFunction[tanh]"}
 # Activations that are their input times a gate of it: SiLU = x sigmoid(x), Hardswish = x hardsigmoid(x).
 _SELF_GATED = (nn.SiLU, nn.Hardswish)
 # The elementwise activations the rule passes have rules for: a ReLU, and a ReLU clamped at c (clip).
@@ -142,12 +176,21 @@ class Admits:
     self_gates: bool = False
     heads: bool = False
     folded_scales: bool = False
+    norms: bool = False
+    constants: bool = False
 
 
 # The passes and `xaudit inspect` read these here, so they cannot disagree.
 _FAMILY_ADMITS: dict[str, Admits] = {
     "LRP": Admits(  # ._modified_backward
-        merges=True, moves=True, clips=True, gates=True, heads=True, folded_scales=True
+        merges=True,
+        moves=True,
+        clips=True,
+        gates=True,
+        heads=True,
+        folded_scales=True,
+        norms=True,
+        constants=True,
     ),
     "DeepLIFT": Admits(
         merges=True, moves=True, scales=True, clips=True, self_gates=True, heads=True
@@ -184,8 +227,14 @@ def _leaves(arg: Any) -> list[fx.Node]:
 def _operator_name(node: fx.Node, module: nn.Module | None) -> str:
     if module is None:
         return str(getattr(node.target, "__name__", node.target))
-    op = getattr(module, "math_op_function", None)  # onnx2torch's Add/Sub/Mul/Div share one class
-    return f"{type(module).__name__}[{op.__name__}]" if op is not None else type(module).__name__
+    return _module_name(module)
+
+
+def _module_name(module: nn.Module | None) -> str:
+    # onnx2torch's Add/Sub/Mul/Div share one class, and its Tanh, Exp, Cos, ... another
+    op = getattr(module, "math_op_function", None) or getattr(module, "function", None)
+    name = getattr(op, "__name__", None)
+    return f"{type(module).__name__}[{name}]" if name else type(module).__name__
 
 
 def _kind(module: nn.Module | None, name: str) -> Kind | None:
@@ -269,8 +318,9 @@ def folded_layer(affine: nn.Module, norm: nn.Module) -> nn.Module:
 
 
 def is_self_gated(module: nn.Module | None) -> bool:
-    """A ``gated`` step that is one activation module (SiLU, Hardswish), not a product of two nodes."""
-    return isinstance(module, _SELF_GATED)
+    """A ``gated`` step that is one activation module (SiLU, Hardswish, GELU), not a product of two
+    nodes."""
+    return isinstance(module, _SELF_GATED) or _module_name(module) in _LRP_SELF_GATED_NAMES
 
 
 def _is_row_mean(module: nn.Module | None, name: str) -> bool:
@@ -291,6 +341,8 @@ def plan_graph(
     self_gates: bool = False,
     heads: bool = False,
     folded_scales: bool = False,
+    norms: bool = False,
+    constants: bool = False,
 ) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
@@ -333,13 +385,26 @@ def plan_graph(
     ``heads``: admit a Softmax, LogSoftmax or Sigmoid that is the model's output, for a pass that
     crosses it by its gradient, as it crosses the softmax of a probability or log-odds target (LRP,
     DeepLIFT Rescale): the model then explains its probabilities, and relevance is no longer
-    conservative there (:func:`crossed_head` says so for the report)."""
+    conservative there (:func:`crossed_head` says so for the report).
+
+    ``norms``: admit layer normalisations for LRP, which holds their scale 1 / std constant (the
+    LN rule of Ali et al. 2022): the centring is linear and keeps its gradient. With ``gates``, an
+    attention head's softmax weights and GELU's erf factor are gates too (their AH rule): the
+    product with the values passes them all relevance, the query-key branch none.
+
+    ``constants``: admit what exporters write around those for LRP: a product with a constant
+    matrix (a Linear layer on 3-d inputs, MatMul + Add: an ``affine`` step with the bias folded in
+    where the Add is its only use), a scaling by a constant (``factor``), a constant added or
+    concatenated (``bias``: the class token and position embeddings, whose relevance is absorbed as
+    a bias's is) and Gather at a constant index (a ``move``)."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
     active: set[fx.Node] = set()
     output: fx.Node | None = None
     gate_nodes = _gates(graph, every=gates) if gates or self_gates else {}
+    branch_nodes = _branches(graph, gate_nodes) if gates else set()
+    folded_biases: set[fx.Node] = set()
     for node in graph.graph.nodes:
         if node.op == "output":
             leaves = _leaves(node.args[0])
@@ -358,6 +423,14 @@ def plan_graph(
         if not inputs or name in _SHAPE_READERS or node.target == "size" or node.target is getattr:
             steps.append(Step(node, "static", module, None))
             continue
+        if node in branch_nodes:
+            steps.append(Step(node, "branch", module, inputs[0]))
+            active.add(node)
+            continue
+        if node in folded_biases:
+            steps.append(Step(node, "folded", module, inputs[0]))
+            active.add(node)
+            continue
         if merges and name in _MERGE_NAMES and _all_active(node, active, name):
             steps.append(Step(node, "merge", module, inputs[0], tuple(dict.fromkeys(inputs))))
             active.add(node)
@@ -372,11 +445,32 @@ def plan_graph(
             kind = "clip"
         if kind is None and heads and len(inputs) == 1 and _is_head(module, name, node):
             kind = "head"
-        if kind is None and node in gate_nodes and len(inputs) == 1:
+        if kind is None and node in gate_nodes:  # held constant, whatever its arguments
             kind = "gate"
         if kind is None and (gates or self_gates) and len(inputs) == 1 and isinstance(module, _SELF_GATED):
             kind = "gated"
-        if kind is None and (gates or self_gates) and name in _MUL_NAMES:
+        if kind is None and gates and len(inputs) == 1 and name in _LRP_SELF_GATED_NAMES:
+            kind = "gated"
+        if kind is None and norms and len(inputs) == 1 and name in _NORM_NAMES and _is_layer_norm(module):
+            kind = "norm"
+        if kind is None and constants and len(inputs) == 1:
+            layer = _constant_layer(graph, node, name, inputs[0])
+            if layer is not None:
+                linear, bias_node = layer
+                steps.append(Step(node, "affine", linear, inputs[0]))
+                active.add(node)
+                folded_biases.update([bias_node] if bias_node is not None else [])
+                continue
+            kind = _with_constants(graph, node, name, inputs[0])
+        if kind is None and constants and name in _CONCAT_NAMES and inputs:
+            steps.append(Step(node, "bias", module, inputs[0], tuple(dict.fromkeys(inputs))))
+            active.add(node)
+            continue
+        if (
+            kind is None
+            and (gates or self_gates)
+            and (name in _MUL_NAMES or (gates and name in _MATMUL_NAMES))
+        ):
             gated = _gated_source(node, gate_nodes, active)
             if gated is not None:
                 source, gate = gated
@@ -387,6 +481,7 @@ def plan_graph(
             extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales + [CLIPS] * clips
             extra += [FOLDED_SCALES] * (folded_scales and not scales)
             extra += [GATES] * gates + [SELF_GATES] * (self_gates and not gates) + [HEADS] * heads
+            extra += [NORMS] * norms + [CONSTANTS] * constants
             supported = ", ".join([SUPPORTED, *extra])
             raise NotApplicable(
                 method,
@@ -447,20 +542,181 @@ def merge_parts(step: Step) -> tuple[list[fx.Node], int | None]:
 
 def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
     """Sigmoids and hard sigmoids whose every use is one of the two factors of a product, with their
-    modules; ``every=False``: only those whose products multiply the gate's own input (x * gate(x))."""
+    modules; ``every=False``: only those whose products multiply the gate's own input (x * gate(x)).
+    ``every``: also softmax weights and GELU's 1 + erf factor, and products by matrix (attention)."""
     found = {}
     for node in graph.graph.nodes:
         module = _module(graph, node)
-        if not (isinstance(module, _GATE_TYPES) or type(module).__name__ in _GATE_NAMES) or not node.users:
+        if not _is_gate_op(graph, node, module, every) or not node.users:
             continue
         own_input = node.args[0] if node.args else None
-        products = [_leaves((user.args, user.kwargs)) for user in node.users if _is_product(graph, user)]
+        products = [
+            _leaves((user.args, user.kwargs)) for user in node.users if _is_product(graph, user, matrix=every)
+        ]
         if len(products) != len(node.users) or any(len(factors) != 2 for factors in products):
             continue
         if every or all(own_input in factors for factors in products):
             assert module is not None
             found[node] = module
     return found
+
+
+def _is_gate_op(graph: fx.GraphModule, node: fx.Node, module: nn.Module | None, every: bool) -> bool:
+    if isinstance(module, _GATE_TYPES) or type(module).__name__ in _GATE_NAMES:
+        return True
+    if not every:
+        return False
+    if _is_softmax(module) or _is_nan_safe_softmax(graph, node):
+        return True
+    return _is_gelu_factor(graph, node)
+
+
+def _is_softmax(module: nn.Module | None) -> bool:
+    return isinstance(module, _SOFTMAX_TYPES) or type(module).__name__ in _SOFTMAX_NAMES
+
+
+def _is_nan_safe_softmax(graph: fx.GraphModule, node: fx.Node) -> bool:
+    """``where(isnan(w), 0, w)`` of softmax weights ``w``, as torch exports scaled dot-product attention
+    (a fully masked row's NaN weights made 0): weights in [0, 1] all the same."""
+    if _operator_name(node, _module(graph, node)) not in _WHERE_NAMES or len(node.args) != 3:
+        return False
+    options = node.args[1:]
+    fills = [_constant(graph, a) for a in options]
+    weights = [a for a, c in zip(options, fills, strict=True) if c is None and isinstance(a, fx.Node)]
+    fill = next((c for c in fills if c is not None), None)
+    return (
+        len(weights) == 1
+        and _is_softmax(_module(graph, weights[0]))
+        and fill is not None
+        and bool(((torch.as_tensor(fill) >= 0) & (torch.as_tensor(fill) <= 1)).all())
+    )
+
+
+def _is_gelu_factor(graph: fx.GraphModule, node: fx.Node) -> bool:
+    """GELU's factor as exporters write it: ``c * (1 + erf(x / sqrt 2))`` (or tanh), any c > 0 (the
+    legacy exporter applies its 0.5 after the product, the dynamo exporter before): non-negative,
+    as the rules' sign tracking needs of a gate."""
+    name = _operator_name(node, _module(graph, node))
+    constants = [_constant(graph, a) for a in node.args]
+    values = [a for a, c in zip(node.args, constants, strict=True) if isinstance(a, fx.Node) and c is None]
+    constants = [c for c in constants if c is not None]
+    if len(values) != 1 or len(constants) != 1 or not _is_positive_scalar(constants[0]):
+        return False
+    inner = values[0]
+    if name in _MUL_NAMES or (name in _DIV_NAMES and node.args[0] is inner):
+        return _is_gelu_factor(graph, inner)
+    inner_name = _operator_name(inner, _module(graph, inner))
+    at_least_one = float(constants[0]) >= 1.0  # type: ignore[arg-type]
+    return name in _ADD_NAMES and at_least_one and inner_name in _SQUASH_NAMES
+
+
+def _is_positive_scalar(value: torch.Tensor | float | None) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and bool(value > 0)
+    return value is not None and value > 0
+
+
+def _branches(graph: fx.GraphModule, gate_nodes: dict[fx.Node, nn.Module]) -> set[fx.Node]:
+    """Nodes whose every use leads only into gates: a gate's branch, which a pass that holds the gates
+    constant evaluates and never explains."""
+    found: set[fx.Node] = set()
+    for node in reversed(graph.graph.nodes):
+        if node.op in ("placeholder", "output") or node in gate_nodes or not node.users:
+            continue
+        if all(user in gate_nodes or user in found for user in node.users):
+            found.add(node)
+    return found
+
+
+def _constant(graph: fx.GraphModule, arg: Any) -> torch.Tensor | float | None:
+    """``arg``'s value where it is a constant: a number, or a parameter or buffer of the graph."""
+    if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+        return float(arg)
+    if isinstance(arg, fx.Node) and arg.op == "get_attr":
+        value: Any = graph
+        for part in str(arg.target).split("."):
+            value = getattr(value, part)
+        return value if isinstance(value, torch.Tensor) else None
+    return None
+
+
+class ConstantMatMul(nn.Linear):
+    """``x @ W (+ b)`` with a constant ``W``, as the Linear layer it is: a rule's view of a MatMul node
+    (and of the Add after it), not a module of the graph."""
+
+
+_LINEAR: weakref.WeakKeyDictionary[nn.Module, ConstantMatMul] = weakref.WeakKeyDictionary()
+
+
+def _constant_layer(
+    graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node
+) -> tuple[ConstantMatMul, fx.Node | None] | None:
+    """``x @ W`` with a constant matrix ``W`` as the Linear layer it is, with the bias of the Add that
+    is its only use folded in (then that Add node too), made once per node; None for anything else."""
+    module = _module(graph, node)
+    if name not in _MATMUL_NAMES or module is None or len(node.args) != 2 or node.args[0] is not source:
+        return None
+    weight = _constant(graph, node.args[1])
+    if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
+        return None
+    user = next(iter(node.users)) if len(node.users) == 1 else None
+    bias = None
+    if user is not None and _operator_name(user, _module(graph, user)) in _ADD_NAMES:
+        other = [_constant(graph, a) for a in user.args if a is not node]
+        if len(other) == 1 and isinstance(other[0], torch.Tensor) and other[0].shape == weight.shape[1:]:
+            bias = other[0]
+    if module not in _LINEAR:
+        linear = ConstantMatMul(weight.shape[0], weight.shape[1], bias=bias is not None, dtype=weight.dtype)
+        with torch.no_grad():
+            linear.weight.copy_(weight.t())
+            if bias is not None:
+                linear.bias.copy_(bias)
+        _LINEAR[module] = linear.requires_grad_(False).to(weight.device)
+    layer = _LINEAR[module]
+    return layer, (user if layer.bias is not None else None)
+
+
+def _with_constants(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node) -> Kind | None:
+    """The kind of an operation of one activation ``source`` with constants: a scaling (``factor``:
+    times, or divided by, a constant), a shift (``bias``), or a selection or zero padding (``move``)."""
+    first = node.args[0] if node.args else None
+    if name in _MUL_NAMES or (name in _DIV_NAMES and first is source):
+        return "factor"
+    if name in _ADD_NAMES or (name in _SUB_NAMES and first is source):
+        return "bias"
+    if name in _GATHER_NAMES and first is source:
+        return "move"
+    if name in _PAD_NAMES and first is source and _pads_with_zeros(graph, node):
+        return "move"
+    return None
+
+
+def _pads_with_zeros(graph: fx.GraphModule, node: fx.Node) -> bool:
+    """A constant-mode Pad whose value is 0 (the default): data movement, the pads hold no value."""
+    module = _module(graph, node)
+    mode = getattr(getattr(module, "pad", module), "mode", None)
+    value = node.args[2] if len(node.args) > 2 else getattr(module, "constant_value", 0.0)
+    if isinstance(value, fx.Node):
+        value = _constant(graph, value)
+    return mode == "constant" and value is not None and not bool(torch.as_tensor(value).any())
+
+
+def _is_layer_norm(module: nn.Module | None) -> bool:
+    """nn.LayerNorm, or the converter's LayerNorm with constant scale (not onnx2torch's OnnxLayerNorm,
+    whose scale is an input)."""
+    if isinstance(module, nn.LayerNorm):
+        return True
+    return hasattr(module, "axis") and hasattr(module, "epsilon") and hasattr(module, "weight")
+
+
+def layer_norm_parts(module: nn.Module, ndim: int) -> tuple[tuple[int, ...], float, Any, Any]:
+    """A ``norm`` step's normalised axes (for an input of ``ndim`` dimensions), epsilon, scale and
+    shift (None where absent)."""
+    if isinstance(module, nn.LayerNorm):
+        return tuple(range(ndim - len(module.normalized_shape), ndim)), module.eps, module.weight, module.bias
+    axis, epsilon = module.axis, module.epsilon
+    assert isinstance(axis, int) and isinstance(epsilon, float)
+    return tuple(range(axis % ndim, ndim)), epsilon, module.weight, module.bias
 
 
 def _is_head(module: nn.Module | None, name: str, node: fx.Node) -> bool:
@@ -503,8 +759,9 @@ def _module(graph: fx.GraphModule, node: fx.Node) -> nn.Module | None:
     return graph.get_submodule(str(node.target)) if node.op == "call_module" else None
 
 
-def _is_product(graph: fx.GraphModule, node: fx.Node) -> bool:
-    return _operator_name(node, _module(graph, node)) in _MUL_NAMES
+def _is_product(graph: fx.GraphModule, node: fx.Node, matrix: bool = False) -> bool:
+    name = _operator_name(node, _module(graph, node))
+    return name in _MUL_NAMES or (matrix and name in _MATMUL_NAMES)
 
 
 def _gated_source(
@@ -528,9 +785,15 @@ def _all_active(node: fx.Node, active: set[fx.Node], name: str) -> bool:
     return len(values) >= least and all(v in active for v in values)
 
 
-def evaluate(plan: Plan, x: torch.Tensor, affine: dict[fx.Node, Any] | None = None) -> dict[fx.Node, Any]:
+def evaluate(
+    plan: Plan,
+    x: torch.Tensor,
+    affine: dict[fx.Node, Any] | None = None,
+    held: Collection[fx.Node] = (),
+) -> dict[fx.Node, Any]:
     """Every node's value for input ``x``; ``affine`` may replace a node's module by a callable of its
-    activation argument (e.g. a float64 copy of the layer)."""
+    activation argument (e.g. a float64 copy of the layer); ``held`` nodes' values are taken without
+    their gradient (gates held constant)."""
     env: dict[fx.Node, Any] = {}
     for step in plan.steps:
         node = step.node
@@ -541,6 +804,8 @@ def evaluate(plan: Plan, x: torch.Tensor, affine: dict[fx.Node, Any] | None = No
             env[node] = affine[node](env[step.source])
         else:
             env[node] = run_node(plan, step, env.__getitem__)
+        if node in held:
+            env[node] = env[node].detach()
     return env
 
 
@@ -555,9 +820,8 @@ def run_node(plan: Plan, step: Step, value_of: Callable[[fx.Node], Any]) -> Any:
         return value
     args = fx.node.map_arg(node.args, value_of)
     kwargs = fx.node.map_arg(node.kwargs, value_of)
-    if node.op == "call_module":
-        assert step.module is not None
-        return step.module(*args, **kwargs)
+    if node.op == "call_module":  # the graph's module (a step's may be the layer it stands for)
+        return plan.graph.get_submodule(str(node.target))(*args, **kwargs)
     if node.op == "call_function":
         return node.target(*args, **kwargs)  # type: ignore[operator]
     return getattr(args[0], str(node.target))(*args[1:], **kwargs)  # call_method

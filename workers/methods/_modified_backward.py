@@ -15,6 +15,11 @@ Multiplicative gates are held constant (docs/science.md 5.8): a sigmoid gate's v
 without its gradient, so the product ``a * g`` hands ``a`` all of its relevance and the gate's
 branch none; SiLU and Hardswish, ``z`` times a gate of ``z``, pass relevance as ReLU6 does.
 
+Transformers (Ali et al. 2022): a layer norm is evaluated with its scale 1 / std held constant
+(:func:`_held_norm`), an attention head's softmax weights are a gate of the values, and GELU and
+tanh pass relevance as SiLU does; a MatMul with a constant matrix is a Linear layer, its Add's bias
+folded in.
+
 Residual sums and concatenations keep their gradient too: below the topmost rule layer the backward
 quantity is ``g = R / value``, so a sum z = a + b hands a and b the relevance ``a * g`` and ``b * g``,
 shares a / z and b / z of z's (the proportional rule, Zennit's Norm on the Sum its ResNet canonizer
@@ -34,6 +39,7 @@ from torch import fx
 from workers.methods._base import AttributionContext, in_row_chunks
 from workers.methods._fx_plan import (
     ACTIVATIONS,
+    ConstantMatMul,
     Plan,
     Step,
     below_output,
@@ -41,13 +47,23 @@ from workers.methods._fx_plan import (
     family_plan,
     folded_layer,
     is_self_gated,
+    layer_norm_parts,
 )
 from workers.methods._lrp_rules import Epsilon, LayerRule
 from workers.methods._reroute import rerouted
 from workers.targets import Target
 from xaudit.contract.errors import NotApplicable
 
-__all__ = ["CHUNK", "ELEMENTS", "RelevanceGraph", "Rules", "lrp_relevance", "output_path", "rows_per_pass"]
+__all__ = [
+    "CHUNK",
+    "ELEMENTS",
+    "RelevanceGraph",
+    "Rules",
+    "lrp_plan",
+    "lrp_relevance",
+    "output_path",
+    "rows_per_pass",
+]
 
 # Rows per backward pass, and input elements per pass: bound the memory of the stored activations
 # (a heuristic: activations are assumed to be tens of times the input).
@@ -69,6 +85,11 @@ _ZENNIT_LACKS = {
     "gated": "gates (SiLU, squeeze-and-excitation)",
     "head": "the output's Softmax or Sigmoid",
     "scale": "a batch norm folded into its layer",
+    "norm": "layer normalisation",
+    "factor": "constant factors",
+    "bias": "constant shifts and concatenations",
+    "folded": "constant shifts and concatenations",
+    "branch": "attention and GELU gates",
 }
 _PASS_SIGN = ("relu", "shape", "move", "maxpool", "avgpool", "gated")  # x >= 0 in, x >= 0 out
 
@@ -101,22 +122,24 @@ class RelevanceGraph:
             for step in plan.steps
             if step.kind == "clip" or (step.kind == "gated" and is_self_gated(step.module))
         }
-        self.gates = {step.node: step.module for step in plan.steps if step.kind == "gate"}
-        self.folded = {step.node for step in plan.steps if step.kind == "scale"}  # in the layer before
+        self.gates = {step.node for step in plan.steps if step.kind == "gate"}
+        path = output_path(plan)
+        # a batch norm or a bias folded into the layer before (on the path only: a gate's branch
+        # keeps its own layers, and with them its norms and biases)
+        self.folded = {step.node for step in path if step.kind in ("scale", "folded")}
+        self.norms = {step.node: step.module for step in plan.steps if step.kind == "norm"}
 
     @classmethod
     def build(cls, plan: Plan, rules: Rules) -> RelevanceGraph | None:
         path = output_path(plan)
+        reshaped_input = _reshaped_input(path)
         # the rules' index counts the layers relevance passes (a gate's branch has none)
         index = {s.node: i for i, s in enumerate(s for s in path if s.kind == "affine")}
         # a batch norm right after a layer is folded into it; the norm itself then passes values on
         norms = {s.source: s.module for s in path if s.kind == "scale"}
         nonneg: set[fx.Node] = set()
-        reshaped_input: set[fx.Node] = set()  # the input and reshapes of it
         layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]] = {}
         for step in path:
-            if step.kind == "input" or (step.kind == "shape" and step.source in reshaped_input):
-                reshaped_input.add(step.node)
             if step.kind in ACTIVATIONS or (step.kind in _PASS_SIGN and step.source in nonneg):
                 nonneg.add(step.node)
             if step.kind == "merge" and all(source in nonneg for source in step.sources):
@@ -148,10 +171,10 @@ class RelevanceGraph:
             for node, (module, rule, top, sign) in self.layers.items()
         }
         replace.update({node: partial(_passed, module) for node, module in self.passes.items()})
-        replace.update({node: partial(_constant, module) for node, module in self.gates.items()})
         replace.update({node: _unchanged for node in self.folded})
+        replace.update({node: partial(_held_norm, module) for node, module in self.norms.items()})
         x = x.detach().requires_grad_(True)
-        out = evaluate(self.plan, x, replace)[self.plan.output]
+        out = evaluate(self.plan, x, replace, held=self.gates)[self.plan.output]
         scores = out.reshape(out.shape[0], -1)
         if target.kind != "logit":  # the softmax is crossed by its gradient, as under Zennit
             scores = target.transform(scores)
@@ -161,6 +184,40 @@ class RelevanceGraph:
         for extra in grads[1:]:  # z-beta's bound terms: relevance at the (reshaped) input
             relevance = relevance + extra.reshape(x.shape)
         return relevance.detach()
+
+
+def _reshaped_input(path: list[Step]) -> set[fx.Node]:
+    """The input and reshapes of it: where a rule's extra leaf (z-beta's bounds) can sit."""
+    found: set[fx.Node] = set()
+    for step in path:
+        if step.kind == "input" or (step.kind == "shape" and step.source in found):
+            found.add(step.node)
+    return found
+
+
+def lrp_plan(graph: Any, method: str, first_needs_input: bool) -> Plan:
+    """The LRP plan of ``graph`` (:func:`family_plan`); NotApplicable also where the first layer's
+    rule needs the input itself (z-beta, ``first_needs_input``) and that layer's input is not the
+    model's: only Zennit's hooks write that rule, and Zennit has no rule for some of the plan's
+    operators (its fallback, :mod:`workers.methods._zennit`, would take their gradient). `xaudit
+    inspect` asks the same."""
+    plan = family_plan(graph, method, "LRP")
+    if not first_needs_input:
+        return plan
+    path = output_path(plan)
+    first = next((step for step in path if step.kind == "affine"), None)
+    if first is None or first.source in _reshaped_input(path):
+        return plan
+    lacking = {_ZENNIT_LACKS[s.kind] for s in plan.steps if s.kind in _ZENNIT_LACKS}
+    if any(isinstance(s.module, ConstantMatMul) for s in plan.steps):
+        lacking.add("products with a constant matrix (Linear layers on 3-d inputs)")
+    if lacking:
+        raise NotApplicable(
+            method,
+            "its first layer's z-beta rule needs the input itself, which only Zennit's hooks "
+            f"can apply, and Zennit has no rule here for {' or '.join(sorted(lacking))}",
+        )
+    return plan
 
 
 def _passed(activation: Any, z: torch.Tensor) -> torch.Tensor:
@@ -177,10 +234,19 @@ def _unchanged(z: torch.Tensor) -> torch.Tensor:
     return z
 
 
-def _constant(gate: Any, z: torch.Tensor) -> torch.Tensor:
-    """A gate's value without its gradient: the product it scales passes all relevance to the other
-    factor."""
-    return gate(z).detach()
+def _held_norm(norm: Any, z: torch.Tensor) -> torch.Tensor:
+    """A layer normalisation with its scale 1 / std held constant (the LN rule of Ali et al. 2022):
+    the centring ``z - mean(z)`` keeps its gradient, so relevance passes as through a linear layer
+    whose shift (the norm's bias) absorbs its share."""
+    axes, epsilon, weight, bias = layer_norm_parts(norm, z.ndim)
+    centred = z - z.mean(axes, keepdim=True)
+    with torch.no_grad():
+        scale = torch.rsqrt(centred.square().mean(axes, keepdim=True) + epsilon)
+    y = centred * scale
+    shape = z.shape[axes[0] :]
+    if weight is not None:
+        y = y * weight.expand(shape)
+    return y if bias is None else y + bias.expand(shape)
 
 
 def lrp_relevance(
@@ -190,16 +256,9 @@ def lrp_relevance(
     has a rule this pass cannot write (the result is the same, only slower; Zennit refuses merges)."""
     graph = ctx.model.torch_hookable(method)
     # Zennit would silently use the gradient at other operators
-    plan = family_plan(graph, method, "LRP")
+    plan = lrp_plan(graph, method, rules(0).needs_input_layer)
     modified = RelevanceGraph.build(plan, rules)
     if modified is None:
-        beyond = sorted({_ZENNIT_LACKS[s.kind] for s in plan.steps if s.kind in _ZENNIT_LACKS})
-        if beyond:  # only Zennit's hooks write that rule, and they have none for these
-            raise NotApplicable(
-                method,
-                "its first layer's z-beta rule needs the input itself, which only Zennit's hooks "
-                f"can apply, and Zennit has no rule here for {' or '.join(beyond)}",
-            )
         from workers.methods._zennit import lrp_relevance as zennit_relevance
 
         return zennit_relevance(ctx, method, lambda i, _: rules(i).zennit(), inputs, classes)

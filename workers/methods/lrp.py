@@ -4,7 +4,8 @@
 
 Rules are declared for Linear/Conv layers; average pooling gets LRP-0 (Zennit's Norm); ReLU,
 flatten, reshape and max-pooling keep Zennit's default (the gradient), which passes relevance
-through; ReLU6, SiLU and Hardswish pass it unchanged and sigmoid gates are held constant. Graphs with
+through; ReLU6, SiLU, Hardswish, GELU and tanh pass it unchanged, and sigmoid gates, attention
+weights and layer norms' scales are held constant (transformers: Ali et al. 2022). Graphs with
 any other operator on the input's path are refused (NotApplicable); the layer kinds and their rules
 are in :mod:`workers.methods._fx_plan` and docs/science.md 5.8. For probability or log-odds targets
 the softmax sits above the graph and relevance crosses it by its gradient (no LRP rule covers it), as
@@ -28,14 +29,24 @@ if TYPE_CHECKING:  # the catalogue loads neither torch nor zennit
     from workers.methods._lrp_rules import LayerRule
     from workers.models.base import ModelAdapter
 
-__all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon"]
+__all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon", "LrpMethod"]
 
 _CAPABILITIES = Capabilities(gradients=True, hooks=True, baseline="none", stochastic=False)
 
 
-class _Lrp(Method):
-    """What the three LRP-family methods share: the report says when a model's output head (its
-    Softmax, LogSoftmax or Sigmoid) is crossed by its gradient."""
+class LrpMethod(Method):
+    """What the three LRP-family methods share: the plan they run on (:meth:`check_plan`, which
+    `xaudit inspect` asks too), and the report's word when a model's output head (its Softmax,
+    LogSoftmax or Sigmoid) is crossed by its gradient."""
+
+    # The first layer's rule needs the input itself (Deep Taylor's z-beta).
+    first_layer_needs_input: ClassVar[bool] = False
+
+    def check_plan(self, graph: Any) -> None:
+        """NotApplicable where this method has no rule for ``graph`` (a hookable torch graph)."""
+        from workers.methods._modified_backward import lrp_plan
+
+        lrp_plan(graph, self.name, self.first_layer_needs_input)
 
     def implementation(self, model: ModelAdapter) -> str | None:
         from workers.methods._embedding import graph_model
@@ -50,7 +61,7 @@ class _Lrp(Method):
         return f"xaudit's LRP pass{crossed}" if crossed else None
 
 
-class LrpEpsilon(_Lrp):
+class LrpEpsilon(LrpMethod):
     """LRP-epsilon on every Linear/Conv layer (bias kept in the denominator, as in Bach et al. eq. 58).
 
     ``epsilon`` defaults to 1e-6, a stabiliser only: with it LRP-epsilon on a ReLU network is
@@ -81,7 +92,7 @@ class LrpEpsilon(_Lrp):
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
 
-class LrpAlphaBeta(_Lrp):
+class LrpAlphaBeta(LrpMethod):
     """LRP-alpha-beta on every Linear/Conv layer (Bach et al. eq. 60; positive/negative bias parts in
     the matching denominators). Zennit requires alpha - beta = 1 (relevance conservation)."""
 
@@ -113,7 +124,7 @@ class LrpAlphaBeta(_Lrp):
         return lrp_relevance(ctx, self.name, rule, inputs, classes)
 
 
-class DeepTaylor(_Lrp):
+class DeepTaylor(LrpMethod):
     """Deep Taylor decomposition: the z-beta (ZBox) rule on the first affine layer, z+ on the others.
 
     Both rules follow Montavon et al. 2017 exactly: z+ ignores biases (Zennit's ZPlus would otherwise
@@ -125,6 +136,7 @@ class DeepTaylor(_Lrp):
 
     name = "deep_taylor"
     capabilities = _CAPABILITIES
+    first_layer_needs_input = True
     defaults: ClassVar[dict[str, Any]] = parameter_defaults(
         "deep_taylor"
     )  # declared in xaudit.contract.params
@@ -158,5 +170,7 @@ class DeepTaylor(_Lrp):
         def rule(index: int) -> LayerRule:
             # z+ is alpha-beta with alpha=1, beta=0 and the biases left out (Zennit's ZPlus).
             return ZBox(low, high) if index == 0 else AlphaBeta(1.0, 0.0, zero_bias=True)
+
+        assert rule(0).needs_input_layer == self.first_layer_needs_input
 
         return lrp_relevance(ctx, self.name, rule, inputs, classes)

@@ -154,6 +154,10 @@ def test_custom_models_inspect_and_audit(
         assert "integrated_gradients" not in reasons and "hard_sigmoid" in reasons["lrp_epsilon"]
     if name == "bert_like":
         assert check["embedding_tensor"] == "/word/Gather_output_0" and "integrated_gradients" not in reasons
+    if name in ("bert_like", "hf_bert_dynamo", "hf_bert_legacy"):  # LRP's norm and attention rules
+        assert not {"lrp_epsilon", "lrp_alpha_beta"} & set(reasons), reasons
+        # z-beta's first layer (a query/key/value projection) is not at the embedding; inspect said so
+        assert "z-beta" in reasons["deep_taylor"] and "z-beta" in check["methods"]["deep_taylor"]
     if name.startswith("hf_bert"):  # transformers' own BERT: gradient methods at its embedding lookup
         assert check["embedding_tensor"]
         assert not {"integrated_gradients", "gradient_x_input", "saliency"} & set(reasons), reasons
@@ -196,6 +200,9 @@ def test_torchvision_models_audit(
     if arch == "mobilenet_v2":  # ReLU6: LRP passes relevance through it, RevealCancel's rule applies
         rules = {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_revealcancel"}
         assert not rules & set(reasons), reasons
+    transformer = arch in ("swin_t", "vit_b_16", "vit_tiny") and exporter in ("legacy", "dynamo_batch2")
+    if transformer:  # layer norms, attention and GELU: LRP's held-constant rules (docs/science.md 5.8)
+        assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor"} & set(reasons), reasons
     if arch in ("efficientnet_b0", "mobilenet_v3_small"):  # SiLU/Hardswish and SE gates: LRP's gate rule
         assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor"} & set(reasons), reasons
         assert "deeplift_revealcancel" in reasons  # no RevealCancel rule for a gate

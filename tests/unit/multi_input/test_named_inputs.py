@@ -152,6 +152,9 @@ def test_rule_methods_see_the_graph_with_held_inputs_as_constants(
     spec = _spec(methods=("lrp_epsilon", "grad_cam"))
     prep = prepare(spec, image_tabular_model[0], None, {"inputs": image, input_key("clinical"): clinical})
     result = explain(prep, spec.methods)
-    # The image and the clinical branch meet in a concatenation, which has no LRP rule: named as such.
-    assert "OnnxConcat" in result.not_applicable["lrp_epsilon"]
+    # The image and the held clinical branch meet in a concatenation with a constant part: the
+    # clinical features' share is absorbed as a bias's is (docs/science.md 5.8); the image's runs.
+    assert "lrp_epsilon" not in result.not_applicable
+    assert result.attributions["lrp_epsilon"].shape == image.shape
+    assert np.abs(result.attributions["lrp_epsilon"]).max() > 0
     assert result.attributions["grad_cam"].shape == image.shape

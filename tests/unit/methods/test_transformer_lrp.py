@@ -1,0 +1,249 @@
+"""LRP on a vision transformer: layer norms, attention heads and GELU (docs/science.md 5.8).
+
+The rules are those of Ali et al. 2022: a layer norm's scale 1 / std, an attention head's softmax
+weights and GELU's erf factor are held constant, so relevance passes through the centring, the
+product of the weights with the values, and the activation, while the query-key branch gets none;
+Linear and Conv layers keep their method's rule. The exporters write the Linear layers on the
+token axis as MatMul + Add, the class token as a Concat with a constant and the position
+embeddings as an Add of one.
+
+The reference is Zennit's own hooks on a twin of the model in which each of those operations is a
+module Zennit can hook: the held norm, the attention product (weights set before the call) and the
+residual sums (stacked, as Zennit's ResNet canonizer writes them) get Zennit's Norm (LRP-0), GELU
+with its factor detached gets Pass; relevance travels between them as Zennit's hooks pass it. On a
+bias-free twin relevance adds up to the explained score, which keeping any of the three
+nonlinearities' gradients breaks."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from zennit.attribution import Gradient
+from zennit.core import Composite, Hook
+from zennit.rules import Norm, Pass
+
+from tests.models import to_onnx
+from workers.methods import AttributionContext, get_method
+from workers.methods import _modified_backward as modified_backward
+from workers.methods._lrp_rules import AlphaBeta, Epsilon, LayerRule, ZBox
+from workers.models import load_model
+from workers.players import parse_players
+from workers.targets import Target
+
+SHAPE = (3, 8, 8)
+X = torch.randn(4, *SHAPE, generator=torch.Generator().manual_seed(7))
+
+
+class _Held(nn.Module):
+    """One input, a function set before each call: an operation of the reference twin that a Zennit
+    rule can hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fn = lambda x: x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+class _Block(nn.Module):
+    def __init__(self, dim: int, heads: int, bias: bool) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim, bias=bias), nn.LayerNorm(dim, bias=bias)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=bias), nn.Linear(dim, dim, bias=bias)
+        self.fc1, self.fc2 = nn.Linear(dim, 2 * dim, bias=bias), nn.Linear(2 * dim, dim, bias=bias)
+        self.gelu = nn.GELU()
+        self.held = nn.ModuleDict({k: _Held() for k in ("ln1", "ln2", "attend", "sum1", "sum2", "gelu")})
+
+    def forward(self, x: torch.Tensor, twin: bool) -> torch.Tensor:
+        rows, tokens, dim = x.shape
+        h = self._norm(self.ln1, x, "ln1", twin)
+        qkv = self.qkv(h).reshape(rows, tokens, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dim // self.heads), -1)
+        if twin:
+            held = weights.detach()
+            self.held["attend"].fn = lambda values: held @ values
+            attended = self.held["attend"](v)
+        else:
+            attended = weights @ v
+        x = self._sum(x, self.proj(attended.transpose(1, 2).reshape(rows, tokens, dim)), "sum1", twin)
+        h = self.fc1(self._norm(self.ln2, x, "ln2", twin))
+        if twin:
+            gate = (0.5 * (1 + torch.erf(h / math.sqrt(2)))).detach()
+            self.held["gelu"].fn = lambda z: z * gate
+            h = self.held["gelu"](h)
+        else:
+            h = self.gelu(h)
+        return self._sum(x, self.fc2(h), "sum2", twin)
+
+    def _norm(self, norm: nn.LayerNorm, x: torch.Tensor, name: str, twin: bool) -> torch.Tensor:
+        if not twin:
+            return norm(x)
+        self.held[name].fn = lambda z: _held_layer_norm(norm, z)
+        return self.held[name](x)
+
+    def _sum(self, a: torch.Tensor, b: torch.Tensor, name: str, twin: bool) -> torch.Tensor:
+        if not twin:
+            return a + b
+        self.held[name].fn = lambda stacked: stacked.sum(-1)
+        return self.held[name](torch.stack([a, b], -1))
+
+
+def _held_layer_norm(norm: nn.LayerNorm, z: torch.Tensor) -> torch.Tensor:
+    centred = z - z.mean(-1, keepdim=True)
+    std = torch.sqrt(centred.detach().pow(2).mean(-1, keepdim=True) + norm.eps)
+    out = centred / std * norm.weight
+    return out if norm.bias is None else out + norm.bias
+
+
+class _TinyViT(nn.Module):
+    """A vision transformer (torchvision's layout: pre-norm blocks, class token or mean pooling), 4
+    patches of 4x4; ``twin``: the reference's forward."""
+
+    def __init__(self, bias: bool = True, class_token: bool = True, depth: int = 2, dim: int = 16) -> None:
+        super().__init__()
+        torch.manual_seed(11)
+        self.twin = False
+        self.patch = nn.Conv2d(3, dim, 4, 4, bias=bias)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.5) if class_token else None
+        self.pos = nn.Parameter(torch.randn(1, 4 + class_token, dim) * 0.5) if bias else None
+        self.blocks = nn.ModuleList([_Block(dim, 2, bias) for _ in range(depth)])
+        self.ln, self.head = nn.LayerNorm(dim, bias=bias), nn.Linear(dim, 3, bias=bias)
+        self.held = nn.ModuleDict({k: _Held() for k in ("pos", "ln", "pool")})
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = self.patch(image).flatten(2).transpose(1, 2)
+        if self.cls is not None:
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
+        if self.pos is not None and self.twin:
+            self.held["pos"].fn = lambda z, pos=self.pos: z + pos
+            x = self.held["pos"](x)
+        elif self.pos is not None:
+            x = x + self.pos
+        for block in self.blocks:
+            x = block(x, self.twin)
+        if self.twin:
+            self.held["ln"].fn = lambda z: _held_layer_norm(self.ln, z)
+            x = self.held["ln"](x)
+        else:
+            x = self.ln(x)
+        if self.cls is not None:
+            return self.head(x[:, 0])
+        if self.twin:
+            self.held["pool"].fn = lambda z: z.mean(1)
+            return self.head(self.held["pool"](x))
+        return self.head(x.mean(1))
+
+
+def _context(model: nn.Module, params: dict, dynamo: bool = False) -> AttributionContext:
+    # from a two-row example the dynamo exporter keeps a transformer's batch axis symbolic
+    data = to_onnx(model, X[:2], opset=18 if dynamo else 17, dynamo=dynamo)
+    loaded = load_model(data, "onnx", "cpu")
+    loaded.check_sample(X.numpy())
+    return AttributionContext(loaded, parse_players("grid:2x2", SHAPE), Target(), params)
+
+
+def _zennit(model: _TinyViT, rules: list[LayerRule], x: torch.Tensor, classes: np.ndarray) -> np.ndarray:
+    """Zennit's relevance on the twin: our rules' hooks on the Conv/Linear layers in execution order
+    (the query and key outputs of each qkv layer get no relevance: no gradient reaches them), Norm on
+    the held operations, Pass on GELU. The pass under test takes the held operations' exact gradient
+    (LRP-0 without a stabiliser), so Norm's stabiliser is made negligible here: at Zennit's 1e-6 a
+    few near-zero sums shift up to 1% of a pixel's relevance."""
+    twin = copy.deepcopy(model)
+    twin.twin = True
+    layers = [twin.patch]
+    for block in twin.blocks:
+        layers += [block.qkv, block.proj, block.fc1, block.fc2]
+    layers.append(twin.head)
+    hooks = {id(layer): rule for layer, rule in zip(layers, rules, strict=True)}
+    gelus = {id(block.held["gelu"]) for block in twin.blocks}
+
+    def mapping(ctx: dict, name: str, module: nn.Module) -> Hook | None:
+        if id(module) in hooks:
+            return hooks[id(module)].zennit()
+        if isinstance(module, _Held):
+            return Pass() if id(module) in gelus else Norm(stabilizer=1e-12)
+        return None
+
+    c = torch.as_tensor(classes)
+    with Gradient(model=twin, composite=Composite(module_map=mapping)) as attributor:
+        _, relevance = attributor(
+            x.clone().requires_grad_(True),
+            lambda out: torch.zeros_like(out).scatter_(1, c[:, None], 1.0) * out.detach(),
+        )
+    return relevance.detach().numpy()
+
+
+Z_PLUS = AlphaBeta(1.0, 0.0, zero_bias=True)
+LAYERS = 10  # the patch layer, four per block, the head
+CASES = {
+    "lrp_epsilon": ({}, [Epsilon(1e-6)] * LAYERS),
+    "lrp_alpha_beta": ({"alpha": 2.0, "beta": 1.0}, [AlphaBeta(2.0, 1.0)] * LAYERS),
+    "deep_taylor": ({"low": -4.0, "high": 4.0}, [ZBox(-4.0, 4.0)] + [Z_PLUS] * (LAYERS - 1)),
+}
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_transformer_equals_zennit_with_held_norms_and_attention(name: str, dynamo: bool) -> None:
+    model = _TinyViT().eval()
+    params, rules = CASES[name]
+    ctx = _context(model, params, dynamo)
+    classes = np.array([0, 1, 2, 1])
+    ours = get_method(name).attribute(ctx, X.numpy(), np.zeros_like(X.numpy()), classes)
+    want = _zennit(model, rules, X, classes)
+    assert np.abs(want).max() > 1e-3
+    np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def _explained(ctx: AttributionContext, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    scores = ctx.model.predict(x)
+    classes = scores.argmax(1)
+    return classes, scores[np.arange(len(x)), classes]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_relevance_adds_up_to_the_score_without_biases(name: str) -> None:
+    ctx = _context(_TinyViT(bias=False, class_token=False).eval(), CASES[name][0])
+    x = X.numpy()
+    classes, explained = _explained(ctx, x)
+    relevance = get_method(name).attribute(ctx, x, np.zeros_like(x), classes)
+    # LRP-epsilon's stabiliser absorbs a little at near-zero sums (2e-4 of a score here)
+    rtol = 1e-4 if name == "lrp_alpha_beta" else 1e-3
+    np.testing.assert_allclose(relevance.reshape(len(x), -1).sum(1), explained, rtol=rtol)
+
+
+def test_keeping_the_softmax_or_norm_gradient_breaks_conservation(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _context(_TinyViT(bias=False, class_token=False).eval(), {})
+    x = X.numpy()
+    classes, explained = _explained(ctx, x)
+    evaluate = modified_backward.evaluate
+    # the gradient product rule at the attention and GELU products (their factors not held)
+    monkeypatch.setattr(
+        modified_backward, "evaluate", lambda plan, x, replace, held: evaluate(plan, x, replace)
+    )
+    gates = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+    monkeypatch.undo()
+    # the layer norms' own gradient (their scale not held)
+    monkeypatch.setattr(modified_backward, "_held_norm", lambda norm, z: norm(z))
+    norms = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+    for broken in (gates, norms):
+        assert np.abs(broken.reshape(len(x), -1).sum(1) - explained).max() > 1e-2 * np.abs(explained).max()
+
+
+def test_vit_class_token_and_position_embedding_absorb_relevance() -> None:
+    """Relevance handed to the class token (a constant) and to the position embeddings stays there,
+    as a bias's does: with them, less than the score reaches the input."""
+    ctx = _context(_TinyViT().eval(), {})
+    x = X.numpy()
+    classes, explained = _explained(ctx, x)
+    relevance = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+    assert np.isfinite(relevance).all() and np.abs(relevance).max() > 1e-3
+    assert not np.allclose(relevance.reshape(len(x), -1).sum(1), explained, rtol=1e-2)
