@@ -14,7 +14,8 @@ same threads. Sections:
   session options;
 - methods: each gradient and rule method on the audit's sub-inputs vs a raw forward+backward of
   the same torch graph over the same rows (times the method's nominal passes: IG/EG steps), on the
-  digits CNN, then the one-pass methods on torchvision's resnet18 at 64x64;
+  digits CNN, then the one-pass methods on torchvision's resnet18 and efficientnet_b0 at 64x64 and a
+  ViT-Ti-sized VisionTransformer at 32x32;
 - audit: the 14-method digits audit, wall time and peak memory, in a fresh process per size;
 - threads: the 8-player audit with all CPUs' threads sleeping or spinning when idle, and with one
   thread, on the machine as it is and beside one busy process;
@@ -321,6 +322,28 @@ def _efficientnet_b0() -> tuple[bytes, Any, Any]:
     return to_onnx(image_model("efficientnet_b0"), torch.from_numpy(inputs[:1])), inputs, background
 
 
+def _vit_ti() -> tuple[bytes, Any, Any]:
+    """torchvision's VisionTransformer at ViT-Ti's size (12 layers, width 192, 3 heads, MLP 768;
+    5.5M parameters) on 32x32 images in 8x8 patches (16 tokens and the class token), random weights
+    with a random head (torchvision zeroes it), from the legacy exporter: layer norms, attention
+    and GELU, which the LRP methods hold constant (docs/science.md 5.8)."""
+    import numpy as np
+    import torch
+    from torch import nn
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    from tests.models import to_onnx
+
+    torch.manual_seed(0)
+    model = VisionTransformer(
+        image_size=32, patch_size=8, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768, num_classes=10
+    ).eval()
+    nn.init.normal_(model.heads.head.weight, std=0.05)
+    rng = np.random.default_rng(0)
+    inputs, background = (rng.random((2, 3, 32, 32), dtype=np.float32) for _ in range(2))
+    return to_onnx(model, torch.from_numpy(inputs[:1])), inputs, background
+
+
 def _resnet18() -> tuple[bytes, Any, Any]:
     """torchvision's resnet18 as the zoo tests build it (random weights, 10 classes, batch norms
     calibrated: tests/models/zoo/builders.py), at 64x64 from the legacy exporter (opset 17): a model
@@ -428,6 +451,12 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     print("Deep Taylor multiply both parts of each), and DeepLIFT on Captum's path (no rule for the gates).")
     print()
     data, inputs, background = _efficientnet_b0()
+    _method_rows(data, inputs, background, "grid:2x2", one_pass, repeats, device)
+    print("A ViT-Ti-sized torchvision VisionTransformer at 32x32 (8x8 patches), random weights, from the")
+    print("legacy exporter, the same rows and floor: layer norms, attention and GELU, which LRP holds")
+    print("constant; DeepLIFT on Captum's path (no rule for them).")
+    print()
+    data, inputs, background = _vit_ti()
     _method_rows(data, inputs, background, "grid:2x2", one_pass, repeats, device)
 
 
