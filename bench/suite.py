@@ -435,29 +435,38 @@ def section_methods(repeats: int, device: str = "cpu") -> None:
     print()
     data, inputs, background = _digits()
     _method_rows(data, inputs, background, "grid:2x4", list(GRADIENT_METHODS), repeats, device)
-    print("torchvision resnet18 (random weights, batch norms calibrated as in the zoo tests) at 64x64 from")
-    print("the legacy ONNX exporter, 2x2 grid players, 2 samples x 16 sub-inputs = 32 rows, the same floor;")
-    print("the one-pass methods (Integrated and Expected Gradients repeat Gradient x Input's pass).")
-    print(
-        "On graphs with residual sums RevealCancel takes W da in float64 (docs/science.md 5.8), where torch"
-    )
-    print("has no fast convolution kernel.")
-    print()
-    data, inputs, background = _resnet18()
     one_pass = [name for name, passes in GRADIENT_METHODS.items() if passes == 1]
-    _method_rows(data, inputs, background, "grid:2x2", one_pass, repeats, device)
-    print("torchvision efficientnet_b0, built and exported the same way, the same rows and floor: SiLU and")
-    print("squeeze-and-excitation gates (LRP holds them constant), signed activations (alpha-beta and")
-    print("Deep Taylor multiply both parts of each), and DeepLIFT on Captum's path (no rule for the gates).")
-    print()
-    data, inputs, background = _efficientnet_b0()
-    _method_rows(data, inputs, background, "grid:2x2", one_pass, repeats, device)
-    print("A ViT-Ti-sized torchvision VisionTransformer at 32x32 (8x8 patches), random weights, from the")
-    print("legacy exporter, the same rows and floor: layer norms, attention and GELU, which LRP holds")
-    print("constant; DeepLIFT on Captum's path (no rule for them).")
-    print()
-    data, inputs, background = _vit_ti()
-    _method_rows(data, inputs, background, "grid:2x2", one_pass, repeats, device)
+    for build, about in _ONE_PASS_MODELS:
+        print(about)
+        print()
+        data, inputs, background = build()
+        _method_rows(data, inputs, background, "grid:2x2", one_pass, repeats, device)
+
+
+# Torchvision models for the one-pass methods (2x2 grid, 2 samples x 16 sub-inputs), each with what
+# sets it apart.
+_ONE_PASS_MODELS = (
+    (
+        _resnet18,
+        "torchvision resnet18 (random weights, batch norms calibrated as in the zoo tests) at 64x64 from\n"
+        "the legacy ONNX exporter, 2x2 grid players, 2 samples x 16 sub-inputs = 32 rows, the same floor;\n"
+        "the one-pass methods (Integrated and Expected Gradients repeat Gradient x Input's pass).\n"
+        "On graphs with residual sums RevealCancel takes W da in float64 (docs/science.md 5.8), where torch\n"
+        "has no fast convolution kernel.",
+    ),
+    (
+        _efficientnet_b0,
+        "torchvision efficientnet_b0, built and exported the same way, the same rows and floor: SiLU and\n"
+        "squeeze-and-excitation gates (LRP holds them constant), signed activations (alpha-beta and\n"
+        "Deep Taylor multiply both parts of each), and DeepLIFT on Captum's path (no rule for the gates).",
+    ),
+    (
+        _vit_ti,
+        "A ViT-Ti-sized torchvision VisionTransformer at 32x32 (8x8 patches), random weights, from the\n"
+        "legacy exporter, the same rows and floor: layer norms, attention and GELU, which LRP holds\n"
+        "constant; DeepLIFT on Captum's path (no rule for them).",
+    ),
+)
 
 
 # --- audit -----------------------------------------------------------------------------------------

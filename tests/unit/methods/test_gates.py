@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from zennit.attribution import Gradient
-from zennit.core import Composite, Hook
+from zennit.core import Hook
 from zennit.rules import Norm, Pass
 
 from tests.models import to_onnx
+from tests.unit.methods._zennit_reference import assert_equals_zennit, lrp_cases, zennit_relevance
 from workers.methods import AttributionContext, get_method
 from workers.methods import _modified_backward as modified_backward
-from workers.methods._lrp_rules import AlphaBeta, Epsilon, LayerRule, ZBox
+from workers.methods._lrp_rules import LayerRule
 from workers.models import load_model
 from workers.players import parse_players
 from workers.targets import Target
@@ -108,34 +108,18 @@ def _zennit(model: nn.Sequential, rules: list[LayerRule], x: torch.Tensor, class
             return Norm()
         return Pass() if isinstance(module, nn.SiLU | nn.Hardswish | _Product) else None
 
-    c = torch.as_tensor(classes)
-    with Gradient(model=twin, composite=Composite(module_map=mapping)) as attributor:
-        _, relevance = attributor(
-            x.clone().requires_grad_(True),
-            lambda out: torch.zeros_like(out).scatter_(1, c[:, None], 1.0) * out.detach(),
-        )
-    return relevance.detach().numpy()
+    return zennit_relevance(twin, mapping, x, classes)
 
 
-Z_PLUS = AlphaBeta(1.0, 0.0, zero_bias=True)
-CASES = {
-    "lrp_epsilon": ({}, [Epsilon(1e-6)] * 3),
-    "lrp_alpha_beta": ({"alpha": 2.0, "beta": 1.0}, [AlphaBeta(2.0, 1.0)] * 3),
-    "deep_taylor": ({"low": -4.0, "high": 4.0}, [ZBox(-4.0, 4.0), Z_PLUS, Z_PLUS]),
-}
+CASES = lrp_cases(3)
 
 
 @pytest.mark.parametrize("dynamo", [False, True])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_gated_network_equals_zennit_with_constant_gates(name: str, dynamo: bool) -> None:
     model = _gated_net()
-    params, rules = CASES[name]
-    ctx = _context(model, params, dynamo)
-    classes = np.array([0, 1, 2, 1])
-    ours = get_method(name).attribute(ctx, X.numpy(), np.zeros_like(X.numpy()), classes)
-    want = _zennit(model, rules, X, classes)
-    assert np.abs(want).max() > 1e-3
-    np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    ctx = _context(model, CASES[name][0], dynamo)
+    assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), 3, 1e-5)
 
 
 def test_relevance_adds_up_to_the_score_only_with_constant_gates(monkeypatch: pytest.MonkeyPatch) -> None:

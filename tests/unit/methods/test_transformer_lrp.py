@@ -23,14 +23,14 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from zennit.attribution import Gradient
-from zennit.core import Composite, Hook
+from zennit.core import Hook
 from zennit.rules import Norm, Pass
 
 from tests.models import to_onnx
+from tests.unit.methods._zennit_reference import assert_equals_zennit, lrp_cases, zennit_relevance
 from workers.methods import AttributionContext, get_method
 from workers.methods import _modified_backward as modified_backward
-from workers.methods._lrp_rules import AlphaBeta, Epsilon, LayerRule, ZBox
+from workers.methods._lrp_rules import LayerRule
 from workers.models import load_model
 from workers.players import parse_players
 from workers.targets import Target
@@ -172,35 +172,19 @@ def _zennit(model: _TinyViT, rules: list[LayerRule], x: torch.Tensor, classes: n
             return Pass() if id(module) in gelus else Norm(stabilizer=1e-12)
         return None
 
-    c = torch.as_tensor(classes)
-    with Gradient(model=twin, composite=Composite(module_map=mapping)) as attributor:
-        _, relevance = attributor(
-            x.clone().requires_grad_(True),
-            lambda out: torch.zeros_like(out).scatter_(1, c[:, None], 1.0) * out.detach(),
-        )
-    return relevance.detach().numpy()
+    return zennit_relevance(twin, mapping, x, classes)
 
 
-Z_PLUS = AlphaBeta(1.0, 0.0, zero_bias=True)
 LAYERS = 10  # the patch layer, four per block, the head
-CASES = {
-    "lrp_epsilon": ({}, [Epsilon(1e-6)] * LAYERS),
-    "lrp_alpha_beta": ({"alpha": 2.0, "beta": 1.0}, [AlphaBeta(2.0, 1.0)] * LAYERS),
-    "deep_taylor": ({"low": -4.0, "high": 4.0}, [ZBox(-4.0, 4.0)] + [Z_PLUS] * (LAYERS - 1)),
-}
+CASES = lrp_cases(LAYERS)
 
 
 @pytest.mark.parametrize("dynamo", [False, True])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_transformer_equals_zennit_with_held_norms_and_attention(name: str, dynamo: bool) -> None:
     model = _TinyViT().eval()
-    params, rules = CASES[name]
-    ctx = _context(model, params, dynamo)
-    classes = np.array([0, 1, 2, 1])
-    ours = get_method(name).attribute(ctx, X.numpy(), np.zeros_like(X.numpy()), classes)
-    want = _zennit(model, rules, X, classes)
-    assert np.abs(want).max() > 1e-3
-    np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    ctx = _context(model, CASES[name][0], dynamo)
+    assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
 
 
 def _explained(ctx: AttributionContext, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
