@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clients.cli.arg_types import positive_seconds
+from clients.cli.arg_types import grpc_target, positive_seconds
 
 if TYPE_CHECKING:
     from clients.client import XauditClient
@@ -32,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     parser.add_argument("--methods", default="all", help="methods to audit (default: all, the fourteen)")
     parser.add_argument("--home", type=Path, help="data directory for the service (default: a temporary one)")
-    parser.add_argument("--server", help="audit on this running server instead of starting one")
+    parser.add_argument(
+        "--server", type=grpc_target, help="audit on this running server (HOST:PORT) instead of starting one"
+    )
     parser.add_argument(
         "--startup-timeout",
         type=positive_seconds,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from clients.cli.main import build_parser
+from clients.cli.main import build_parser, main
 
 TOKEN = ["token", "create", "--tenant", "a", "--tokens", "t.yaml"]
 WORKER = ["worker", "--broker", "redis://127.0.0.1:6379/0", "--server", "127.0.0.1:50051"]
@@ -32,6 +32,9 @@ WORKER = ["worker", "--broker", "redis://127.0.0.1:6379/0", "--server", "127.0.0
         ([*WORKER, "--time-limit", "0"], "argument --time-limit: must be at least 1, got 0"),
         ([*WORKER, "--metrics-port", "70000"], "argument --metrics-port: a port is 0 to 65535, got 70000"),
         (["jobs", "--limit", "-1"], "argument --limit: must be at least 0, got -1"),
+        (["jobs", "--server", "localhost"], "argument --server: expected HOST:PORT with a port of 1 to 65535, or a gRPC target"),
+        (["report", "JOB", "--server", "unix:"], "argument --server: expected HOST:PORT"),
+        (["demo", "--server", "h:0"], "argument --server: expected HOST:PORT"),
         (["demo", "--startup-timeout", "-5"], "argument --startup-timeout: must be a finite number of seconds above 0"),
         ([*TOKEN, "--expires-in", "90"], "argument --expires-in: expected a duration such as 90d, 12h, 30m or 45s, got '90'"),
         ([*TOKEN, "--expires-in", "0d"], "argument --expires-in: must be a finite duration above 0, got '0d'"),
@@ -59,8 +62,21 @@ def test_good_values_parse_as_typed_values() -> None:
     worker = build_parser().parse_args([*WORKER, "--time-limit", "60", "--metrics-port", "9108"])
     assert (worker.server, worker.time_limit, worker.metrics_port) == ("127.0.0.1:50051", 60, 9108)
     assert build_parser().parse_args(["jobs", "--limit", "0"]).limit == 0
+    for target in ("[::1]:50051", "unix:/run/xaudit.sock", "dns:///xaudit.internal:50051"):
+        assert build_parser().parse_args(["jobs", "--server", target]).server == target
     lifetimes = [
         build_parser().parse_args([*TOKEN, "--expires-in", d]).expires_in
         for d in ("90d", "1.5h", "30m", "45S")
     ]
     assert lifetimes == [90 * 86400.0, 5400.0, 1800.0, 45.0]
+
+
+def test_a_bad_server_in_the_environment_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """$XAUDIT_SERVER is checked as --server is, before anything dials it (grpc would take a host
+    without a port as port 443 and wait out the deadline)."""
+    monkeypatch.setenv("XAUDIT_SERVER", "localhost")
+    assert main(["jobs"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "$XAUDIT_SERVER: expected HOST:PORT" in err, err
