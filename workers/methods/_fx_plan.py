@@ -31,9 +31,9 @@ the operator. Node kinds on the input's path ("activations"):
 - ``norm`` (only where the caller asks): a layer normalisation, whose scale LRP holds constant;
   see ``norms`` in :func:`plan_graph`.
 - ``factor``, ``bias`` and ``folded`` (only where the caller asks): an activation times or divided
-  by a constant, plus or concatenated with constants, and the constant bias a product with a
-  constant matrix (an ``affine`` step, a Linear layer as exporters write it on 3-d inputs) folds
-  in; see ``constants`` in :func:`plan_graph`.
+  by a constant; plus or concatenated with constants; and the Add of a constant bias to a product
+  with a constant matrix (that product an ``affine`` step, a Linear layer as exporters write it on
+  3-d inputs, into which the bias is folded); see ``constants`` in :func:`plan_graph`.
 - ``branch`` (with ``gates``): a node whose every use leads only into gates (the query-key scores
   of an attention head, GELU's ``erf``): evaluated, never explained, so any operator will do.
 
