@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from xaudit.contract.errors import Unavailable
+from xaudit.contract.metrics_http import serve_metrics
 
 __all__ = [
     "JOB_BUCKETS",
@@ -333,14 +333,9 @@ def start_service_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None
     and platform collectors) and serve them on ``http://addr:port/metrics``; None: do nothing."""
     if port is None:
         return None
-    from prometheus_client import REGISTRY, start_http_server
+    from prometheus_client import REGISTRY
 
-    try:
-        server, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
-    except OSError as exc:  # a port in use, an address not the host's: one line, not a traceback
-        raise Unavailable(f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc}") from None
+    _server, bound = serve_metrics(port, REGISTRY, addr)
     if _active is None:  # once it serves: a refused port leaves nothing activated
         activate(ServiceMetrics(REGISTRY))
-    bound = int(server.server_port)
-    logger.info("metrics on http://%s:%d/metrics", addr, bound)
     return bound

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from xaudit.contract.errors import Unavailable
+from xaudit.contract.metrics_http import serve_metrics
 from xaudit.contract.names import VERDICTS
 
 if TYPE_CHECKING:
@@ -283,13 +283,7 @@ def start_metrics_server(
 ) -> tuple[WSGIServer, int]:
     """Serve ``registry`` on ``http://addr:port/metrics`` from a daemon thread; returns the server and
     the bound port (``port=0`` picks a free one)."""
-    try:
-        server, _thread = start_http_server(port, addr=addr, registry=registry)
-    except OSError as exc:  # a port in use, an address not the host's: one line, not a traceback
-        raise Unavailable(f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc}") from None
-    bound = int(server.server_port)
-    logger.info("metrics on http://%s:%d/metrics", addr, bound)
-    return server, bound
+    return serve_metrics(port, registry, addr)
 
 
 # --- the `xaudit worker --metrics-port` wiring ----------------------------------------------------
