@@ -208,7 +208,7 @@ class TokenFile:
         Unauthenticated saying so: its holder knows the token anyway, and learns what to renew."""
         self._refresh()
         identity, expiry = self._by_hash.get(hash_token(token), (None, None))
-        if identity is not None and expiry is not None and time.time() >= expiry:
+        if identity is not None and expiry is not None and _is_past(expiry):
             raise Unauthenticated(
                 f"token {identity.source.removeprefix('token:')} expired at {utc(expiry)} UTC: "
                 "ask for a new one (xaudit token create)"
@@ -275,10 +275,12 @@ def create_token(
     queues: Iterable[str] | None = None,
     job_tenants: Iterable[str] | None = None,
     expires_in: float | None = None,
+    now: float | None = None,
 ) -> str:
     """Append a new token's hash to ``path`` (created 0600 if missing); returns the token, once.
     ``queues`` / ``job_tenants`` limit a worker token to those queues' / tenants' jobs;
-    ``expires_in`` (seconds) makes it stop working that long from now."""
+    ``expires_in`` (seconds) makes it stop working that long from ``now`` (default: the time of the
+    call; a caller that shows the expiry passes the time it shows it from)."""
     check_tenant(tenant)
     if expires_in is not None and not (math.isfinite(expires_in) and expires_in > 0):
         raise InvalidInput(f"a token's lifetime must be a finite number of seconds above 0, got {expires_in}")
@@ -291,7 +293,7 @@ def create_token(
             limits[name] = sorted(check_tenant(v) if name == "job_tenants" else v for v in values)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     digest = hash_token(token)
-    now = time.time()
+    now = time.time() if now is None else now
     expiry = {} if expires_in is None else {"expires_at": round(now + expires_in, 3)}
     with _editing(path):
         data = _read(path)
@@ -325,7 +327,12 @@ class TokenEntry:
     expires_at: float | None = None
 
     def expired(self, now: float | None = None) -> bool:
-        return self.expires_at is not None and (time.time() if now is None else now) >= self.expires_at
+        return _is_past(self.expires_at, now)
+
+
+def _is_past(expiry: float | None, now: float | None = None) -> bool:
+    """A token's expiry (None: never) has come, at ``now`` (default: the time of the call)."""
+    return expiry is not None and (time.time() if now is None else now) >= expiry
 
 
 def utc(seconds: float) -> str:

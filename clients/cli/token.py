@@ -70,11 +70,18 @@ def run_create(args: argparse.Namespace) -> int:
     def names(text: str | None) -> list[str] | None:
         return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
 
+    now = time.time()  # the stored expiry and the one shown count from the same instant
     token = create_token(
-        args.tokens, args.tenant, args.scopes, names(args.queues), names(args.job_tenants), args.expires_in
+        args.tokens,
+        args.tenant,
+        args.scopes,
+        names(args.queues),
+        names(args.job_tenants),
+        args.expires_in,
+        now,
     )
     print(token)
-    until = "" if args.expires_in is None else f"; it expires at {utc(time.time() + args.expires_in)} UTC"
+    until = "" if args.expires_in is None else f"; it expires at {utc(now + args.expires_in)} UTC"
     print(
         f"xaudit: token for tenant '{args.tenant}' stored (hashed) in {args.tokens}{until}", file=sys.stderr
     )

@@ -4,6 +4,8 @@ would read as an AMQP host and retry forever), an address without a port."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from clients.cli.main import build_parser, main
@@ -80,3 +82,22 @@ def test_a_bad_server_in_the_environment_is_refused_in_one_line(
     assert main(["jobs"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "$XAUDIT_SERVER: expected HOST:PORT" in err, err
+
+
+def test_token_create_shows_the_expiry_it_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The expiry printed and the one stored count from one instant: each clock reading here is 0.6 s
+    after the last, so two readings would fall in different seconds."""
+    import itertools
+    import time
+
+    from service.tokens import list_tokens, utc
+
+    clock = itertools.count(1_767_000_000.5, 0.6)
+    monkeypatch.setattr(time, "time", lambda: next(clock))
+    tokens = tmp_path / "tokens.yaml"
+    assert main(["token", "create", "--tenant", "a", "--tokens", str(tokens), "--expires-in", "1h"]) == 0
+    (entry,) = list_tokens(tokens)
+    assert entry.expires_at is not None
+    assert f"it expires at {utc(entry.expires_at)} UTC" in capsys.readouterr().err
