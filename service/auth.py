@@ -34,6 +34,7 @@ from google.protobuf.descriptor import FileDescriptor
 
 from service.config import DEFAULT_TENANT, ServerConfig
 from service.handlers import rewrap
+from service.listen import host_of
 from service.tokens import SCOPES, Identity, TenantPolicy, TokenFile, parse_scopes
 from xaudit.contract.errors import InvalidInput, PermissionDenied, Unauthenticated
 from xaudit.v1 import audit_pb2, options_pb2, worker_pb2
@@ -294,7 +295,7 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 
 
 def _is_loopback(listen: str) -> bool:
-    host = listen.rsplit(":", 1)[0].strip("[]")
+    host = host_of(listen)
     if host == "localhost":
         return True
     try:

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import socket
 
-__all__ = ["why_not_listening"]
+__all__ = ["host_of", "why_not_listening"]
+
+
+def host_of(address: str) -> str:
+    """The host of grpc's ``host:port`` (an IPv6 host without its brackets; "" for ``:port``)."""
+    return address.rpartition(":")[0].strip("[]")
 
 
 def why_not_listening(address: str) -> str | None:
@@ -22,7 +27,7 @@ def why_not_listening(address: str) -> str | None:
     port = int(port_text)
     if port == 0:
         return None  # any free port
-    host = host.strip("[]")
+    host = host_of(address)
     try:
         resolved = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:

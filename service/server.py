@@ -18,7 +18,7 @@ from service.dispatch import Dispatcher, Sender, broker_epoch, celery_sender
 from service.errors_interceptor import ErrorsInterceptor
 from service.housekeeping import Housekeeper
 from service.jobs import JobService, ReportSealer
-from service.listen import why_not_listening
+from service.listen import host_of, why_not_listening
 from service.metrics import ServiceMetrics, active, counted_signer, watch_store
 from service.metrics_interceptor import metrics_interceptors
 from service.plans import Planner, no_planner
@@ -48,10 +48,10 @@ def default_signer(config: ServerConfig) -> ReportSealer:
 def _advertised(config: ServerConfig, port: int) -> str:
     if config.advertise:
         return config.advertise
-    host = config.listen.rsplit(":", 1)[0]
-    if host in ("", "0.0.0.0", "[::]", "::"):
+    host = host_of(config.listen)
+    if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"
-    return f"{host}:{port}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class Server:
