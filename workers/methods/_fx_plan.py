@@ -666,12 +666,14 @@ def _constant_layer(
         if len(other) == 1 and isinstance(other[0], torch.Tensor) and other[0].shape == weight.shape[1:]:
             bias = other[0]
     if module not in _LINEAR:
-        linear = ConstantMatMul(weight.shape[0], weight.shape[1], bias=bias is not None, dtype=weight.dtype)
-        with torch.no_grad():
-            linear.weight.copy_(weight.t())
-            if bias is not None:
-                linear.bias.copy_(bias)
-        _LINEAR[module] = linear.requires_grad_(False).to(weight.device)
+        linear = ConstantMatMul(0, 0, bias=False, device="meta")
+        # views of the graph's own tensors, no copies: a transformer's Linear weights are most of it
+        linear.weight = nn.Parameter(weight.detach().t(), requires_grad=False)
+        linear.register_parameter(
+            "bias", None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+        )
+        linear.in_features, linear.out_features = weight.shape
+        _LINEAR[module] = linear
     layer = _LINEAR[module]
     return layer, (user if layer.bias is not None else None)
 
