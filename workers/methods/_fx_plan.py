@@ -496,9 +496,34 @@ def plan_graph(
     return Plan(graph, tuple(steps), output)
 
 
+class _Plans(dict[str, Plan]):
+    """A graph's plans by family, kept on the graph itself: a plan refers to the graph, so a cache
+    keyed by the graph elsewhere would keep every model a worker ever ran alive. A copy or a pickle of
+    the graph starts without them (their steps name the original's nodes)."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Plans:
+        return _Plans()
+
+    def __reduce__(self) -> tuple[type[_Plans], tuple[()]]:
+        return _Plans, ()
+
+
+_PLANS_ATTRIBUTE = "_xaudit_plans"
+
+
 def family_plan(graph: nn.Module, method: str, family: str) -> Plan:
-    """:func:`plan_graph` with what ``family``'s own pass has rules for (LRP, DeepLIFT, RevealCancel)."""
-    return plan_graph(graph, method, family, **dataclasses.asdict(_FAMILY_ADMITS[family]))
+    """:func:`plan_graph` with what ``family``'s own pass has rules for (LRP, DeepLIFT, RevealCancel),
+    made once per graph and family: planning a transformer's graph (hundreds of nodes, its gates'
+    branches traced) took a third of LRP's time on a ViT-Ti audit's sub-inputs (bench/suite.py,
+    methods). A graph's nodes and modules do not change under the cache; a refusal is not kept (it
+    names the method)."""
+    plans = graph.__dict__.get(_PLANS_ATTRIBUTE)
+    if not isinstance(plans, _Plans):
+        plans = _Plans()
+        graph.__dict__[_PLANS_ATTRIBUTE] = plans
+    if family not in plans:
+        plans[family] = plan_graph(graph, method, family, **dataclasses.asdict(_FAMILY_ADMITS[family]))
+    return plans[family]
 
 
 def below_output(steps: Sequence[Step], output: fx.Node) -> Step:
