@@ -109,14 +109,14 @@ def _methods(model: ModelAdapter, check: ModelCheck) -> None:
         try:
             with judged_alone(name):
                 hookable = graph_model(model)
-                if isinstance(method, LrpMethod):
-                    method.check_plan(hookable.torch_hookable(name))
+                if isinstance(method, LrpMethod):  # rows one at a time where the batch is fixed at 1
+                    method.check_plan(hookable.torch_hookable(name, row_by_row=True))
                 elif name in _RULE_FAMILIES:
                     family_plan(hookable.torch_hookable(name), name, _RULE_FAMILIES[name])
                 elif name == "grad_cam":
                     from workers.methods.grad_cam import conv_layers
 
-                    if not conv_layers(hookable.torch_hookable(name)):
+                    if not conv_layers(hookable.torch_hookable(name, row_by_row=True)):
                         raise NotApplicable(name, "the model has no convolution layer")
                 elif caps.hooks:
                     hookable.torch_hookable(name)

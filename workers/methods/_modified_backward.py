@@ -253,8 +253,9 @@ def lrp_relevance(
     ctx: AttributionContext, method: str, rules: Rules, inputs: np.ndarray, classes: np.ndarray
 ) -> np.ndarray:
     """Input relevance (k, *shape) float32 for the target class of each row; Zennit where the plan
-    has a rule this pass cannot write (the result is the same, only slower; Zennit refuses merges)."""
-    graph = ctx.model.torch_hookable(method)
+    has a rule this pass cannot write (the result is the same, only slower; Zennit refuses merges).
+    Rows are independent here, so a graph exported with a fixed batch of 1 runs one row per pass."""
+    graph = ctx.model.torch_hookable(method, row_by_row=True)
     # Zennit would silently use the gradient at other operators
     plan = lrp_plan(graph, method, rules(0).needs_input_layer)
     modified = RelevanceGraph.build(plan, rules)
@@ -267,4 +268,5 @@ def lrp_relevance(
         return modified.relevance(x, ctx.target, c)
 
     with torch.enable_grad():
-        return in_row_chunks(rows_per_pass(inputs), ctx.model.device, relevance, classes, inputs)
+        rows = ctx.model.hook_batch or rows_per_pass(inputs)
+        return in_row_chunks(rows, ctx.model.device, relevance, classes, inputs)

@@ -56,7 +56,7 @@ class GradCam(Method):
         import torch
 
         p = self.params(ctx)
-        graph = ctx.model.torch_hookable(self.name)
+        graph = ctx.model.torch_hookable(self.name, row_by_row=True)
         convs = conv_layers(graph)
         if not convs:
             raise NotApplicable(self.name, "the model has no convolution layer")
@@ -77,7 +77,15 @@ class GradCam(Method):
                 f"the input of shape {inputs.shape[1:]} has no channel and spatial axes matching the "
                 f"{spatial_axes}-d convolution's map",
             )
-        cam = _class_activation_map(ctx.target.wrap(graph), layer, inputs, classes, ctx.model.device)
+        scores, rows = ctx.target.wrap(graph), ctx.model.hook_batch or len(inputs)  # rows are independent
+        cam = torch.cat(
+            [
+                _class_activation_map(
+                    scores, layer, inputs[i : i + rows], classes[i : i + rows], ctx.model.device
+                )
+                for i in range(0, len(inputs), rows)
+            ]
+        )
         if p["relu"]:
             cam = torch.relu(cam)
         # Captum's LayerAttribution.interpolate: F.interpolate to the input's size, align_corners unset.

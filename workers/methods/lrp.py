@@ -54,7 +54,7 @@ class LrpMethod(Method):
         from xaudit.contract.errors import NotApplicable
 
         try:
-            graph = graph_model(model).torch_hookable(self.name)
+            graph = graph_model(model).torch_hookable(self.name, row_by_row=True)
         except NotApplicable:
             return None  # the method does not run at all; its entry says why
         crossed = crossed_head(graph, self.name, "LRP")

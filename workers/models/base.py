@@ -65,11 +65,18 @@ class ModelAdapter(ABC):
         """A torch module (possibly scripted) whose output is differentiable w.r.t. its input."""
 
     @abstractmethod
-    def torch_hookable(self, method: str) -> torch.nn.Module:
+    def torch_hookable(self, method: str, row_by_row: bool = False) -> torch.nn.Module:
         """A plain ``nn.Module`` graph with real submodules, for hook- and rule-based methods.
 
         Raises :class:`~xaudit.contract.errors.NotApplicable` naming ``method`` when no such graph exists.
+        ``row_by_row``: the caller calls the graph with :attr:`hook_batch` rows at a time where that is
+        set, so a graph exported with a fixed batch of 1 is returned instead of refused.
         """
+
+    @property
+    def hook_batch(self) -> int | None:
+        """Rows per call that :meth:`torch_hookable`'s graph takes, where fixed (None: any number)."""
+        return None
 
     def rows_per_call(self, sample_elements: int) -> int:
         """Rows per forward call for samples of ``sample_elements`` elements (:func:`rows_per_call`)."""

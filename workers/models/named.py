@@ -348,9 +348,14 @@ class NamedOnnxModel(ModelAdapter):
     def torch_differentiable(self) -> torch.nn.Module:
         return self._feed_module("gradient methods")
 
-    def torch_hookable(self, method: str) -> torch.nn.Module:
+    @property
+    def hook_batch(self) -> int | None:
+        return self.explained.fixed_batch
+
+    def torch_hookable(self, method: str, row_by_row: bool = False) -> torch.nn.Module:
         plain = not self.fixed and len(self.graph.inputs) == 1 and self.output == self.graph.outputs[0]
-        if plain and self.explained.fixed_batch is None:
+        one_row = row_by_row and self.explained.fixed_batch == 1
+        if plain and (self.explained.fixed_batch is None or one_row):
             return self.graph.torch_graph()  # the plain fx graph: rule-based methods can plan it
         if self.explained.fixed_batch is not None:
             # Hooks see one chunk per graph call: a layer's activations for all rows never exist at once.
@@ -358,8 +363,8 @@ class NamedOnnxModel(ModelAdapter):
                 method,
                 f"the model declares a fixed batch of {self.explained.fixed_batch} for input "
                 f"'{self.explained.name}' and could not be re-batched, so it runs one chunk per call and "
-                "hook and rule methods have no single graph call over all rows; export it with a dynamic "
-                "batch axis",
+                "this method has no single graph call over all rows (the LRP methods and Grad-CAM run "
+                "a single-input model of batch 1 row by row); export it with a dynamic batch axis",
             )
         feed = self._feed_module(method)
         if not isinstance(feed.graph, torch.fx.GraphModule):

@@ -93,5 +93,9 @@ class OnnxModel(ModelAdapter):
     def torch_differentiable(self) -> torch.nn.Module:
         return self._graph()
 
-    def torch_hookable(self, method: str) -> torch.nn.Module:
+    def torch_hookable(self, method: str, row_by_row: bool = False) -> torch.nn.Module:
         return self._graph()
+
+    @property
+    def hook_batch(self) -> int | None:
+        return self._fixed_batch

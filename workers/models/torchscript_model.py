@@ -104,7 +104,7 @@ class TorchScriptModel(ModelAdapter):
             raise InvalidModel(IDS_NO_GRADIENTS)
         return self._module
 
-    def torch_hookable(self, method: str) -> torch.nn.Module:
+    def torch_hookable(self, method: str, row_by_row: bool = False) -> torch.nn.Module:
         if self._hookable is None and self._hookable_error is None:
             self._hookable, self._hookable_error = self._convert()
         if self._hookable is None:

@@ -222,7 +222,28 @@ def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(
         with pytest.raises(
             NotApplicable, match=r"fixed batch of 1 for input 'x' and could not be re-batched"
         ):
-            prep.model.torch_hookable("grad_cam")
+            prep.model.torch_hookable("deeplift_rescale")
+        # ... except by the methods that call the graph one row at a time: the same numbers as on the
+        # twin whose graph takes both rows in one call.
+        from workers.methods import AttributionContext, get_method
+        from workers.players import parse_players
+        from workers.targets import Target
+
+        twin = prepare(
+            JobSpec(players="grid:2x2", device="cpu"), _fixed_batch("Flatten", batch), None, {"inputs": X}
+        )
+        assert prep.model.hook_batch == 1 and twin.model.hook_batch is None
+        classes = alone.argmax(1)
+        for name in ("lrp_epsilon", "lrp_alpha_beta", "grad_cam"):
+            got, want = (
+                get_method(name).attribute(
+                    AttributionContext(p.model, parse_players("grid:2x2", X.shape[1:]), Target(), {}),
+                    X, np.zeros_like(X), classes,
+                )
+                for p in (prep, twin)
+            )  # fmt: skip
+            assert np.abs(want).max() > 1e-4, name
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.parametrize(
