@@ -6,8 +6,8 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
+from clients._addresses import grpc_target
 from clients._defaults import DEFAULT_SERVER
-from clients.cli.arg_types import grpc_target
 from xaudit.contract.errors import InvalidInput
 
 if TYPE_CHECKING:
