@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+import service.tokens
 from clients.cli.main import main
 from service.config import ServerConfig
 from service.tokens import create_token
@@ -55,13 +56,15 @@ def test_an_expired_token_is_refused_and_the_cli_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tokens = tmp_path / "tokens.yaml"
-    assert main(["token", "create", "--tenant", "team-a", "--tokens", str(tokens), "--expires-in", "2s"]) == 0
+    assert main(["token", "create", "--tenant", "team-a", "--tokens", str(tokens), "--expires-in", "1h"]) == 0
     brief = capsys.readouterr().out.strip()
     lasting = create_token(tokens, "team-a", "read")
     config = ServerConfig(listen="127.0.0.1:0", home=tmp_path / "home", tokens_file=tokens)
     with serving(config) as server:
         assert _list_jobs(server.address, brief) == grpc.StatusCode.OK
-        time.sleep(2.1)
+        # Two hours on for the server's token check (it runs in this process): a token with a
+        # lifetime of seconds could expire while a loaded machine starts the server.
+        monkeypatch.setattr(service.tokens, "time", _Ahead(7200.0))
         code, details = _answer(server.address, brief)
         assert code == grpc.StatusCode.UNAUTHENTICATED and "expired at" in details, details
         assert _list_jobs(server.address, lasting) == grpc.StatusCode.OK
@@ -69,9 +72,24 @@ def test_an_expired_token_is_refused_and_the_cli_says_so(
         assert main(["jobs", "--server", server.address]) != 0
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "expired at" in err and "xaudit token create" in err, err
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 7200.0)  # for the listing's own clock
     assert main(["token", "list", "--tokens", str(tokens)]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert "EXPIRES (UTC)" in listed[0] and " expired" in listed[1] and "never" in listed[2], listed
+
+
+class _Ahead:
+    """The time module with ``time()`` moved ``seconds`` ahead."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def time(self) -> float:
+        return time.time() + self.seconds
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
 
 
 def test_a_worker_with_an_expired_token_leaves_the_job_queued_and_says_why(
