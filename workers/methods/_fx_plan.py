@@ -68,6 +68,7 @@ __all__ = [
     "evaluate",
     "family_plan",
     "folded_layer",
+    "held_constant",
     "is_self_gated",
     "layer_norm_parts",
     "merge_parts",
@@ -780,6 +781,31 @@ def crossed_head(graph: nn.Module, method: str, family: str) -> str:
         "as a probability target is (no rule covers it), so the attributions do not add up to the "
         "output change there"
     )
+
+
+def held_constant(graph: nn.Module, method: str) -> str:
+    """For the report: what LRP's pass holds constant in ``graph`` (layer norms' scales, attention
+    weights, sigmoid gates, GELU's factor: docs/science.md 5.8), or ""."""
+    try:
+        plan = family_plan(graph, method, "LRP")
+    except NotApplicable:
+        return ""
+    held = {"layer norms' scales": any(step.kind == "norm" for step in plan.steps)}
+    for step in plan.steps:
+        if step.kind == "gated" and step.gate is None:  # x times a gate of x as one module
+            gelu = _module_name(step.module) in {"GELU", "Gelu"}
+            if gelu or isinstance(step.module, _SELF_GATED):
+                held["GELU's factor" if gelu else "sigmoid gates"] = True
+        if step.kind == "gate":
+            name = _operator_name(step.node, step.module)
+            if _is_softmax(step.module) or name in _WHERE_NAMES:
+                held["attention weights"] = True
+            elif isinstance(step.module, _GATE_TYPES) or name in _GATE_NAMES:
+                held["sigmoid gates"] = True
+            else:
+                held["GELU's factor"] = True
+    kept = [what for what, present in held.items() if present]
+    return f"; held constant (Ali et al. 2022, Arras et al. 2017): {', '.join(kept)}" if kept else ""
 
 
 def _module(graph: fx.GraphModule, node: fx.Node) -> nn.Module | None:

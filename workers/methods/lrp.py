@@ -36,8 +36,9 @@ _CAPABILITIES = Capabilities(gradients=True, hooks=True, baseline="none", stocha
 
 class LrpMethod(Method):
     """What the three LRP-family methods share: the plan they run on (:meth:`check_plan`, which
-    `xaudit inspect` asks too), and the report's word when a model's output head (its Softmax,
-    LogSoftmax or Sigmoid) is crossed by its gradient."""
+    `xaudit inspect` asks too), and the report's word on what the pass holds constant (gates, layer
+    norms, attention weights) and on a model's output head (its Softmax, LogSoftmax or Sigmoid)
+    crossed by its gradient."""
 
     # The first layer's rule needs the input itself (Deep Taylor's z-beta).
     first_layer_needs_input: ClassVar[bool] = False
@@ -50,15 +51,15 @@ class LrpMethod(Method):
 
     def implementation(self, model: ModelAdapter) -> str | None:
         from workers.methods._embedding import graph_model
-        from workers.methods._fx_plan import crossed_head
+        from workers.methods._fx_plan import crossed_head, held_constant
         from xaudit.contract.errors import NotApplicable
 
         try:
             graph = graph_model(model).torch_hookable(self.name, row_by_row=True)
         except NotApplicable:
             return None  # the method does not run at all; its entry says why
-        crossed = crossed_head(graph, self.name, "LRP")
-        return f"xaudit's LRP pass{crossed}" if crossed else None
+        said = held_constant(graph, self.name) + crossed_head(graph, self.name, "LRP")
+        return f"xaudit's LRP pass{said}" if said else None
 
 
 class LrpEpsilon(LrpMethod):

@@ -139,3 +139,10 @@ def test_relevance_adds_up_to_the_score_only_with_constant_gates(monkeypatch: py
     )
     product = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
     assert np.abs(product.reshape(len(x), -1).sum(1) - explained).max() > 1e-2 * np.abs(explained).max()
+
+
+def test_the_report_says_the_gates_are_held_constant() -> None:
+    said = get_method("lrp_epsilon").implementation(_context(_gated_net(), {}).model)
+    assert said is not None and said.endswith(
+        "held constant (Ali et al. 2022, Arras et al. 2017): sigmoid gates"
+    )

@@ -231,3 +231,9 @@ def test_vit_class_token_and_position_embedding_absorb_relevance() -> None:
     relevance = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
     assert np.isfinite(relevance).all() and np.abs(relevance).max() > 1e-3
     assert not np.allclose(relevance.reshape(len(x), -1).sum(1), explained, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_the_report_says_what_the_pass_holds_constant(dynamo: bool) -> None:
+    said = get_method("lrp_alpha_beta").implementation(_context(_TinyViT().eval(), {}, dynamo).model)
+    assert said is not None and said.endswith("layer norms' scales, attention weights, GELU's factor"), said
