@@ -493,7 +493,7 @@ def plan_graph(
     if output is None or output not in active:
         raise NotApplicable(method, "the model's output does not depend on its input")
     if merges and family == "LRP":
-        _refuse_merge_at_output(steps, output, method)
+        _refuse_above_top_layer(steps, output, method)
     return Plan(graph, tuple(steps), output)
 
 
@@ -530,18 +530,39 @@ def family_plan(graph: nn.Module, method: str, family: str) -> Plan:
 def below_output(steps: Sequence[Step], output: fx.Node) -> Step:
     """The first layer (affine or pooling), merge or input met walking down from ``output`` through
     single-source steps: for LRP, the layer that receives the output's relevance itself."""
+    return _down_from(steps, output)[-1]
+
+
+def _down_from(steps: Sequence[Step], output: fx.Node) -> list[Step]:
+    """The steps from ``output`` down through single-source steps to the first layer, merge or input
+    (the last of them)."""
     by_node = {step.node: step for step in steps}
-    step = by_node[output]
-    while step.kind not in ("affine", "avgpool", "input", "merge"):
-        assert step.source is not None
-        step = by_node[step.source]
-    return step
+    walked = [by_node[output]]
+    while walked[-1].kind not in ("affine", "avgpool", "input", "merge"):
+        source = walked[-1].source
+        assert source is not None
+        walked.append(by_node[source])
+    return walked
 
 
-def _refuse_merge_at_output(steps: list[Step], output: fx.Node, method: str) -> None:
+# Between the output and the layer that receives its relevance, these would make the relevance
+# that layer receives differ from its own output's share: a constant added (not absorbed), a factor
+# (counted twice), a norm.
+_NOT_ABOVE_TOP = {"factor": "the constant factor", "bias": "the constant shift", "norm": "the layer norm"}
+
+
+def _refuse_above_top_layer(steps: list[Step], output: fx.Node, method: str) -> None:
     """LRP: relevance enters at the output and is split by layer rules; a merge between the output
-    and the last layer (``x + f(x)`` as the model's output) has no rule to split it."""
-    step = below_output(steps, output)
+    and the last layer (``x + f(x)`` as the model's output) has no rule to split it, and a constant
+    shift or factor or a norm there would hand the last layer more or less than its output."""
+    *above, step = _down_from(steps, output)
+    for between in above:
+        if between.kind in _NOT_ABOVE_TOP:
+            raise NotApplicable(
+                method,
+                f"{_NOT_ABOVE_TOP[between.kind]} '{between.node.name}' comes after the last Linear/Conv "
+                "layer; relevance at the output has no rule to pass it",
+            )
     if step.kind == "merge":
         raise NotApplicable(
             method,

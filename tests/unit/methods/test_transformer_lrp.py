@@ -34,6 +34,7 @@ from workers.methods._lrp_rules import LayerRule
 from workers.models import load_model
 from workers.players import parse_players
 from workers.targets import Target
+from xaudit.contract.errors import NotApplicable
 
 SHAPE = (3, 8, 8)
 X = torch.randn(4, *SHAPE, generator=torch.Generator().manual_seed(7))
@@ -237,3 +238,28 @@ def test_vit_class_token_and_position_embedding_absorb_relevance() -> None:
 def test_the_report_says_what_the_pass_holds_constant(dynamo: bool) -> None:
     said = get_method("lrp_alpha_beta").implementation(_context(_TinyViT().eval(), {}, dynamo).model)
     assert said is not None and said.endswith("layer norms' scales, attention weights, GELU's factor"), said
+
+
+class _ShiftedOutput(nn.Module):
+    """A head whose logits are scaled or shifted by a constant after the last layer."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.body, self.fc, self.how = nn.Linear(192, 8), nn.Linear(8, 3), how
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.fc(torch.relu(self.body(x.flatten(1))))
+        return logits * 2.0 if self.how == "factor" else logits + torch.tensor([0.5, -1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    ("how", "words"), [("factor", "the constant factor"), ("shift", "the constant shift")]
+)
+def test_a_constant_after_the_last_layer_is_refused(how: str, words: str) -> None:
+    """The last layer receives the output's relevance itself: a shift after it would not be
+    absorbed, a factor would be counted twice."""
+    ctx = _context(_ShiftedOutput(how).eval(), {})
+    x = X.numpy()
+    with pytest.raises(NotApplicable, match=f"{words} '.*' comes after the last Linear/Conv layer"):
+        get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), np.zeros(len(x), dtype=np.int64))
