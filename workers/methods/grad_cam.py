@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
+from workers.methods._base import AttributionContext, Capabilities, Method, in_row_chunks
 from xaudit.contract.errors import InvalidInput, NotApplicable
 from xaudit.contract.params import parameter_defaults
 
@@ -77,25 +77,22 @@ class GradCam(Method):
                 f"the input of shape {inputs.shape[1:]} has no channel and spatial axes matching the "
                 f"{spatial_axes}-d convolution's map",
             )
-        scores, rows = ctx.target.wrap(graph), ctx.model.hook_batch or len(inputs)  # rows are independent
-        cam = torch.cat(
-            [
-                _class_activation_map(
-                    scores, layer, inputs[i : i + rows], classes[i : i + rows], ctx.model.device
-                )
-                for i in range(0, len(inputs), rows)
-            ]
-        )
-        if p["relu"]:
-            cam = torch.relu(cam)
-        # Captum's LayerAttribution.interpolate: F.interpolate to the input's size, align_corners unset.
-        upsampled = torch.nn.functional.interpolate(cam, size=tuple(spatial), mode=_MODES[len(spatial)])
-        channels = inputs.shape[1]
-        return to_numpy(upsampled.expand(-1, channels, *spatial) / channels).astype(np.float32)
+        scores, channels = ctx.target.wrap(graph), inputs.shape[1]
+
+        def maps(c: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            cam = _class_activation_map(scores, layer, x, c)
+            if p["relu"]:
+                cam = torch.relu(cam)
+            # Captum's LayerAttribution.interpolate: F.interpolate to the input's size, align_corners unset.
+            upsampled = torch.nn.functional.interpolate(cam, size=tuple(spatial), mode=_MODES[len(spatial)])
+            return upsampled.expand(-1, channels, *spatial) / channels
+
+        # Rows are independent: a graph with a fixed batch of 1 is called one row at a time.
+        return in_row_chunks(ctx.model.hook_batch or len(inputs), ctx.model.device, maps, classes, inputs)
 
 
 def _class_activation_map(
-    scores: torch.nn.Module, layer: torch.nn.Module, inputs: np.ndarray, classes: np.ndarray, device: Any
+    scores: torch.nn.Module, layer: torch.nn.Module, x: torch.Tensor, classes: torch.Tensor
 ) -> torch.Tensor:
     """sum_k alpha_k A^k (N, 1, *spatial), alpha_k the mean of d score / d A^k over positions, as
     Captum's LayerGradCam. One backward pass of the summed scores, from the output down to the layer
@@ -114,8 +111,8 @@ def _class_activation_map(
     handle = layer.register_forward_hook(keep)
     try:
         with torch.enable_grad():
-            out = scores(to_tensor(inputs, device))
-            picked = out.gather(1, torch.as_tensor(classes, dtype=torch.long, device=device)[:, None])
+            out = scores(x)
+            picked = out.gather(1, classes[:, None])
             (grads,) = torch.autograd.grad(picked.sum(), acts[-1])
     finally:
         handle.remove()
