@@ -157,7 +157,8 @@ _PAD_NAMES = {"OnnxPadDynamic", "OnnxPadStatic", "PadAxes"}
 _NORM_NAMES = {"LayerNorm"}
 # GELU modules (nn.GELU; ONNX Gelu, opset 20) and tanh (BERT's pooler): x times a gate of x in
 # [0, 1] (tanh(x) / x), for LRP only (DeepLIFT has rules for the activations in _SELF_GATED).
-_LRP_SELF_GATED_NAMES = {"GELU", "Gelu", "Tanh", "OnnxFunction[tanh]"}
+_GELU_NAMES = {"GELU", "Gelu"}
+_LRP_SELF_GATED_NAMES = {*_GELU_NAMES, "Tanh", "OnnxFunction[tanh]"}
 # Activations that are their input times a gate of it: SiLU = x sigmoid(x), Hardswish = x hardsigmoid(x).
 _SELF_GATED = (nn.SiLU, nn.Hardswish)
 # The elementwise activations the rule passes have rules for: a ReLU, and a ReLU clamped at c (clip).
@@ -608,8 +609,12 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
     return found
 
 
+def _is_sigmoid_gate(module: nn.Module | None) -> bool:
+    return isinstance(module, _GATE_TYPES) or type(module).__name__ in _GATE_NAMES
+
+
 def _is_gate_op(graph: fx.GraphModule, node: fx.Node, module: nn.Module | None, every: bool) -> bool:
-    if isinstance(module, _GATE_TYPES) or type(module).__name__ in _GATE_NAMES:
+    if _is_sigmoid_gate(module):
         return True
     if not every:
         return False
@@ -680,11 +685,17 @@ def _constant(graph: fx.GraphModule, arg: Any) -> torch.Tensor | float | None:
     if isinstance(arg, (int, float)) and not isinstance(arg, bool):
         return float(arg)
     if isinstance(arg, fx.Node) and arg.op == "get_attr":
-        value: Any = graph
-        for part in str(arg.target).split("."):
-            value = getattr(value, part)
+        value = _attribute(graph, arg)
         return value if isinstance(value, torch.Tensor) else None
     return None
+
+
+def _attribute(graph: nn.Module, node: fx.Node) -> Any:
+    """A ``get_attr`` node's value: the graph's parameter, buffer or constant it names."""
+    value: Any = graph
+    for part in str(node.target).split("."):
+        value = getattr(value, part)
+    return value
 
 
 class ConstantMatMul(nn.Linear):
@@ -814,14 +825,14 @@ def held_constant(graph: nn.Module, method: str) -> str:
     held = {"layer norms' scales": any(step.kind == "norm" for step in plan.steps)}
     for step in plan.steps:
         if step.kind == "gated" and step.gate is None:  # x times a gate of x as one module
-            gelu = _module_name(step.module) in {"GELU", "Gelu"}
+            gelu = _module_name(step.module) in _GELU_NAMES
             if gelu or isinstance(step.module, _SELF_GATED):
                 held["GELU's factor" if gelu else "sigmoid gates"] = True
         if step.kind == "gate":
             name = _operator_name(step.node, step.module)
             if _is_softmax(step.module) or name in _WHERE_NAMES:
                 held["attention weights"] = True
-            elif isinstance(step.module, _GATE_TYPES) or name in _GATE_NAMES:
+            elif _is_sigmoid_gate(step.module):
                 held["sigmoid gates"] = True
             else:
                 held["GELU's factor"] = True
@@ -888,10 +899,7 @@ def run_node(plan: Plan, step: Step, value_of: Callable[[fx.Node], Any]) -> Any:
     ``get_attr`` node): :func:`evaluate` on values, RevealCancel on differences."""
     node = step.node
     if node.op == "get_attr":
-        value: Any = plan.graph
-        for part in str(node.target).split("."):
-            value = getattr(value, part)
-        return value
+        return _attribute(plan.graph, node)
     args = fx.node.map_arg(node.args, value_of)
     kwargs = fx.node.map_arg(node.kwargs, value_of)
     if node.op == "call_module":  # the graph's module (a step's may be the layer it stands for)
