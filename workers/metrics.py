@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -47,7 +46,6 @@ __all__ = [
     "record_verdict",
     "report_device",
     "serve_worker_metrics",
-    "start_metrics_server",
     "use_multiprocess_dir",
 ]
 
@@ -278,14 +276,6 @@ def mark_process_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
-def start_metrics_server(
-    port: int, registry: CollectorRegistry, addr: str = "0.0.0.0"
-) -> tuple[WSGIServer, int]:
-    """Serve ``registry`` on ``http://addr:port/metrics`` from a daemon thread; returns the server and
-    the bound port (``port=0`` picks a free one)."""
-    return serve_metrics(port, registry, addr)
-
-
 # --- the `xaudit worker --metrics-port` wiring ----------------------------------------------------
 def serve_worker_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None:
     """Expose a Celery prefork worker's metrics on ``port``; returns the bound port.
@@ -304,7 +294,7 @@ def serve_worker_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None:
         stale.unlink()
     signals.worker_process_init.connect(_pool_child_started, weak=False)
     signals.worker_process_shutdown.connect(_pool_child_exiting, weak=False)
-    _, bound = start_metrics_server(port, multiprocess_registry(), addr)
+    _, bound = serve_metrics(port, multiprocess_registry(), addr)
     return bound
 
 

@@ -11,6 +11,7 @@ from clients.cli.main import build_parser
 from service import metrics as sm
 from workers import metrics as wm
 from xaudit.contract.errors import Unavailable
+from xaudit.contract.metrics_http import serve_metrics
 
 
 @pytest.mark.parametrize(
@@ -43,7 +44,7 @@ def test_a_metrics_port_in_use_is_one_clear_error() -> None:
         port = taken.getsockname()[1]
         message = f"cannot serve metrics on 127.0.0.1:{port}: Address already in use"
         with pytest.raises(Unavailable, match=message):
-            wm.start_metrics_server(port, CollectorRegistry(), addr="127.0.0.1")
+            serve_metrics(port, CollectorRegistry(), addr="127.0.0.1")
         before = sm.active()
         with pytest.raises(Unavailable, match=message):
             sm.start_service_metrics(port, addr="127.0.0.1")
