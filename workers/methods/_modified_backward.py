@@ -112,7 +112,9 @@ class RelevanceGraph:
     """The plan with each rule layer's modified output; ``None`` from :meth:`build` where a rule
     cannot be written this way (a z-beta layer whose input is not a reshaped input)."""
 
-    def __init__(self, plan: Plan, layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]]) -> None:
+    def __init__(
+        self, plan: Plan, layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]], path: list[Step]
+    ) -> None:
         self.plan = plan
         self.layers = layers  # node -> (module, rule, top, nonneg)
         self.has_rules = bool(layers)
@@ -123,7 +125,6 @@ class RelevanceGraph:
             if step.kind == "clip" or (step.kind == "gated" and is_self_gated(step.module))
         }
         self.gates = {step.node for step in plan.steps if step.kind == "gate"}
-        path = output_path(plan)
         # a batch norm or a bias folded into the layer before (on the path only: a gate's branch
         # keeps its own layers, and with them its norms and biases)
         self.folded = {step.node for step in path if step.kind in ("scale", "folded")}
@@ -161,7 +162,7 @@ class RelevanceGraph:
             assert top in layers
             module, rule, _, sign = layers[top]
             layers[top] = (module, rule, True, sign)
-        return cls(plan, layers)
+        return cls(plan, layers, path)
 
     def relevance(self, x: torch.Tensor, target: Target, classes: torch.Tensor) -> torch.Tensor:
         """Input relevance for rows ``x``, seeded (as in Zennit) by the one-hot target score."""
