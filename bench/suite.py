@@ -191,6 +191,7 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     from workers.game import play
     from workers.interactions import subsets_up_to
     from workers.models import load_model
+    from workers.models.onnx_model import session_providers
     from workers.players import parse_players, subset_bits
     from workers.sub_inputs import masked_samples
     from workers.targets import parse_target
@@ -203,9 +204,10 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     target = parse_target("predicted")
     classes = target.resolve_classes(model.predict(x))
     base = np.zeros_like(x)
-    providers = model.execution_providers
     session = ort.InferenceSession(
-        data, sess_options=ort_session_options(ort.SessionOptions()), providers=providers
+        data,
+        sess_options=ort_session_options(ort.SessionOptions()),
+        providers=session_providers(model.device),
     )
     name = session.get_inputs()[0].name
     subsets = subsets_up_to(players.n, players.n)
@@ -344,9 +346,10 @@ def _vit_ti() -> tuple[bytes, Any, Any]:
     return to_onnx(model, torch.from_numpy(inputs[:1])), inputs, background
 
 
-def _resnet18() -> tuple[bytes, Any, Any]:
+def _resnet18(size: int = 64) -> tuple[bytes, Any, Any]:
     """torchvision's resnet18 as the zoo tests build it (random weights, 10 classes, batch norms
-    calibrated: tests/models/zoo/builders.py), at 64x64 from the legacy exporter (opset 17): a model
+    calibrated: tests/models/zoo/builders.py), at ``size`` x ``size`` (64 by default; the GPU section
+    also takes 224) from the legacy exporter (opset 17): a model
     xaudit did not design, with residual sums, batch norms and a max-pool."""
     import numpy as np
     import torch
@@ -355,7 +358,7 @@ def _resnet18() -> tuple[bytes, Any, Any]:
     from tests.models.zoo.builders import image_model
 
     rng = np.random.default_rng(0)
-    inputs, background = (rng.random((2, 3, 64, 64), dtype=np.float32) for _ in range(2))
+    inputs, background = (rng.random((2, 3, size, size), dtype=np.float32) for _ in range(2))
     return to_onnx(image_model("resnet18"), torch.from_numpy(inputs[:1])), inputs, background
 
 
@@ -472,31 +475,39 @@ _ONE_PASS_MODELS = (
 # --- audit -----------------------------------------------------------------------------------------
 
 _AUDIT_CHILD = """
-import json, resource, sys, time
+import json, os, resource, sys, time
 import numpy as np
 from workers.audit import run_audit
 from workers.prepare import prepare
 from xaudit.contract.spec import FOURTEEN_METHODS, JobSpec
-assets = sys.argv[1]; grid = sys.argv[2]
+assets = sys.argv[1]; grid = sys.argv[2]; device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
 tensors = {"inputs": np.load(assets + "/digits_inputs.npy"), "background": np.load(assets + "/digits_background.npy")}
 model = open(assets + "/digits_cnn.onnx", "rb").read()
+if os.environ.get("XAUDIT_BENCH_TF32"):  # the gpu section's comparison: the libraries' TF32 defaults
+    import workers.models.devices, workers.precision
+    os.environ.pop("NVIDIA_TF32_OVERRIDE", None)
+    workers.precision.CUDA_PROVIDER_OPTIONS["use_tf32"] = "1"
+    workers.models.devices.full_float32_torch = lambda: None
 # The libraries methods import lazily (a worker imports them once, not per job), timed apart.
 i0 = time.process_time()
 import captum.attr, torch.fx.experimental.symbolic_shapes  # IG quadrature, DeepLIFT fallback; autograd with grad_outputs
 imports = time.process_time() - i0
 t0 = time.perf_counter(); c0 = time.process_time()
-report = run_audit(prepare(JobSpec(players=grid, device="cpu", methods=FOURTEEN_METHODS), model, "onnx", tensors)).report
+report = run_audit(prepare(JobSpec(players=grid, device=device, methods=FOURTEEN_METHODS), model, "onnx", tensors)).report
 wall = time.perf_counter() - t0; cpu = time.process_time() - c0
 peak = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
 methods = {m["name"]: (m["verdict"], m.get("seconds", 0.0)) for m in report["methods"]}
-print(json.dumps({"wall": wall, "cpu": cpu, "imports": imports, "peak_mb": peak, "methods": methods, "threads": report["environment"].get("threads")}))
+scores = {m["name"]: {c: v["score"] for c, v in (m.get("criteria") or {}).items()} for m in report["methods"]}
+env = report["environment"]
+print(json.dumps({"wall": wall, "cpu": cpu, "imports": imports, "peak_mb": peak, "methods": methods, "scores": scores,
+                  "threads": env.get("threads"), "providers": env.get("execution_providers")}))
 """
 
 
-def _audit_in_child(grid: str, env: dict[str, str]) -> dict[str, Any] | str:
+def _audit_in_child(grid: str, env: dict[str, str], device: str = "cpu") -> dict[str, Any] | str:
     """The digits audit in a fresh process: its figures, or the last line of its error."""
     done = subprocess.run(
-        [sys.executable, "-c", _AUDIT_CHILD, str(ASSETS), grid],
+        [sys.executable, "-c", _AUDIT_CHILD, str(ASSETS), grid, device],
         capture_output=True,
         text=True,
         env=env,
@@ -661,10 +672,64 @@ def section_gpu(repeats: int) -> None:
         )
         print()
         return
-    print(f"Device: {torch.cuda.get_device_name(0)}; onnxruntime providers available: {available}.")
+    print(
+        f"Device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}, onnxruntime {ort.__version__}, "
+        f"providers available: {available}."
+    )
     print()
+    _gpu_verdicts()
     section_game(repeats, "cuda")
     section_methods(repeats, "cuda")
+    print(
+        "At a GPU's scale: torchvision resnet18 at 224x224, 2x4 grid, 2 samples x 256 sub-inputs = 512 rows."
+    )
+    print()
+    data, inputs, background = _resnet18(224)
+    one_pass = [name for name, passes in GRADIENT_METHODS.items() if passes == 1]
+    _method_rows(data, inputs, background, "grid:2x4", one_pass, repeats, "cuda")
+
+
+def _gpu_verdicts() -> None:
+    """The digits audit on the CPU and on CUDA, each in a fresh process: the same verdicts, scores
+    that differ only by float32 rounding, and the providers the report says it used (ORT falls back
+    to the CPU silently). Against it, the same audit with the libraries' TF32 defaults, which
+    workers/precision.py turns off (docs/science.md 5.4)."""
+    print("The 14-method digits audit on the CPU and on CUDA, a fresh process each; score difference: the")
+    print("largest |CUDA score - CPU score| over methods and criteria (tolerances are 0.05). TF32: off is")
+    print("xaudit's setting (workers/precision.py); on is the libraries' defaults, for comparison.")
+    print()
+    print(
+        "| players | device | TF32 | wall s | providers in the report | verdicts as on the CPU "
+        "| largest score difference |"
+    )
+    print("|---:|---|---|---:|---|---|---:|")
+    for players, grid in ((8, "grid:2x4"), (16, "grid:4x4")):
+        cpu = _audit_in_child(grid, _env(), "cpu")
+        if isinstance(cpu, str):
+            print(f"| {players} | cpu | | failed: {cpu} | | | |")
+            continue
+        providers = ", ".join(cpu["providers"])
+        print(f"| {players} | cpu | - | {cpu['wall']:.1f} | {providers} | - | - |", flush=True)
+        for tf32, extra in (("off", {}), ("on", {"XAUDIT_BENCH_TF32": "1"})):
+            gpu = _audit_in_child(grid, {**_env(), **extra}, "cuda")
+            if isinstance(gpu, str):
+                print(f"| {players} | cuda | {tf32} | failed: {gpu} | | | |")
+                continue
+            print(f"| {players} | cuda | {tf32} | {gpu['wall']:.1f} | {_compared(cpu, gpu)} |", flush=True)
+    print()
+
+
+def _compared(cpu: dict[str, Any], gpu: dict[str, Any]) -> str:
+    """A GPU audit's providers, verdicts and largest score difference against the CPU's."""
+    differ = [m for m, (verdict, _) in gpu["methods"].items() if cpu["methods"][m][0] != verdict]
+    worst = max(
+        abs(value - cpu["scores"][m][c])
+        for m, criteria in gpu["scores"].items()
+        for c, value in criteria.items()
+        if value is not None and cpu["scores"][m].get(c) is not None
+    )
+    changes = ", ".join(f"{m} {cpu['methods'][m][0]}->{gpu['methods'][m][0]}" for m in differ)
+    return f"{', '.join(gpu['providers'])} | {'all 14' if not differ else 'differ: ' + changes} | {worst:.2e}"
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import logging
 import torch
 
 from workers.metrics import record_cpu_fallback
+from workers.precision import full_float32_torch
 from xaudit.contract.errors import FailedPrecondition, InvalidInput
 
 __all__ = ["resolve_device"]
@@ -19,6 +20,7 @@ def resolve_device(name: str) -> torch.device:
     name = (name or "auto").strip().lower()
     if name == "auto":
         if torch.cuda.is_available():
+            full_float32_torch()
             return torch.device("cuda")
         logger.info("no CUDA device available: computing on the CPU")
         record_cpu_fallback("torch")
@@ -28,5 +30,6 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise FailedPrecondition(f"device '{name}' requested but CUDA is not available on this machine")
+        full_float32_torch()
         return torch.device(name)
     raise InvalidInput(f"unknown device '{name}' (use auto, cpu or cuda)")

@@ -12,19 +12,25 @@ import torch
 from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_to_torch import method_graph
+from workers.precision import CUDA_PROVIDER_OPTIONS
 from workers.threads import ort_session_options
 from xaudit.contract.errors import InvalidModel
 from xaudit.contract.onnx_checks import parse_onnx
 
-__all__ = ["OnnxModel", "parse_onnx"]
+__all__ = ["OnnxModel", "parse_onnx", "session_providers"]
 
 logger = logging.getLogger(__name__)
 
 
-def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
-    wanted = ["CPUExecutionProvider"]
+def session_providers(device: torch.device) -> list[str | tuple[str, dict[str, str]]]:
+    """The providers an ``InferenceSession`` on ``device`` asks for, CUDA's in full float32."""
     if device.type == "cuda":
-        wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [("CUDAExecutionProvider", dict(CUDA_PROVIDER_OPTIONS)), "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
+    wanted = session_providers(device)
     options = ort_session_options(ort.SessionOptions())  # threads and spinning: workers.threads
     options.log_severity_level = 3
     try:
