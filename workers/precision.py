@@ -28,4 +28,4 @@ def full_float32_torch() -> None:
     """torch's float32 convolutions and matrix products in IEEE float32 (its cuDNN default is TF32)."""
     import torch
 
-    torch.backends.fp32_precision = "ieee"
+    torch.backends.fp32_precision = "ieee"  # type: ignore[attr-defined]  # a property torch sets up at run time
