@@ -36,6 +36,9 @@ class Players:
     spec: str
     # Players laid out as a grid (rows, cols): occlusion_patch slides its window over this layout.
     layout: tuple[int, int]
+    # grid:RxC only: where each row and each column of players starts on the last two axes, which
+    # every leading axis (channels) shares; sums per player then need no table of labels.
+    grid_starts: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def n(self) -> int:
@@ -48,6 +51,10 @@ class Players:
     def sum_per_player(self, attributions: np.ndarray) -> np.ndarray:
         """(k, *sample_shape) element attributions -> (k, n) player attributions."""
         k = attributions.shape[0]
+        if self.grid_starts is not None:  # in float64 as below, a tenth of the time at 224x224
+            rows, cols = self.grid_starts
+            planes = attributions.reshape(k, -1, *attributions.shape[-2:]).sum(axis=1, dtype=np.float64)
+            return np.add.reduceat(np.add.reduceat(planes, rows, axis=1), cols, axis=2).reshape(k, -1)
         flat = attributions.reshape(k, -1).astype(np.float64)
         onehot = np.zeros((flat.shape[1], self.n))
         onehot[np.arange(flat.shape[1]), self.labels.ravel()] = 1.0
@@ -102,12 +109,14 @@ def _grid(spec: str, shape: tuple[int, ...]) -> Players:
     height, width = shape[-2], shape[-1]
     if not (1 <= rows <= height and 1 <= cols <= width):
         raise InvalidInput(f"player spec '{spec}' does not fit the input's {height}x{width} spatial axes")
-    row_of = np.repeat(np.arange(rows), np.diff(np.linspace(0, height, rows + 1).round().astype(int)))
-    col_of = np.repeat(np.arange(cols), np.diff(np.linspace(0, width, cols + 1).round().astype(int)))
+    row_edges = np.linspace(0, height, rows + 1).round().astype(int)  # rows <= height: none empty
+    col_edges = np.linspace(0, width, cols + 1).round().astype(int)
+    row_of = np.repeat(np.arange(rows), np.diff(row_edges))
+    col_of = np.repeat(np.arange(cols), np.diff(col_edges))
     plane = row_of[:, None] * cols + col_of[None, :]
     labels = np.broadcast_to(plane, shape).copy()
     names = tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
-    return Players(labels.astype(np.int64), names, spec, (rows, cols))
+    return Players(labels.astype(np.int64), names, spec, (rows, cols), (row_edges[:-1], col_edges[:-1]))
 
 
 def _from_labels(spec: str, labels: np.ndarray, names: Sequence[str] | None) -> Players:

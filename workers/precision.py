@@ -28,4 +28,9 @@ def full_float32_torch() -> None:
     """torch's float32 convolutions and matrix products in IEEE float32 (its cuDNN default is TF32)."""
     import torch
 
-    torch.backends.fp32_precision = "ieee"  # type: ignore[attr-defined]  # a property torch sets up at run time
+    # The properties torch sets up at run time. A value set on one backend (by a library, through
+    # the legacy allow_tf32 flags) outlives the generic setting, so each is set too.
+    torch.backends.fp32_precision = "ieee"  # type: ignore[attr-defined]
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"  # type: ignore[attr-defined]
+    torch.backends.cudnn.rnn.fp32_precision = "ieee"  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ def target_gradients_tensor(
             (grad,) = torch.autograd.grad(selected, x)
         grads.append(grad.detach())
     count_backward(points.shape[0], len(grads))
-    return torch.cat(grads)
+    return grads[0] if len(grads) == 1 else torch.cat(grads)  # one chunk: no copy
 
 
 def target_gradients(ctx: AttributionContext, inputs: np.ndarray, classes: np.ndarray) -> np.ndarray:

@@ -33,18 +33,18 @@ def test_importing_the_engine_turns_tf32_off_for_nvidia_libraries(before: str | 
 
 def test_a_cuda_device_sets_torch_to_ieee_float32(monkeypatch: pytest.MonkeyPatch) -> None:
     # Mocked: this machine has no GPU. torch's cuDNN default for float32 convolutions is TF32.
-    previous = torch.backends.fp32_precision
+    leaves = (torch.backends.cudnn.conv, torch.backends.cudnn.rnn, torch.backends.cuda.matmul)
+    previous = [leaf.fp32_precision for leaf in leaves]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     try:
-        torch.backends.fp32_precision = "tf32"
-        assert resolve_device("cuda").type == "cuda"
-        assert torch.backends.cudnn.conv.fp32_precision == "ieee"
-        assert torch.backends.cuda.matmul.fp32_precision == "ieee"
-        torch.backends.fp32_precision = "tf32"
-        assert resolve_device("auto").type == "cuda"
-        assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+        for device in ("cuda", "auto"):
+            for leaf in leaves:  # as a library's legacy allow_tf32 = True leaves them
+                leaf.fp32_precision = "tf32"
+            assert resolve_device(device).type == "cuda"
+            assert [leaf.fp32_precision for leaf in leaves] == ["ieee"] * 3
     finally:
-        torch.backends.fp32_precision = previous
+        for leaf, value in zip(leaves, previous, strict=True):
+            leaf.fp32_precision = value
 
 
 def test_onnxruntime_sessions_on_cuda_ask_for_full_float32() -> None:

@@ -58,6 +58,23 @@ def test_spread_and_sum_are_inverse() -> None:
     np.testing.assert_allclose(players.sum_per_player(players.spread(per_player)), per_player, rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("spec", "shape"),
+    [("grid:2x4", (3, 32, 32)), ("grid:3x2", (1, 7, 5)), ("grid:9x9", (2, 9, 9)), ("grid:2x3", (5, 5))],
+)
+def test_grid_sums_per_player_match_the_label_table(spec: str, shape: tuple[int, ...]) -> None:
+    # Grid players sum by their row and column starts; the reference sums by each element's label,
+    # with uneven cells (7 rows in 3) and no channel axis included.
+    players = parse_players(spec, shape)
+    assert players.grid_starts is not None
+    values = np.random.default_rng(0).standard_normal((4, *shape)).astype(np.float32)
+    labels = players.labels.ravel()
+    expected = np.stack(
+        [np.bincount(labels, row.astype(np.float64), players.n) for row in values.reshape(4, -1)]
+    )
+    np.testing.assert_allclose(players.sum_per_player(values), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_references() -> None:
     x = np.arange(2 * 2 * 3 * 3, dtype=np.float32).reshape(2, 2, 3, 3)
     assert (make_baselines("zeros", x) == 0).all()
