@@ -22,8 +22,10 @@ same threads. Sections:
 - scale: the audit at 64 and 256 players (five methods on a 1x16x16 CNN, sampled sets), from
   bench/scale.py's players section, each in a fresh process;
 - startup: ``xaudit methods`` and the engine import, in fresh processes;
-- gpu: the game and method floors on CUDA (onnxruntime's CUDA provider, torch CUDA), only where a
-  GPU is present; otherwise one line says why it was skipped.
+- gpu: only where a GPU is present (otherwise one line says why it was skipped): the digits audit on
+  the CPU and on CUDA (verdicts, score differences, providers; TF32 off as xaudit runs and on as the
+  libraries default), the game and methods sections on CUDA (onnxruntime's CUDA provider, torch
+  CUDA), and the one-pass methods on resnet18 at 224x224.
 """
 
 from __future__ import annotations
