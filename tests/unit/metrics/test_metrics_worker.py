@@ -113,10 +113,10 @@ def test_onnx_session_that_did_not_get_cuda_is_logged_and_counted(
 
     from workers.models import onnx_model
 
-    asked: list[list[str]] = []
+    asked: list[list[Any]] = []
     real = ort.InferenceSession
 
-    def fake_session(data: bytes, sess_options: Any = None, providers: list[str] | None = None) -> Any:
+    def fake_session(data: bytes, sess_options: Any = None, providers: list[Any] | None = None) -> Any:
         asked.append(list(providers or []))
         return real(data, sess_options=sess_options, providers=["CPUExecutionProvider"])
 
@@ -124,7 +124,7 @@ def test_onnx_session_that_did_not_get_cuda_is_logged_and_counted(
     data = to_onnx(relu_mlp(), torch.randn(1, MLP_FEATURES))
     with caplog.at_level(logging.WARNING, logger="workers.models.onnx_model"):
         onnx_model._session(data, torch.device("cuda"))
-    assert asked == [["CUDAExecutionProvider", "CPUExecutionProvider"]]
+    assert asked == [[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]]
     assert "CUDA requested but onnxruntime runs on" in caplog.text
     m = worker_metrics
     on_cpu = {"requested": "cuda", "provider": "CPUExecutionProvider"}
