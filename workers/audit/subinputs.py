@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workers.audit.device_subinputs import DeviceSubInputs, on_device
 from workers.methods import AttributionContext, Method, derived_seed
 from workers.methods._embedding import run_method
 from workers.models.base import ModelAdapter
 from workers.players import Players, subset_bits
-from workers.sub_inputs import masked_inputs, masked_samples
+from workers.sub_inputs import masked_samples
 from workers.subgames import SubInputGame
 from workers.targets import Target
 
@@ -78,20 +79,46 @@ def attribute_sub_inputs(
     if model.per_sample:  # held-fixed inputs differ per sample (workers.inputs)
         samples_per_call = 1
     out = np.empty((n_samples, m, n))
+    steps = _steps(model, players)
+    bits = subset_bits(subsets, n)
     for start in range(0, n_samples, samples_per_call):
         stop = min(n_samples, start + samples_per_call)
-        batch = masked_samples(subset_bits(subsets, n), inputs[start:stop], baselines[start:stop], players)
-        refs = np.repeat(baselines[start:stop], m, axis=0)
-        cls = np.repeat(classes[start:stop], m)
         # Seed per call: reproducible for the same inputs and memory bound.
         ctx = AttributionContext(
             model.for_sample(start), players, target, params, derived_seed(seed, "sub-inputs", start)
         )
-        elements = run_method(method, ctx, batch, refs, cls)
-        out[start:stop] = players.sum_per_player(elements).reshape(stop - start, m, n)
+        part = slice(start, stop)
+        sums = steps.per_player(method, ctx, bits, inputs[part], baselines[part], classes[part])
+        out[start:stop] = sums.reshape(stop - start, m, n)
         if tick is not None:
             tick()
     return from_per_player(out, subsets, n)
+
+
+class _HostSubInputs:
+    """Sub-inputs built, attributed and summed per player in numpy (the CPU's path)."""
+
+    def __init__(self, players: Players) -> None:
+        self._players = players
+
+    def per_player(
+        self,
+        method: Method,
+        ctx: AttributionContext,
+        bits: np.ndarray,
+        inputs: np.ndarray,
+        baselines: np.ndarray,
+        classes: np.ndarray,
+    ) -> np.ndarray:
+        """As :meth:`DeviceSubInputs.per_player`."""
+        m = len(bits)
+        batch = masked_samples(bits, inputs, baselines, self._players)
+        elements = run_method(method, ctx, batch, np.repeat(baselines, m, axis=0), np.repeat(classes, m))
+        return self._players.sum_per_player(elements)
+
+
+def _steps(model: ModelAdapter, players: Players) -> _HostSubInputs | DeviceSubInputs:
+    return DeviceSubInputs(players, model.device) if on_device(model) else _HostSubInputs(players)
 
 
 def _attribute_in_chunks(
@@ -112,17 +139,16 @@ def _attribute_in_chunks(
     (activations, hooks) stays bounded however many sets are audited."""
     n_samples, m, n = len(inputs), len(subsets), players.n
     out = np.empty((n_samples, m, n))
+    steps = _steps(model, players)
     for s in range(n_samples):
+        sample = slice(s, s + 1)
         for first in range(0, m, rows):
-            chunk = subsets[first : first + rows]
-            batch = masked_inputs(inputs[s], baselines[s], players, chunk)
-            refs = np.repeat(baselines[s : s + 1], len(chunk), axis=0)
-            cls = np.repeat(classes[s : s + 1], len(chunk))
+            bits = subset_bits(subsets[first : first + rows], n)
             ctx = AttributionContext(
                 model.for_sample(s), players, target, params, derived_seed(seed, "sub-inputs", s, first)
             )
-            elements = run_method(method, ctx, batch, refs, cls)
-            out[s, first : first + len(chunk)] = players.sum_per_player(elements)
+            sums = steps.per_player(method, ctx, bits, inputs[sample], baselines[sample], classes[sample])
+            out[s, first : first + len(bits)] = sums
             if tick is not None:
                 tick()
     return from_per_player(out, subsets, n)

@@ -23,6 +23,7 @@ __all__ = [
     "AttributionContext",
     "Capabilities",
     "Method",
+    "TorchMethod",
     "derived_seed",
     "distinct_references",
     "to_numpy",
@@ -83,6 +84,15 @@ class Method(ABC):
         """Element attributions (k, *sample_shape) float32 for inputs (k, *sample_shape) with per-row
         references and target classes."""
 
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`attribute` on float32 tensors (classes: long) on the model's device, for the audit's
+        device path (workers/audit/device_subinputs.py). Here through :meth:`attribute`, a round trip
+        through the host; a :class:`TorchMethod` keeps its rows on the device."""
+        out = self.attribute(ctx, to_numpy(inputs), to_numpy(baselines), classes.cpu().numpy())
+        return to_tensor(out, inputs.device)
+
     def implementation(self, model: ModelAdapter) -> str | None:
         """Where the implementation that runs depends on ``model``'s graph (a library's in place of
         xaudit's own pass), which one, for the report: the verdict judges that implementation. None
@@ -108,6 +118,27 @@ class Method(ABC):
         return merged
 
 
+class TorchMethod(Method):
+    """A method written in torch: :meth:`attribute_tensors` is the implementation, and
+    :meth:`attribute` moves numpy rows to the model's device and back (no copy on the CPU)."""
+
+    def attribute(
+        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
+    ) -> np.ndarray:
+        import torch
+
+        device = ctx.model.device
+        c = torch.as_tensor(classes, dtype=torch.long, device=device)
+        return to_numpy(
+            self.attribute_tensors(ctx, to_tensor(inputs, device), to_tensor(baselines, device), c)
+        )
+
+    @abstractmethod
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor: ...
+
+
 def derived_seed(seed: int, *parts: object) -> int:
     """A reproducible seed for a sub-task (a background sample, a repeat)."""
     return zlib.crc32(repr((seed, *parts)).encode()) & 0x7FFFFFFF
@@ -126,22 +157,17 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def in_row_chunks(
-    rows: int,
-    device: torch.device,
-    fn: Callable[..., torch.Tensor],
-    classes: np.ndarray,
-    *arrays: np.ndarray,
-) -> np.ndarray:
-    """``fn(classes, *arrays)`` over chunks of ``rows`` rows (tensors on ``device``: the classes as
-    long, the arrays as float32), joined as float32: a one-pass method's memory bound per pass."""
+    rows: int, fn: Callable[..., torch.Tensor], classes: torch.Tensor, *arrays: torch.Tensor
+) -> torch.Tensor:
+    """``fn(classes, *arrays)`` over chunks of ``rows`` rows, joined: a one-pass method's memory bound
+    per pass. The chunks are views; one chunk is returned as ``fn`` gave it."""
     import torch
 
-    out: list[np.ndarray] = []
-    for start in range(0, len(classes), rows):
-        part = slice(start, start + rows)
-        c = torch.as_tensor(classes[part], dtype=torch.long, device=device)
-        out.append(to_numpy(fn(c, *(to_tensor(a[part], device) for a in arrays))))
-    return np.concatenate(out).astype(np.float32)
+    out = [
+        fn(classes[start : start + rows], *(a[start : start + rows] for a in arrays))
+        for start in range(0, len(classes), rows)
+    ]
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def distinct_references(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -175,13 +175,16 @@ def run_method(
     attributions = _attribute(method, ctx, inputs, baselines, classes)
     finite = np.isfinite(attributions)
     if not finite.all():
-        rows = int((~finite.reshape(len(finite), -1)).any(axis=1).sum())
-        raise NotApplicable(
-            method.name,
-            f"it gave non-finite attributions (NaN or infinity) for {rows} of {len(finite)} inputs on "
-            "this model's graph",
-        )
+        raise non_finite(method, int((~finite.reshape(len(finite), -1)).any(axis=1).sum()), len(finite))
     return attributions
+
+
+def non_finite(method: Method, rows: int, of: int) -> NotApplicable:
+    """The refusal for attributions with a NaN or an infinity in ``rows`` of ``of`` inputs."""
+    return NotApplicable(
+        method.name,
+        f"it gave non-finite attributions (NaN or infinity) for {rows} of {of} inputs on this model's graph",
+    )
 
 
 def _attribute(

@@ -71,7 +71,7 @@ CHUNK = 1024
 ELEMENTS = 2**22
 
 
-def rows_per_pass(inputs: np.ndarray) -> int:
+def rows_per_pass(inputs: np.ndarray | torch.Tensor) -> int:
     """Rows of ``inputs`` per forward+backward pass of a rule method (LRP, DeepLIFT, Zennit's)."""
     return max(1, min(CHUNK, ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
 
@@ -251,8 +251,8 @@ def _held_norm(norm: Any, z: torch.Tensor) -> torch.Tensor:
 
 
 def lrp_relevance(
-    ctx: AttributionContext, method: str, rules: Rules, inputs: np.ndarray, classes: np.ndarray
-) -> np.ndarray:
+    ctx: AttributionContext, method: str, rules: Rules, inputs: torch.Tensor, classes: torch.Tensor
+) -> torch.Tensor:
     """Input relevance (k, *shape) float32 for the target class of each row; Zennit where the plan
     has a rule this pass cannot write (the result is the same, only slower; Zennit refuses merges).
     Rows are independent here, so a graph exported with a fixed batch of 1 runs one row per pass."""
@@ -270,4 +270,4 @@ def lrp_relevance(
 
     with torch.enable_grad():
         rows = ctx.model.hook_batch or rows_per_pass(inputs)
-        return in_row_chunks(rows, ctx.model.device, relevance, classes, inputs)
+        return in_row_chunks(rows, relevance, classes, inputs)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from workers.light_imports import zennit as _light_zennit
@@ -51,9 +50,9 @@ def lrp_relevance(
     ctx: AttributionContext,
     method: str,
     rule: AffineRule,
-    inputs: np.ndarray,
-    classes: np.ndarray,
-) -> np.ndarray:
+    inputs: torch.Tensor,
+    classes: torch.Tensor,
+) -> torch.Tensor:
     """Input relevance (k, *shape) for the target class of each row.
 
     The output relevance is the one-hot target score (one-hot times the target value), so relevance
@@ -74,4 +73,4 @@ def lrp_relevance(
             return relevance
 
         # the one-pass rules' bound: the hooks store as much
-        return in_row_chunks(rows_per_pass(inputs), ctx.model.device, relevance, classes, inputs)
+        return in_row_chunks(rows_per_pass(inputs), relevance, classes, inputs)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-
-from workers.methods._base import AttributionContext, Capabilities, Method, in_row_chunks, to_numpy, to_tensor
+from workers.methods._base import AttributionContext, Capabilities, TorchMethod, in_row_chunks
 
 if TYPE_CHECKING:  # the catalogue loads no torch
     import torch
@@ -19,8 +17,8 @@ __all__ = ["DeepLiftRescale", "DeepShap"]
 
 
 def _deeplift(
-    ctx: AttributionContext, method: str, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-) -> np.ndarray:
+    ctx: AttributionContext, method: str, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+) -> torch.Tensor:
     import torch  # here, not at import: the catalogue loads no torch
 
     from workers.methods._modified_backward import rows_per_pass
@@ -35,31 +33,26 @@ def _deeplift(
         return rescale.attributions(x, x0, ctx.target, c)
 
     with torch.enable_grad():
-        return in_row_chunks(
-            rows_per_pass(inputs), ctx.model.device, attributions, classes, inputs, baselines
-        )
+        return in_row_chunks(rows_per_pass(inputs), attributions, classes, inputs, baselines)
 
 
 def _captum(
     ctx: AttributionContext,
     graph: torch.nn.Module,
-    inputs: np.ndarray,
-    baselines: np.ndarray,
-    classes: np.ndarray,
-) -> np.ndarray:
+    inputs: torch.Tensor,
+    baselines: torch.Tensor,
+    classes: torch.Tensor,
+) -> torch.Tensor:
     import torch
     from captum.attr import DeepLift
 
-    device = ctx.model.device
     model = ctx.target.wrap(graph)
     explainer = DeepLift(model, multiply_by_inputs=True)
-    with torch.enable_grad():
-        attributions = explainer.attribute(
-            to_tensor(inputs, device),
-            baselines=to_tensor(baselines, device),
-            target=torch.as_tensor(classes, dtype=torch.long, device=device),
+    with torch.enable_grad():  # Captum sets requires_grad on what it is given: detached aliases
+        attributions: torch.Tensor = explainer.attribute(
+            inputs.detach(), baselines=baselines.detach(), target=classes
         )
-    return to_numpy(attributions)
+    return attributions.detach()
 
 
 def _implementation(model: ModelAdapter, method: str) -> str | None:
@@ -82,23 +75,23 @@ def _implementation(model: ModelAdapter, method: str) -> str | None:
     )
 
 
-class DeepLiftRescale(Method):
+class DeepLiftRescale(TorchMethod):
     name = "deeplift_rescale"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="single", stochastic=False)
     paper_context: ClassVar[str] = (
         "splits each Taylor term by degree, like Integrated Gradients; expected to pass"
     )
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
         return _deeplift(ctx, self.name, inputs, baselines, classes)
 
     def implementation(self, model: ModelAdapter) -> str | None:
         return _implementation(model, self.name)
 
 
-class DeepShap(Method):
+class DeepShap(TorchMethod):
     """DeepLIFT Rescale averaged over background references (Captum's DeepLiftShap, constituent-wise)."""
 
     name = "deepshap"
@@ -107,9 +100,9 @@ class DeepShap(Method):
         "DeepLIFT Rescale averaged over baselines drawn from data; Shapley-like split"
     )
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
         return _deeplift(ctx, self.name, inputs, baselines, classes)
 
     def implementation(self, model: ModelAdapter) -> str | None:

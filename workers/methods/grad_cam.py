@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
-from workers.methods._base import AttributionContext, Capabilities, Method, in_row_chunks
+from workers.methods._base import AttributionContext, Capabilities, TorchMethod, in_row_chunks
 from xaudit.contract.errors import InvalidInput, NotApplicable
 from xaudit.contract.params import parameter_defaults
 
@@ -37,7 +35,7 @@ def conv_layers(graph: torch.nn.Module) -> list[tuple[str, ConvLayer]]:
     return [(name, m) for name, m in graph.named_modules() if isinstance(m, conv_types)]
 
 
-class GradCam(Method):
+class GradCam(TorchMethod):
     """Grad-CAM on the output of the last convolution (or the one named by ``layer``).
 
     The map (channel-summed, ReLU'd when ``relu``) is upsampled to the input's spatial size with
@@ -50,9 +48,9 @@ class GradCam(Method):
     defaults: ClassVar[dict[str, Any]] = parameter_defaults("grad_cam")  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "first-order Taylor term at feature-map level; drops interactions"
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
         import torch
 
         p = self.params(ctx)
@@ -74,7 +72,7 @@ class GradCam(Method):
         if inputs.ndim - 2 != spatial_axes:
             raise NotApplicable(
                 self.name,
-                f"the input of shape {inputs.shape[1:]} has no channel and spatial axes matching the "
+                f"the input of shape {tuple(inputs.shape[1:])} has no channel and spatial axes matching the "
                 f"{spatial_axes}-d convolution's map",
             )
         scores, channels = ctx.target.wrap(graph), inputs.shape[1]
@@ -88,7 +86,7 @@ class GradCam(Method):
             return upsampled.expand(-1, channels, *spatial) / channels
 
         # Rows are independent: a graph with a fixed batch of 1 is called one row at a time.
-        return in_row_chunks(ctx.model.hook_batch or len(inputs), ctx.model.device, maps, classes, inputs)
+        return in_row_chunks(ctx.model.hook_batch or len(inputs), maps, classes, inputs)
 
 
 def _class_activation_map(

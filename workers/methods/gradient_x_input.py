@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
+from workers.methods._base import AttributionContext, Capabilities, TorchMethod
 
-from workers.methods._base import AttributionContext, Capabilities, Method
+if TYPE_CHECKING:  # the catalogue loads no torch
+    import torch
 
 __all__ = ["GradientXInput"]
 
 
-class GradientXInput(Method):
+class GradientXInput(TorchMethod):
     """With the default zero reference this is the classic x * grad (Captum's InputXGradient)."""
 
     name = "gradient_x_input"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="single", stochastic=False)
     paper_context: ClassVar[str] = "allocates only the first-order Taylor term; drops the rest"
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
-        from workers.methods._autograd import target_gradients  # torch only when computing
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
+        from workers.methods._autograd import target_gradients_tensor
 
-        return ((inputs - baselines) * target_gradients(ctx, inputs, classes)).astype(np.float32)
+        return (inputs - baselines) * target_gradients_tensor(ctx, inputs, classes)

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.methods._base import AttributionContext, Capabilities, Method
+from workers.methods._base import AttributionContext, Capabilities, TorchMethod
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.params import parameter_defaults
 
 if TYPE_CHECKING:  # the catalogue loads neither torch nor zennit
+    import torch
+
     from workers.methods._lrp_rules import LayerRule
     from workers.models.base import ModelAdapter
 
@@ -34,7 +36,7 @@ __all__ = ["DeepTaylor", "LrpAlphaBeta", "LrpEpsilon", "LrpMethod"]
 _CAPABILITIES = Capabilities(gradients=True, hooks=True, baseline="none", stochastic=False)
 
 
-class LrpMethod(Method):
+class LrpMethod(TorchMethod):
     """What the three LRP-family methods share: the plan they run on (:meth:`check_plan`, which
     `xaudit inspect` asks too), and the report's word on what the pass holds constant (gates, layer
     norms, attention weights) and on a model's output head (its Softmax, LogSoftmax or Sigmoid)
@@ -77,9 +79,9 @@ class LrpEpsilon(LrpMethod):
     )  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "first-order Taylor term only, like Gradient x Input; drops interactions"
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
         epsilon = float(self.params(ctx)["epsilon"])
         if epsilon < 0:
             raise InvalidInput(f"{self.name}: epsilon must be >= 0, got {epsilon}")
@@ -106,9 +108,9 @@ class LrpAlphaBeta(LrpMethod):
         "hands effects of negatively contributing sets to positively contributing units outside them"
     )
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
         p = self.params(ctx)
         alpha, beta = float(p["alpha"]), float(p["beta"])
         if alpha < 0 or beta < 0 or abs(alpha - beta - 1.0) > 1e-9:
@@ -156,9 +158,9 @@ class DeepTaylor(LrpMethod):
             bound["high"] = float(max(a.max() for a in arrays))
         return bound
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
         p = self.params(ctx)
         low = float(min(inputs.min(), baselines.min())) if p["low"] is None else float(p["low"])
         high = float(max(inputs.max(), baselines.max())) if p["high"] is None else float(p["high"])
