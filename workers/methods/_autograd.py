@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from workers.methods._base import AttributionContext, to_numpy, to_tensor
+from workers.methods._base import AttributionContext
 from workers.metrics import count_backward
 
-__all__ = ["GRAD_CHUNK", "target_gradients", "target_gradients_tensor"]
+__all__ = ["GRAD_CHUNK", "target_gradients_tensor"]
 
 GRAD_CHUNK = 512
 
@@ -28,10 +27,3 @@ def target_gradients_tensor(
         grads.append(grad.detach())
     count_backward(points.shape[0], len(grads))
     return grads[0] if len(grads) == 1 else torch.cat(grads)  # one chunk: no copy
-
-
-def target_gradients(ctx: AttributionContext, inputs: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    device = ctx.model.device
-    x = to_tensor(inputs, device)
-    c = torch.as_tensor(classes, dtype=torch.long, device=device)
-    return to_numpy(target_gradients_tensor(ctx, x, c))

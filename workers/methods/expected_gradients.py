@@ -12,19 +12,22 @@ of the number of references averaged (64 over one, 8 from eight up), fixed once 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.methods._base import AttributionContext, Capabilities, Method
+from workers.methods._base import AttributionContext, Capabilities, TorchMethod
 from workers.methods.integrated_gradients import min_steps, path_integral
 from workers.methods.references import references_used
 from xaudit.contract.params import expected_gradients_steps, parameter_defaults
 
+if TYPE_CHECKING:  # the catalogue loads no torch
+    import torch
+
 __all__ = ["ExpectedGradients"]
 
 
-class ExpectedGradients(Method):
+class ExpectedGradients(TorchMethod):
     name = "expected_gradients"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="distribution", stochastic=False)
     defaults: ClassVar[dict[str, Any]] = parameter_defaults(
@@ -46,9 +49,9 @@ class ExpectedGradients(Method):
             bound["steps"] = expected_gradients_steps(used)
         return bound
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
         p = self.params(ctx)
         # Unbound (one constituent run on its own): the quadrature of a single reference.
         steps = expected_gradients_steps(1) if p["steps"] is None else int(p["steps"])

@@ -9,13 +9,14 @@ sub-inputs (tests compare both).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
-from workers.methods._base import AttributionContext, Capabilities, Method, to_numpy, to_tensor
+from workers.methods._base import AttributionContext, Capabilities, TorchMethod
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.params import parameter_defaults
+
+if TYPE_CHECKING:  # the catalogue loads no torch
+    import torch
 
 __all__ = ["IntegratedGradients", "min_steps", "path_integral"]
 
@@ -23,7 +24,7 @@ __all__ = ["IntegratedGradients", "min_steps", "path_integral"]
 _POINTS_PER_CHUNK = 8192
 
 
-class IntegratedGradients(Method):
+class IntegratedGradients(TorchMethod):
     name = "integrated_gradients"
     capabilities = Capabilities(gradients=True, hooks=False, baseline="single", stochastic=False)
     defaults: ClassVar[dict[str, Any]] = parameter_defaults(
@@ -37,9 +38,9 @@ class IntegratedGradients(Method):
     def min_resolution(self, params: Mapping[str, Any]) -> int:
         return min_steps(str(self.params_from(params)["quadrature"]))
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
         p = self.params(ctx)
         return path_integral(
             ctx, self.name, int(p["steps"]), str(p["quadrature"]), inputs, baselines, classes
@@ -56,10 +57,10 @@ def path_integral(
     method: str,
     steps: int,
     quadrature: str,
-    inputs: np.ndarray,
-    baselines: np.ndarray,
-    classes: np.ndarray,
-) -> np.ndarray:
+    inputs: torch.Tensor,
+    baselines: torch.Tensor,
+    classes: torch.Tensor,
+) -> torch.Tensor:
     """(x - b) times the quadrature of the target's gradient along the straight path from b to x."""
     import torch  # here, not at import: the catalogue loads no torch
     from captum.attr._utils.approximation_methods import approximation_parameters
@@ -74,11 +75,10 @@ def path_integral(
         step_sizes, alphas = approximation_parameters(quadrature)
     except ValueError:
         raise InvalidInput(f"{method}: unknown quadrature '{quadrature}'") from None
-    device = ctx.model.device
+    device = inputs.device
     alpha = torch.tensor(alphas(steps), dtype=torch.float32, device=device)
     weight = torch.tensor(step_sizes(steps), dtype=torch.float32, device=device)
-    x, b = to_tensor(inputs, device), to_tensor(baselines, device)
-    cls = torch.as_tensor(classes, dtype=torch.long, device=device)
+    x, b, cls = inputs, baselines, classes
     out = torch.empty_like(x)
     rows = max(1, _POINTS_PER_CHUNK // steps)
     along_path = (steps,) + (1,) * x.ndim  # broadcasts over (rows, *sample_shape)
@@ -89,4 +89,4 @@ def path_integral(
         grads = target_gradients_tensor(ctx, points, cls[start : start + rows].repeat(steps))
         summed = (grads.reshape(steps, *xc.shape) * weight.reshape(along_path)).sum(0)
         out[start : start + rows] = summed * delta
-    return to_numpy(out)
+    return out

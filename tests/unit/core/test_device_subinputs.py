@@ -17,7 +17,7 @@ from tests.unit.core.conftest import prepared
 from workers.audit.device_subinputs import on_device
 from workers.interactions import subsets_up_to
 from workers.methods import get_method
-from xaudit.contract.spec import FOURTEEN_METHODS
+from xaudit.contract.spec import ALL_METHODS
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def cnn() -> tuple[bytes, np.ndarray]:
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["samples-per-call", "chunks-of-one-sample"])
-@pytest.mark.parametrize("name", FOURTEEN_METHODS)
+@pytest.mark.parametrize("name", ALL_METHODS)
 def test_the_device_path_gives_the_host_paths_attributions(
     cnn: tuple[bytes, np.ndarray], name: str, chunked: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
