@@ -624,7 +624,9 @@ def _is_gate_op(graph: fx.GraphModule, node: fx.Node, module: nn.Module | None, 
 
 
 def _is_softmax(module: nn.Module | None) -> bool:
-    return isinstance(module, _SOFTMAX_TYPES) or type(module).__name__ in _SOFTMAX_NAMES
+    """Softmax weights, in [0, 1]; onnx2torch converts opset 11's LogSoftmax to the same module."""
+    named = type(module).__name__ in _SOFTMAX_NAMES and not getattr(module, "is_log", False)
+    return isinstance(module, _SOFTMAX_TYPES) or named
 
 
 def _is_nan_safe_softmax(graph: fx.GraphModule, node: fx.Node) -> bool:

@@ -263,3 +263,37 @@ def test_a_constant_after_the_last_layer_is_refused(how: str, words: str) -> Non
     x = X.numpy()
     with pytest.raises(NotApplicable, match=f"{words} '.*' comes after the last Linear/Conv layer"):
         get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), np.zeros(len(x), dtype=np.int64))
+
+
+class _Attention(nn.Module):
+    """One attention product over 4 tokens of 48 features: softmax weights, or log-softmax scores
+    (negative, not weights) in the same place."""
+
+    def __init__(self, log: bool) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.qk, self.v, self.head, self.log = nn.Linear(48, 48), nn.Linear(48, 48), nn.Linear(192, 3), log
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, 4, 48)
+        scores = self.qk(tokens) @ tokens.transpose(1, 2)
+        weights = torch.log_softmax(scores, -1) if self.log else torch.softmax(scores, -1)
+        return self.head(torch.relu(weights @ self.v(tokens)).flatten(1))
+
+
+def test_a_log_softmax_is_not_taken_for_attention_weights() -> None:
+    """Opset 11's Softmax and LogSoftmax convert to one module (onnx2torch's OnnxSoftmaxV1V11, with
+    ``is_log``). Only softmax weights lie in [0, 1] and can be held as a gate (the AH rule); the
+    product of log-softmax scores with the values is then a product of two activations, refused."""
+    x = X.numpy()
+    classes = np.zeros(len(x), dtype=np.int64)
+    for log in (False, True):
+        data = to_onnx(_Attention(log).eval(), X[:2], opset=11)
+        ctx = AttributionContext(
+            load_model(data, "onnx", "cpu"), parse_players("grid:2x2", SHAPE), Target(), {}
+        )
+        if not log:
+            assert np.isfinite(get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)).all()
+            continue
+        with pytest.raises(NotApplicable, match=r"operator OnnxMatMul .* has no LRP rule"):
+            get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
