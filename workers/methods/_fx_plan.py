@@ -548,8 +548,16 @@ def _down_from(steps: Sequence[Step], output: fx.Node) -> list[Step]:
 
 # Between the output and the layer that receives its relevance, these would make the relevance
 # that layer receives differ from its own output's share: a constant added (not absorbed), a factor
-# (counted twice), a norm.
-_NOT_ABOVE_TOP = {"factor": "the constant factor", "bias": "the constant shift", "norm": "the layer norm"}
+# (counted twice), a norm; and an activation other than ReLU (SiLU, GELU, tanh, a gated product,
+# ReLU6 where it clips), whose rule passes relevance on as a share of its value: the output's
+# relevance is no such share, and the layer would receive y^2 / z for y (checked: SiLU on logits).
+_NOT_ABOVE_TOP = {
+    "factor": "the constant factor",
+    "bias": "the constant shift",
+    "norm": "the layer norm",
+    "gated": "the activation",
+    "clip": "the clipped activation",
+}
 
 
 def _refuse_above_top_layer(steps: list[Step], output: fx.Node, method: str) -> None:

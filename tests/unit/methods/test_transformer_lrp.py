@@ -265,6 +265,32 @@ def test_a_constant_after_the_last_layer_is_refused(how: str, words: str) -> Non
         get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), np.zeros(len(x), dtype=np.int64))
 
 
+@pytest.mark.parametrize(
+    ("activation", "words"),
+    [(nn.SiLU(), "the activation"), (nn.Tanh(), "the activation"), (nn.ReLU6(), "the clipped activation")],
+)
+def test_an_activation_on_the_logits_is_refused(activation: nn.Module, words: str) -> None:
+    """Such an activation's rule passes relevance on as a share of its value; the output's relevance
+    is none, and the last layer would receive y^2 / z for y. ReLU on the logits still runs, and
+    relevance there adds up to the score (bias-free, stabiliser negligible)."""
+    x = X.numpy()
+    classes = np.zeros(len(x), dtype=np.int64)
+    for head in (activation, nn.ReLU()):
+        torch.manual_seed(3)
+        model = nn.Sequential(
+            nn.Flatten(), nn.Linear(192, 8, bias=False), nn.ReLU(), nn.Linear(8, 3, bias=False)
+        )
+        model.append(head)
+        ctx = _context(model.eval(), {"epsilon": 1e-9})
+        if isinstance(head, nn.ReLU):
+            relevance = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+            score = model(X)[:, 0].detach().numpy()
+            np.testing.assert_allclose(relevance.reshape(len(x), -1).sum(1), score, rtol=1e-4, atol=1e-6)
+            continue
+        with pytest.raises(NotApplicable, match=f"{words} '.*' comes after the last Linear/Conv layer"):
+            get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+
+
 class _Attention(nn.Module):
     """One attention product over 4 tokens of 48 features: softmax weights, or log-softmax scores
     (negative, not weights) in the same place."""
