@@ -132,8 +132,11 @@ class RelevanceGraph:
 
     @classmethod
     def build(cls, plan: Plan, rules: Rules) -> RelevanceGraph | None:
+        """The pass, or None where the first layer's rule needs the input and that layer is not at
+        the input (Zennit's hooks then write it: :func:`lrp_plan`)."""
         path = output_path(plan)
-        reshaped_input = _reshaped_input(path)
+        if rules(0).needs_input_layer and not _first_layer_at_input(path):
+            return None
         # the rules' index counts the layers relevance passes (a gate's branch has none)
         index = {s.node: i for i, s in enumerate(s for s in path if s.kind == "affine")}
         # a batch norm right after a layer is folded into it; the norm itself then passes values on
@@ -147,7 +150,7 @@ class RelevanceGraph:
                 nonneg.add(step.node)
             if step.kind in ("affine", "avgpool"):
                 rule = rules(index[step.node]) if step.kind == "affine" else _NORM
-                if rule.needs_input_layer and step.source not in reshaped_input:
+                if rule.needs_input_layer and index[step.node] != 0:  # its extra leaf: the input only
                     return None
                 norm = norms.get(step.node)
                 module = step.module
@@ -187,6 +190,13 @@ class RelevanceGraph:
         return relevance.detach()
 
 
+def _first_layer_at_input(path: list[Step]) -> bool:
+    """Whether the first Linear/Conv layer on the output's path takes the (reshaped) input, or there
+    is none: where a rule's extra leaf (z-beta's bound terms) can sit."""
+    first = next((step for step in path if step.kind == "affine"), None)
+    return first is None or first.source in _reshaped_input(path)
+
+
 def _reshaped_input(path: list[Step]) -> set[fx.Node]:
     """The input and reshapes of it: where a rule's extra leaf (z-beta's bounds) can sit."""
     found: set[fx.Node] = set()
@@ -206,8 +216,7 @@ def lrp_plan(graph: Any, method: str, first_needs_input: bool) -> Plan:
     if not first_needs_input:
         return plan
     path = output_path(plan)
-    first = next((step for step in path if step.kind == "affine"), None)
-    if first is None or first.source in _reshaped_input(path):
+    if _first_layer_at_input(path):
         return plan
     lacking = {_ZENNIT_LACKS[s.kind] for s in plan.steps if s.kind in _ZENNIT_LACKS}
     if any(isinstance(s.module, ConstantMatMul) for s in plan.steps):
