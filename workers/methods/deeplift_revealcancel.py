@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.methods._base import AttributionContext, Capabilities, Method, distinct_references
+from workers.methods._base import AttributionContext, Capabilities, TorchMethod, distinct_references
 from workers.targets import Target
 from xaudit.contract.params import parameter_defaults
 
@@ -75,7 +75,7 @@ def target_seed(
     return torch.einsum("n,nkc->kc", weights / 2, grad.reshape(len(nodes), *out.shape))
 
 
-class DeepLiftRevealCancel(Method):
+class DeepLiftRevealCancel(TorchMethod):
     name = "deeplift_revealcancel"
     capabilities = Capabilities(gradients=True, hooks=True, baseline="single", stochastic=False)
     defaults: ClassVar[dict[str, Any]] = parameter_defaults(
@@ -85,9 +85,9 @@ class DeepLiftRevealCancel(Method):
         "splits effects within same-sign groups and halves them across positive/negative groups"
     )
 
-    def attribute(
-        self, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
-    ) -> np.ndarray:
+    def attribute_tensors(
+        self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
+    ) -> torch.Tensor:
         import torch
 
         from workers.methods._revealcancel_graph import Reference
@@ -95,37 +95,34 @@ class DeepLiftRevealCancel(Method):
         self.params(ctx)  # refuses unknown parameters (there are none)
         graph = ctx.model.torch_hookable(self.name)
         plan = _plan(graph, self.name, None)
-        device = ctx.model.device
+        device = inputs.device
         per_row = plan.elements_per_row(tuple(inputs.shape[1:]), device)
         wide = 2 if plan.dtype == torch.float64 else 1  # _BUDGET counts float32 elements
         chunk = max(1, min(CHUNK, _BUDGET // (_COPIES * per_row * wide)))
-        firsts, rows = distinct_references(torch.as_tensor(baselines, device=device))
+        firsts, rows = distinct_references(baselines)
         x0 = firsts.to(torch.float64)  # float32 to float64 is exact
         ref = plan.reference(x0, rows)
-        # x - x0 rounded once to float32 (a float32 subtraction is the exact difference, rounded).
-        dtype = np.float64 if plan.dtype == torch.float64 else np.float32
-        dx_all = torch.as_tensor(np.subtract(inputs, baselines, dtype=dtype), device=device)
-        c_all = torch.as_tensor(classes, dtype=torch.long, device=device)
-        out = np.empty(inputs.shape, dtype=np.float32)
+        # x - x0 rounded once to float32 (a float32 subtraction is the exact difference, rounded),
+        # or taken in float64 from the exact float32 values.
+        dx_all = inputs.to(plan.dtype) - baselines.to(plan.dtype)
+        out = torch.empty(inputs.shape, dtype=torch.float32, device=device)
         redo: list[torch.Tensor] = []
         with torch.no_grad():
             for start in range(0, inputs.shape[0], chunk):
                 part = slice(start, start + chunk)
                 dx = dx_all[part]
-                seed = partial(target_seed, ctx.target, classes=c_all[part], head=plan.head)
+                seed = partial(target_seed, ctx.target, classes=classes[part], head=plan.head)
                 m, shaky = plan.multipliers(dx, Reference(ref.values, rows[part]), seed)
-                out[part] = (dx * m).cpu().numpy()
+                out[part] = dx * m
                 if shaky is not None:
                     redo.append(torch.nonzero(shaky).flatten() + start)
             if redo and len(again := torch.cat(redo)):
                 # Float64 only for rows where float32 could not tell a ReLU difference from zero.
-                index = again.cpu().numpy()
                 exact = _plan(graph, self.name, torch.float64)
-                dx = torch.as_tensor(np.subtract(inputs[index], baselines[index], dtype=np.float64))
-                dx = dx.to(device)
-                seed = partial(target_seed, ctx.target, classes=c_all[again], head=exact.head)
+                dx = inputs[again].double() - baselines[again].double()
+                seed = partial(target_seed, ctx.target, classes=classes[again], head=exact.head)
                 m, _ = exact.multipliers(dx, Reference(ref.values, rows[again]), seed)
-                out[index] = (dx * m).cpu().numpy()
+                out[again] = (dx * m).float()
         return out
 
 
