@@ -9,14 +9,9 @@ from functools import lru_cache
 import numpy as np
 
 from workers.interactions import all_subset_bits
-from workers.players import Players, subset_bits
+from workers.players import Players
 
-__all__ = ["ExactSubInputs", "masked_from_bits", "masked_inputs", "masked_samples"]
-
-
-def masked_inputs(x: np.ndarray, baseline: np.ndarray, players: Players, subsets: np.ndarray) -> np.ndarray:
-    """x_T for each T (bitmasks): elements of players in T from x, the rest from the baseline."""
-    return masked_from_bits(subset_bits(subsets, players.n), x, baseline, players)
+__all__ = ["ExactSubInputs", "masked_from_bits", "masked_samples"]
 
 
 def masked_from_bits(bits: np.ndarray, x: np.ndarray, baseline: np.ndarray, players: Players) -> np.ndarray:

@@ -71,7 +71,7 @@ CHUNK = 1024
 ELEMENTS = 2**22
 
 
-def rows_per_pass(inputs: np.ndarray | torch.Tensor) -> int:
+def rows_per_pass(inputs: torch.Tensor) -> int:
     """Rows of ``inputs`` per forward+backward pass of a rule method (LRP, DeepLIFT, Zennit's)."""
     return max(1, min(CHUNK, ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
 

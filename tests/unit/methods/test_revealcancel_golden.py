@@ -12,8 +12,8 @@ import pytest
 from workers.interactions import subsets_up_to
 from workers.methods import AttributionContext, get_method
 from workers.models import load_model
-from workers.players import parse_players
-from workers.sub_inputs import masked_inputs
+from workers.players import parse_players, subset_bits
+from workers.sub_inputs import masked_samples
 from workers.targets import parse_target
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,7 +38,7 @@ def golden_cases() -> dict[str, tuple[AttributionContext, np.ndarray, np.ndarray
         classes = target.resolve_classes(model.predict(inputs))
         for name in REFERENCES:
             refs = np.zeros_like(inputs) if name == "zeros" else background
-            batch = np.concatenate([masked_inputs(inputs[s], refs[s], players, subsets) for s in range(2)])
+            batch = masked_samples(subset_bits(subsets, players.n), inputs[:2], refs[:2], players)
             ctx = AttributionContext(model, players, target, {}, 0)
             cases[f"{spec}_{name}"] = (
                 ctx,
