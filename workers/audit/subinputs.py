@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workers.audit.device_subinputs import DeviceSubInputs, on_device
+from workers.device_budget import budget_scale
 from workers.methods import AttributionContext, Method, derived_seed
 from workers.methods._embedding import run_method
 from workers.models.base import ModelAdapter
@@ -57,7 +58,8 @@ def attribute_sub_inputs(
     """
     n_samples, m, n = len(inputs), len(subsets), players.n
     sample_elements = int(np.prod(inputs.shape[1:]))
-    rows_per_call = max(1, min(_MAX_SUB_INPUTS_PER_CALL, _MAX_ELEMENTS_PER_CALL // max(1, sample_elements)))
+    elements_per_call = _elements_per_call(method, model)
+    rows_per_call = max(1, min(_MAX_SUB_INPUTS_PER_CALL, elements_per_call // max(1, sample_elements)))
     if m > rows_per_call:  # many sub-inputs (sampled sets above 10 players): one sample at a time
         return _attribute_in_chunks(
             method,
@@ -74,7 +76,7 @@ def attribute_sub_inputs(
             tick,
         )
     samples_per_call = max(
-        1, min(_MAX_ELEMENTS_PER_CALL // max(1, m * sample_elements), _MAX_SUB_INPUTS_PER_CALL // m)
+        1, min(elements_per_call // max(1, m * sample_elements), _MAX_SUB_INPUTS_PER_CALL // m)
     )
     if model.per_sample:  # held-fixed inputs differ per sample (workers.inputs)
         samples_per_call = 1
@@ -93,6 +95,15 @@ def attribute_sub_inputs(
         if tick is not None:
             tick()
     return from_per_player(out, subsets, n)
+
+
+def _elements_per_call(method: Method, model: ModelAdapter) -> int:
+    """Elements of sub-inputs per call: larger where they are built and attributed on a GPU
+    (workers.device_budget), except for stochastic methods, whose seeds follow how the calls are cut:
+    a job draws the same noise on any device."""
+    if method.capabilities.stochastic or not on_device(model):
+        return _MAX_ELEMENTS_PER_CALL
+    return _MAX_ELEMENTS_PER_CALL * budget_scale(model.device)
 
 
 class _HostSubInputs:

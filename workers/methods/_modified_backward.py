@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import fx
 
+from workers.device_budget import budget_scale, equal_parts
 from workers.methods._base import AttributionContext, in_row_chunks
 from workers.methods._fx_plan import (
     ACTIVATIONS,
@@ -72,8 +73,12 @@ ELEMENTS = 2**22
 
 
 def rows_per_pass(inputs: torch.Tensor) -> int:
-    """Rows of ``inputs`` per forward+backward pass of a rule method (LRP, DeepLIFT, Zennit's)."""
-    return max(1, min(CHUNK, ELEMENTS // max(1, int(np.prod(inputs.shape[1:])))))
+    """Rows of ``inputs`` per forward+backward pass of a rule method (LRP, DeepLIFT, Zennit's); more
+    on a GPU (workers.device_budget). Passes of equal size: 512 rows at most 473 per pass are two
+    passes of 256, not 473 and a pass of 39 that costs a GPU nearly as much."""
+    elements = ELEMENTS * budget_scale(inputs.device)
+    most = max(1, min(CHUNK, elements // max(1, int(np.prod(inputs.shape[1:])))))
+    return equal_parts(len(inputs), most)
 
 
 # The rule of the i-th Linear/Conv layer in execution order (Zennit's composite's index).

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from workers.device_budget import equal_parts
 from workers.methods._base import AttributionContext, Capabilities, TorchMethod, distinct_references
 from workers.targets import Target
 from xaudit.contract.params import parameter_defaults
@@ -90,6 +91,7 @@ class DeepLiftRevealCancel(TorchMethod):
     ) -> torch.Tensor:
         import torch
 
+        from workers.device_budget import budget_scale
         from workers.methods._revealcancel_graph import Reference
 
         self.params(ctx)  # refuses unknown parameters (there are none)
@@ -98,7 +100,8 @@ class DeepLiftRevealCancel(TorchMethod):
         device = inputs.device
         per_row = plan.elements_per_row(tuple(inputs.shape[1:]), device)
         wide = 2 if plan.dtype == torch.float64 else 1  # _BUDGET counts float32 elements
-        chunk = max(1, min(CHUNK, _BUDGET // (_COPIES * per_row * wide)))
+        budget = _BUDGET * budget_scale(device)  # larger on a GPU (workers.device_budget)
+        chunk = equal_parts(len(inputs), max(1, min(CHUNK, budget // (_COPIES * per_row * wide))))
         firsts, rows = distinct_references(baselines)
         x0 = firsts.to(torch.float64)  # float32 to float64 is exact
         ref = plan.reference(x0, rows)

@@ -24,10 +24,10 @@ ROWS_ELEMENT_BUDGET = 65536
 MAX_ROWS_PER_CALL = 4096
 
 
-def rows_per_call(sample_elements: int, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
+def rows_per_call(sample_elements: int, batch_size: int = DEFAULT_BATCH_SIZE, scale: int = 1) -> int:
     """Rows per forward call for samples of ``sample_elements`` elements: ``batch_size``, more for
-    small inputs."""
-    by_budget = min(MAX_ROWS_PER_CALL, ROWS_ELEMENT_BUDGET // max(1, sample_elements))
+    small inputs; the budget ``scale`` times larger on a GPU (workers.device_budget)."""
+    by_budget = min(MAX_ROWS_PER_CALL * scale, ROWS_ELEMENT_BUDGET * scale // max(1, sample_elements))
     return max(1, batch_size, by_budget)
 
 
@@ -78,9 +78,21 @@ class ModelAdapter(ABC):
         """Rows per call that :meth:`torch_hookable`'s graph takes, where fixed (None: any number)."""
         return None
 
+    @property
+    def takes_device_rows(self) -> bool:
+        """Whether :meth:`predict_rows` reads rows where they lie on a GPU, with no copy through the
+        host (the game's sub-inputs: workers.game)."""
+        return False
+
+    def predict_rows(self, x: torch.Tensor) -> np.ndarray:
+        """As :meth:`predict`, for float32 rows on :attr:`device`."""
+        return self.predict(x.cpu().numpy())
+
     def rows_per_call(self, sample_elements: int) -> int:
         """Rows per forward call for samples of ``sample_elements`` elements (:func:`rows_per_call`)."""
-        return rows_per_call(sample_elements, self.batch_size)
+        from workers.device_budget import budget_scale
+
+        return rows_per_call(sample_elements, self.batch_size, budget_scale(self.device))
 
     @property
     def execution_providers(self) -> list[str]:
