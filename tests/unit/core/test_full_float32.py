@@ -47,8 +47,8 @@ def test_a_cuda_device_sets_torch_to_ieee_float32(monkeypatch: pytest.MonkeyPatc
             leaf.fp32_precision = value
 
 
-def test_onnxruntime_sessions_on_cuda_ask_for_full_float32() -> None:
+def test_onnxruntime_sessions_on_cuda_ask_for_full_float32_and_algorithms_not_chosen_by_timing() -> None:
     providers = session_providers(torch.device("cuda"))
-    assert providers[0] == ("CUDAExecutionProvider", {"use_tf32": "0"})
+    assert providers[0] == ("CUDAExecutionProvider", {"use_tf32": "0", "cudnn_conv_algo_search": "HEURISTIC"})
     assert providers[-1] == "CPUExecutionProvider"
     assert session_providers(torch.device("cpu")) == ["CPUExecutionProvider"]

@@ -124,7 +124,12 @@ def test_onnx_session_that_did_not_get_cuda_is_logged_and_counted(
     data = to_onnx(relu_mlp(), torch.randn(1, MLP_FEATURES))
     with caplog.at_level(logging.WARNING, logger="workers.models.onnx_model"):
         onnx_model._session(data, torch.device("cuda"))
-    assert asked == [[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]]
+    assert asked == [
+        [
+            ("CUDAExecutionProvider", {"use_tf32": "0", "cudnn_conv_algo_search": "HEURISTIC"}),
+            "CPUExecutionProvider",
+        ]
+    ]
     assert "CUDA requested but onnxruntime runs on" in caplog.text
     m = worker_metrics
     on_cpu = {"requested": "cuda", "provider": "CPUExecutionProvider"}
