@@ -65,6 +65,12 @@ class OnnxModel(ModelAdapter):
         self.info = ModelInfo("onnx", sha256, inputs[0].name, sample, self._session.get_outputs()[0].name)
         self._torch: torch.nn.Module | None = None
         self._torch_error: InvalidModel | None = None
+        # Rows on the GPU are bound where they lie: a session on CUDA, float32 rows of any number.
+        self._device_rows = (
+            "CUDAExecutionProvider" in self._session.get_providers()
+            and inputs[0].type == "tensor(float)"
+            and self._fixed_batch is None
+        )
 
     @property
     def execution_providers(self) -> list[str]:
@@ -84,6 +90,35 @@ class OnnxModel(ModelAdapter):
         count_forward(x.shape[0], len(outs))
         out = outs[0] if len(outs) == 1 else np.concatenate(outs)
         return out.astype(np.float32, copy=False)
+
+    @property
+    def takes_device_rows(self) -> bool:
+        return self._device_rows
+
+    def predict_rows(self, x: torch.Tensor) -> np.ndarray:
+        """Rows bound where they lie (ONNX Runtime's I/O binding): on a GPU, sub-inputs built there
+        need no trip through the host; only the (rows, outputs) result comes back."""
+        if self._fixed_batch or x.dtype != torch.float32:
+            return super().predict_rows(x)
+        step = self.rows_per_call(math.prod(x.shape[1:]))
+        outs = [self._run_bound(x[start : start + step].contiguous()) for start in range(0, x.shape[0], step)]
+        count_forward(x.shape[0], len(outs))
+        out = outs[0] if len(outs) == 1 else np.concatenate(outs)
+        return out.astype(np.float32, copy=False)
+
+    def _run_bound(self, x: torch.Tensor) -> np.ndarray:
+        binding = self._session.io_binding()
+        index = (
+            (torch.cuda.current_device() if x.device.index is None else x.device.index) if x.is_cuda else 0
+        )
+        kind = "cuda" if x.is_cuda else "cpu"
+        binding.bind_input(self.info.input_name, kind, index, np.float32, tuple(x.shape), x.data_ptr())
+        binding.bind_output(self.info.output_name)  # on the host: onnxruntime copies it back
+        if x.is_cuda:  # torch wrote x on its own stream, onnxruntime reads it on another
+            torch.cuda.current_stream(x.device).synchronize()
+        self._session.run_with_iobinding(binding)
+        out: np.ndarray = binding.copy_outputs_to_cpu()[0]
+        return out.reshape(out.shape[0], -1)
 
     def _graph(self) -> torch.nn.Module:
         if self._torch_error is not None:  # converted once: every gradient method gets the same answer
