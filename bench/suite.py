@@ -188,6 +188,7 @@ def section_shapley(repeats: int) -> None:
 def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tuple[str, float]:
     import numpy as np
     import onnxruntime as ort
+    import torch
 
     from bench._common import paired_medians
     from workers.game import play
@@ -223,9 +224,17 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     t_raw, t_game = paired_medians(raw, lambda: play(model, x, base, players, target, classes), repeats)
     rows = len(masked)
     line = (
-        f"| {players.n} | {samples} | {rows:,} | {rows / t_raw:,.0f} | {rows / t_game:,.0f} | "
+        f"| {players.n} | {samples} | {rows:,} | {step:,} | {rows / t_raw:,.0f} | {rows / t_game:,.0f} | "
         f"{t_raw / t_game:.0%} | {', '.join(session.get_providers()[:1])} |"
     )
+    if model.takes_device_rows:  # the game's rows are built on the GPU: against ORT fed from there too
+        on_device = torch.from_numpy(masked).to(model.device)
+        t_bound, t_game = paired_medians(
+            lambda: model.predict_rows(on_device),
+            lambda: play(model, x, base, players, target, classes),
+            repeats,
+        )
+        line += f" {rows / t_bound:,.0f} | {t_bound / t_game:.0%} |"
     return line, t_raw / t_game
 
 
@@ -237,8 +246,24 @@ def section_game(repeats: int, device: str = "cpu") -> None:
         "through an `InferenceSession` with the same session options and rows per call. Game: mask + infer + Moebius."
     )
     print()
-    print("| players | samples | rows | raw ORT rows/s | game rows/s | game / raw | provider |")
-    print("|---:|---:|---:|---:|---:|---:|---|")
+    if device == "cpu":
+        print(
+            "| players | samples | rows | rows per call | raw ORT rows/s | game rows/s | game / raw | provider |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    else:  # the game builds its rows on the GPU and binds them there (workers/device_rows.py)
+        print(
+            "The game builds its rows on the GPU and binds them there (workers/device_rows.py); the last two"
+        )
+        print(
+            "columns compare it with onnxruntime fed rows that already lie on the GPU, through the same binding."
+        )
+        print()
+        print(
+            "| players | samples | rows | rows per call | raw ORT rows/s | game rows/s | game / raw | provider "
+            "| ORT, rows on the GPU, rows/s | game / that |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for grid, samples in (("grid:2x4", 4), ("grid:4x4", 1)):
         print(_game_row(grid, samples, repeats, device)[0], flush=True)
     print()
@@ -400,8 +425,13 @@ def _method_rows(
         if model.device.type == "cuda":
             torch.cuda.synchronize()
 
-    print("| method | passes/row | method s | floor s | method / floor throughput |")
-    print("|---|---:|---:|---:|---:|")
+    cuda = model.device.type == "cuda"
+    if cuda:  # and the most GPU memory the method's audit calls held (workers/device_budget.py)
+        print("| method | passes/row | method s | floor s | method / floor throughput | peak GPU GiB |")
+        print("|---|---:|---:|---:|---:|---:|")
+    else:
+        print("| method | passes/row | method s | floor s | method / floor throughput |")
+        print("|---|---:|---:|---:|---:|")
     for name in names:
         passes = GRADIENT_METHODS[name]
         method = get_method(name)
@@ -417,12 +447,18 @@ def _method_rows(
 
         try:
             t_floor, t_method = paired_medians(floor, run, max(1, repeats // 2) if n_passes > 1 else repeats)
+            peak = ""
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(model.device)
+                run()
+                peak = f" {torch.cuda.max_memory_allocated(model.device) / 2**30:.1f} |"
         except NotApplicable as exc:
-            print(f"| {name} | {n_passes} | not applicable: {exc.reason} | | |")
+            print(f"| {name} | {n_passes} | not applicable: {exc.reason} | | |{' |' if cuda else ''}")
             continue
         t_floor *= n_passes
         print(
-            f"| {name} | {n_passes} | {t_method:.3f} | {t_floor:.3f} | {t_floor / t_method:.0%} |", flush=True
+            f"| {name} | {n_passes} | {t_method:.3f} | {t_floor:.3f} | {t_floor / t_method:.0%} |{peak}",
+            flush=True,
         )
     print()
 
