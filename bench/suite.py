@@ -191,6 +191,7 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     import torch
 
     from bench._common import paired_medians
+    from workers.device_budget import equal_parts
     from workers.game import play
     from workers.interactions import subsets_up_to
     from workers.models import load_model
@@ -215,7 +216,7 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     name = session.get_inputs()[0].name
     subsets = subsets_up_to(players.n, players.n)
     masked = masked_samples(subset_bits(subsets, players.n), x, base, players)
-    step = model.rows_per_call(int(np.prod(x.shape[1:])))
+    step = equal_parts(len(masked), model.rows_per_call(int(np.prod(x.shape[1:]))))  # the game's cut
 
     def raw() -> None:
         for start in range(0, len(masked), step):
@@ -521,7 +522,7 @@ from xaudit.contract.spec import FOURTEEN_METHODS, JobSpec
 assets = sys.argv[1]; grid = sys.argv[2]; device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
 tensors = {"inputs": np.load(assets + "/digits_inputs.npy"), "background": np.load(assets + "/digits_background.npy")}
 model = open(assets + "/digits_cnn.onnx", "rb").read()
-if os.environ.get("XAUDIT_BENCH_TF32"):  # the gpu section's comparison: the libraries' TF32 defaults
+if os.environ.get("XAUDIT_BENCH_TF32"):  # the gpu section's comparison: TF32 allowed, as by default
     import workers.models.devices, workers.precision
     os.environ.pop("NVIDIA_TF32_OVERRIDE", None)
     workers.precision.CUDA_PROVIDER_OPTIONS["use_tf32"] = "1"
@@ -734,7 +735,8 @@ def _gpu_verdicts() -> None:
     workers/precision.py turns off (docs/science.md 5.4)."""
     print("The 14-method digits audit on the CPU and on CUDA, a fresh process each; score difference: the")
     print("largest |CUDA score - CPU score| over methods and criteria (tolerances are 0.05). TF32: off is")
-    print("xaudit's setting (workers/precision.py); on is the libraries' defaults, for comparison.")
+    print("xaudit's setting (workers/precision.py); on allows it as the libraries do by default (every other")
+    print("setting as xaudit makes it), for comparison.")
     print()
     print(
         "| players | device | TF32 | wall s | providers in the report | verdicts as on the CPU "

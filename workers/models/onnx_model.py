@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
+from workers.device_budget import equal_parts
 from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_to_torch import method_graph
@@ -100,7 +101,7 @@ class OnnxModel(ModelAdapter):
         need no trip through the host; only the (rows, outputs) result comes back."""
         if self._fixed_batch or x.dtype != torch.float32:
             return super().predict_rows(x)
-        step = self.rows_per_call(math.prod(x.shape[1:]))
+        step = equal_parts(x.shape[0], self.rows_per_call(math.prod(x.shape[1:])))
         outs = [self._run_bound(x[start : start + step].contiguous()) for start in range(0, x.shape[0], step)]
         count_forward(x.shape[0], len(outs))
         out = outs[0] if len(outs) == 1 else np.concatenate(outs)
