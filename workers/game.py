@@ -77,7 +77,7 @@ _Call = tuple["ModelAdapter", slice, slice]  # the model, the samples, the sub-i
 
 def _calls(model: ModelAdapter, samples: int, m: int, rows: int) -> Iterator[_Call]:
     """The forward calls of a game of ``m`` sub-inputs per sample, at most ``rows`` rows each and of
-    equal size where they can be (:func:`workers.models.base.equal_parts`): whole samples together
+    equal size where they can be (:func:`workers.device_budget.equal_parts`): whole samples together
     when they fit and share the model (one-input models), else one sample's chunks at a time (a
     model with held-fixed inputs binds them per sample: workers.inputs)."""
     per_call = rows // m
