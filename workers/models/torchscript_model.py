@@ -53,12 +53,24 @@ class TorchScriptModel(ModelAdapter):
         self.token_ids = False  # fed as int64 (check_sample decides)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
+        return self._forward(torch.from_numpy(owned_float32(x)))
+
+    @property
+    def takes_device_rows(self) -> bool:
+        return self.device.type == "cuda" and not self.token_ids
+
+    def predict_rows(self, x: torch.Tensor) -> np.ndarray:
+        """Rows on the device go in as they are: the module runs there."""
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> np.ndarray:
+        """(k, C) float32 outputs for rows ``x`` (on the host or the device), ``batch_size`` at a time."""
         outs = []
         with torch.inference_mode():
             for start in range(0, x.shape[0], self.batch_size):
-                chunk = torch.from_numpy(owned_float32(x[start : start + self.batch_size]))
+                chunk = self._typed(x[start : start + self.batch_size]).to(self.device)
                 try:
-                    out = self._module(self._typed(chunk).to(self.device))
+                    out = self._module(chunk)
                 except Exception as exc:
                     raise InvalidInput(
                         f"the model rejected an input of shape {tuple(x.shape[1:])}"

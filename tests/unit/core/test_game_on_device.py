@@ -1,6 +1,7 @@
 """The game's sub-inputs built on the model's device (workers/device_rows.py) and bound where they lie
-(OnnxModel.predict_rows: ONNX Runtime's I/O binding). No GPU here: the path is forced onto the CPU,
-whose binding takes CPU tensors as CUDA's takes the device's."""
+(OnnxModel.predict_rows: ONNX Runtime's I/O binding; TorchScriptModel.predict_rows: the module where
+it runs). No GPU here: the path is forced onto the CPU, whose binding takes CPU tensors as CUDA's
+takes the device's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import workers.game as game
-from tests.models import relu_cnn, to_onnx
+from tests.models import relu_cnn, to_onnx, to_torchscript
 from workers.device_rows import GameRows
 from workers.models import load_model
 from workers.models.base import ModelAdapter
@@ -19,10 +20,11 @@ from workers.players import Players, parse_players
 from workers.targets import parse_target
 
 
-@pytest.fixture(scope="module")
-def cnn() -> tuple[ModelAdapter, np.ndarray]:
+@pytest.fixture(scope="module", params=["onnx", "torchscript"])
+def cnn(request: pytest.FixtureRequest) -> tuple[ModelAdapter, np.ndarray]:
     x = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(7))
-    return load_model(to_onnx(relu_cnn(0), x[:1]), "onnx", "cpu"), x.numpy()
+    export = to_onnx if request.param == "onnx" else to_torchscript
+    return load_model(export(relu_cnn(0), x[:1]), request.param, "cpu"), x.numpy()
 
 
 @pytest.mark.parametrize("rows", [64, 4096])
