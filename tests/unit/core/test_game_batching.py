@@ -37,3 +37,20 @@ def test_grouped_samples_give_the_values_of_one_sample_at_a_time(
     np.testing.assert_allclose(game.values, one_by_one, rtol=1e-5, atol=1e-6)  # batch size: float32 rounding
     assert max(calls) <= rows and sum(calls) == 5 * 64
     assert len(calls) == {4: 5 * 16, 64: 5, 4096: 1}[rows]
+
+
+def test_a_sample_too_large_for_one_call_is_cut_into_calls_of_equal_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """256 sub-inputs at most 100 per call: 86, 86 and 84 rows, not 100, 100 and 56 (on a GPU each new
+    input shape costs onnxruntime's convolutions a new set-up: workers/device_budget.py)."""
+    x = np.random.default_rng(1).normal(size=(1, 8)).astype(np.float32)
+    model = load_model(to_onnx(relu_mlp(0, features=8), torch.from_numpy(x)), "onnx", "cpu")
+    players, target = parse_players("features", x.shape[1:]), parse_target("predicted")
+    classes = target.resolve_classes(model.predict(x))
+    calls: list[int] = []
+    predict = model.predict
+    monkeypatch.setattr(model, "rows_per_call", lambda elements: 100)
+    monkeypatch.setattr(model, "predict", lambda batch: calls.append(len(batch)) or predict(batch))
+    play(model, x, np.zeros_like(x), players, target, classes)
+    assert calls == [86, 86, 84]
