@@ -23,9 +23,10 @@ same threads. Sections:
   bench/scale.py's players section, each in a fresh process;
 - startup: ``xaudit methods`` and the engine import, in fresh processes;
 - gpu: only where a GPU is present (otherwise one line says why it was skipped): the digits audit on
-  the CPU and on CUDA (verdicts, score differences, providers; TF32 off as xaudit runs and on as the
-  libraries default), the game and methods sections on CUDA (onnxruntime's CUDA provider, torch
-  CUDA), and the one-pass methods on resnet18 at 224x224.
+  the CPU and on CUDA (verdicts, score differences, providers; TF32 off as xaudit runs and allowed
+  as the libraries allow it by default), the game and methods sections on CUDA (onnxruntime's CUDA
+  provider, torch CUDA; the game also against onnxruntime fed rows on the GPU, the methods with the
+  peak GPU memory of an audit call), and the one-pass methods on resnet18 at 224x224.
 """
 
 from __future__ import annotations
