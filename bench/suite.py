@@ -428,7 +428,7 @@ def _method_rows(
             torch.cuda.synchronize()
 
     cuda = model.device.type == "cuda"
-    if cuda:  # and the most GPU memory the method's audit calls held (workers/device_budget.py)
+    if cuda:  # and the process's peak GPU memory during one audit call (workers/device_budget.py)
         print("| method | passes/row | method s | floor s | method / floor throughput | peak GPU GiB |")
         print("|---|---:|---:|---:|---:|---:|")
     else:
