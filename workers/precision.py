@@ -18,7 +18,7 @@ TF32_ENV = "NVIDIA_TF32_OVERRIDE"
 # cuDNN's heuristics, as torch takes them, not from timing each new input shape (its default,
 # EXHAUSTIVE): a choice by timing can differ from run to run, and on an H200 the digits game at
 # calls of 17,408 and 13,312 rows took 39.7 ms per 65,536 rows with it, 4.6 ms with the heuristics,
-# which were as fast or faster at every size measured (README, GPU).
+# which were as fast or faster at every size measured (README, GPU; bench/game_calls.py).
 CUDA_PROVIDER_OPTIONS = {"use_tf32": "0", "cudnn_conv_algo_search": "HEURISTIC"}
 
 
