@@ -80,6 +80,7 @@ class _Blocks:
     bias: torch.Tensor | None
     weight: torch.Tensor | None  # the rows as one weight; None for grouped convolutions
     cache: dict[str, Any] = field(default_factory=dict)  # the dense gradient matrix of ``weight``
+    constants: dict[Hashable, torch.Tensor] = field(default_factory=dict)  # see :func:`_constant`
 
 
 def _blocks(module: nn.Module, rows: list[list[torch.Tensor]], bias: torch.Tensor | None) -> _Blocks:
@@ -104,6 +105,17 @@ def _derived(module: nn.Module, key: Hashable, build: Callable[[], _Blocks]) -> 
     if key not in held:
         held[key] = build()
     return held[key]
+
+
+def _constant(blocks: _Blocks, values: tuple[float, ...], like: torch.Tensor) -> torch.Tensor:
+    """``values`` on ``like``'s device and dtype, made once per layer. A tensor made from Python
+    numbers on a GPU is a copy from the host, which waits for the device to finish its queue: an
+    H200 profile of alpha-beta at 224x224 spent 0.13 s of 0.27 s in 42 of them (two per layer)."""
+    key = (values, like.dtype, like.device)
+    held = blocks.constants.get(key)
+    if held is None:
+        held = blocks.constants[key] = torch.tensor(values, dtype=like.dtype, device=like.device)
+    return held
 
 
 def _block(module: nn.Module, parts: list[torch.Tensor], blocks: _Blocks) -> torch.Tensor:
@@ -199,10 +211,10 @@ class AlphaBeta(LayerRule):
             # stabiliser is +1e-6 and -1e-6 (at a negative sum of exactly 0 it adds +1e-6, but there
             # every term is 0: a = 0 wherever W- is not, and that relevance is 0 either way).
             block = (blocks, *[1] * (branch.ndim - at))
-            epsilons = torch.tensor([1e-6, -1e-6][:blocks], dtype=z.dtype, device=z.device).reshape(block)
+            epsilons = _constant(stacked, (1e-6, -1e-6)[:blocks], z).reshape(block)
             scale = _over(1.0 if top else z.unsqueeze(at), sums + epsilons)
             if (self.alpha, blocks) != (1.0, 1):
-                coefficients = torch.tensor([self.alpha, -self.beta][:blocks], dtype=z.dtype, device=z.device)
+                coefficients = _constant(stacked, (self.alpha, -self.beta)[:blocks], z)
                 scale.mul_(coefficients.reshape(block))
             scale = scale.flatten(at, at + 1)
         return _rerouted(module, z, branch, scale)
