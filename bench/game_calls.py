@@ -15,26 +15,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from collections.abc import Callable
 from functools import partial
 
 import numpy as np
+
+from bench._common import median_seconds
 
 ROWS_PER_CALL = (1024, 4096, 16384, 17408, 32768, 65536)
 SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 
 
 def _ms(fn: Callable[[], object], repeats: int) -> float:
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return median_seconds(fn, repeats, warmup=2) * 1e3
 
 
 def main() -> None:
