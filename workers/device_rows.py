@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from workers.models.base import owned_float32
+from workers.methods._base import to_tensor
 from workers.players import Players
 
 __all__ = ["DeviceRows", "GameRows"]
@@ -29,7 +29,7 @@ class DeviceRows:
 
     def samples(self, arrays: np.ndarray) -> torch.Tensor:
         """(k, 1, elements) float32 on the device: samples or references, one row each."""
-        return torch.from_numpy(owned_float32(arrays)).to(self.device).reshape(len(arrays), 1, -1)
+        return to_tensor(arrays, self.device).reshape(len(arrays), 1, -1)
 
     def build(self, bits: torch.Tensor, x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         """(k * m, *shape): the sub-inputs of ``bits`` (m, n) bool on the device for each of the k
