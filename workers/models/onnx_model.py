@@ -50,6 +50,13 @@ def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
     return session
 
 
+def _joined(outs: list[np.ndarray], rows: int) -> np.ndarray:
+    """One forward's outputs, call by call, as one (rows, C) float32 array; the calls counted."""
+    count_forward(rows, len(outs))
+    out = outs[0] if len(outs) == 1 else np.concatenate(outs)
+    return out.astype(np.float32, copy=False)
+
+
 class OnnxModel(ModelAdapter):
     def __init__(self, data: bytes, sha256: str, device: torch.device, batch_size: int = DEFAULT_BATCH_SIZE):
         self._proto = parse_onnx(data)
@@ -88,9 +95,7 @@ class OnnxModel(ModelAdapter):
                 chunk = np.concatenate([chunk, np.zeros((step - rows, *chunk.shape[1:]), np.float32)])
             out = self._session.run([self.info.output_name], {self.info.input_name: chunk})[0]
             outs.append(out.reshape(out.shape[0], -1)[:rows])
-        count_forward(x.shape[0], len(outs))
-        out = outs[0] if len(outs) == 1 else np.concatenate(outs)
-        return out.astype(np.float32, copy=False)
+        return _joined(outs, x.shape[0])
 
     @property
     def takes_device_rows(self) -> bool:
@@ -103,9 +108,7 @@ class OnnxModel(ModelAdapter):
             return super().predict_rows(x)
         step = equal_parts(x.shape[0], self.rows_per_call(math.prod(x.shape[1:])))
         outs = [self._run_bound(x[start : start + step].contiguous()) for start in range(0, x.shape[0], step)]
-        count_forward(x.shape[0], len(outs))
-        out = outs[0] if len(outs) == 1 else np.concatenate(outs)
-        return out.astype(np.float32, copy=False)
+        return _joined(outs, x.shape[0])
 
     def _run_bound(self, x: torch.Tensor) -> np.ndarray:
         binding = self._session.io_binding()
