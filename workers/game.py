@@ -109,8 +109,9 @@ def _rows_on_device(model: ModelAdapter, players: Players, bits: np.ndarray, cal
     several ``calls`` (workers.device_rows). On an H200 the 16-player digits game took 4.96 ms at
     16,384 rows per call against 8.0 ms with the half tables, while the 8-player game, one call of
     1,024 rows, took 0.84 ms against 0.60 ms: sending the labels and subsets costs more than it
-    saves there (README, GPU; bench/game_calls.py). None on the CPU, where the half tables are fastest."""
-    if model.device.type == "cpu" or not model.takes_device_rows or calls < 2:
+    saves there (README, GPU; bench/game_calls.py). None on the CPU (no model takes device rows there),
+    where the half tables are fastest."""
+    if not model.takes_device_rows or calls < 2:
         return None
     from workers.device_rows import GameRows  # torch: only with a model on a GPU
 

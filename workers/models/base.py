@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workers.device_budget import budget_scale
+
 if TYPE_CHECKING:  # the catalogue and argument checks load no torch
     import torch
 
@@ -90,8 +92,6 @@ class ModelAdapter(ABC):
 
     def rows_per_call(self, sample_elements: int) -> int:
         """Rows per forward call for samples of ``sample_elements`` elements (:func:`rows_per_call`)."""
-        from workers.device_budget import budget_scale
-
         return rows_per_call(sample_elements, self.batch_size, budget_scale(self.device))
 
     @property
