@@ -32,11 +32,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import numpy as np
 import torch
 from torch import fx
 
-from workers.device_budget import budget_scale, equal_parts
 from workers.methods._base import AttributionContext, in_row_chunks
 from workers.methods._fx_plan import (
     ACTIVATIONS,
@@ -51,35 +49,18 @@ from workers.methods._fx_plan import (
     layer_norm_parts,
 )
 from workers.methods._lrp_rules import Epsilon, LayerRule
+from workers.methods._passes import rows_per_pass
 from workers.methods._reroute import rerouted
 from workers.targets import Target
 from xaudit.contract.errors import NotApplicable
 
 __all__ = [
-    "CHUNK",
-    "ELEMENTS",
     "RelevanceGraph",
     "Rules",
     "lrp_plan",
     "lrp_relevance",
     "output_path",
-    "rows_per_pass",
 ]
-
-# Rows per backward pass, and input elements per pass: bound the memory of the stored activations
-# (a heuristic: activations are assumed to be tens of times the input).
-CHUNK = 1024
-ELEMENTS = 2**22
-
-
-def rows_per_pass(inputs: torch.Tensor) -> int:
-    """Rows of ``inputs`` per forward+backward pass of a rule method (LRP, DeepLIFT, Zennit's); more
-    on a GPU (workers.device_budget). Passes of equal size: 512 rows at most 473 per pass are two
-    passes of 256, not 473 and a pass of 39 that costs a GPU nearly as much."""
-    elements = ELEMENTS * budget_scale(inputs.device)
-    most = max(1, min(CHUNK, elements // max(1, int(np.prod(inputs.shape[1:])))))
-    return equal_parts(len(inputs), most)
-
 
 # The rule of the i-th Linear/Conv layer in execution order (Zennit's composite's index).
 Rules = Callable[[int], LayerRule]

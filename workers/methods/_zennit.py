@@ -14,7 +14,8 @@ import torch
 from workers.light_imports import zennit as _light_zennit
 from workers.methods._base import AttributionContext, in_row_chunks
 from workers.methods._fx_plan import Plan, plan_graph
-from workers.methods._modified_backward import output_path, rows_per_pass
+from workers.methods._modified_backward import output_path
+from workers.methods._passes import rows_per_pass
 
 _light_zennit()  # before any zennit import: keeps torchvision out
 from zennit.attribution import Gradient  # noqa: E402

@@ -21,7 +21,7 @@ def _deeplift(
 ) -> torch.Tensor:
     import torch  # here, not at import: the catalogue loads no torch
 
-    from workers.methods._modified_backward import rows_per_pass
+    from workers.methods._passes import rows_per_pass
     from workers.methods._rescale_graph import RescaleGraph
 
     graph = ctx.model.torch_hookable(method)

@@ -8,9 +8,11 @@ sub-inputs (tests compare both).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from workers.device_budget import budget_scale
 from workers.methods._base import AttributionContext, Capabilities, TorchMethod
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.params import parameter_defaults
@@ -20,8 +22,10 @@ if TYPE_CHECKING:  # the catalogue loads no torch
 
 __all__ = ["IntegratedGradients", "min_steps", "path_integral"]
 
-# Path points evaluated per chunk of inputs: bounds memory (points x sample size).
+# Path points per chunk of inputs, at most, and their input elements (the points and their gradients
+# are held whole per chunk): 8,192 points of resnet18 at 224x224 held 4.9 GB each.
 _POINTS_PER_CHUNK = 8192
+_POINT_ELEMENTS = 2**24
 
 
 class IntegratedGradients(TorchMethod):
@@ -37,6 +41,9 @@ class IntegratedGradients(TorchMethod):
 
     def min_resolution(self, params: Mapping[str, Any]) -> int:
         return min_steps(str(self.params_from(params)["quadrature"]))
+
+    def passes_per_row(self, params: Mapping[str, Any]) -> int:
+        return int(self.params_from(params)["steps"])
 
     def attribute_tensors(
         self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
@@ -80,7 +87,9 @@ def path_integral(
     weight = torch.tensor(step_sizes(steps), dtype=torch.float32, device=device)
     x, b, cls = inputs, baselines, classes
     out = torch.empty_like(x)
-    rows = max(1, _POINTS_PER_CHUNK // steps)
+    budget = _POINT_ELEMENTS * budget_scale(device) // max(1, math.prod(x.shape[1:]))
+    points_per_chunk = min(_POINTS_PER_CHUNK, budget)
+    rows = max(1, points_per_chunk // steps)
     along_path = (steps,) + (1,) * x.ndim  # broadcasts over (rows, *sample_shape)
     for start in range(0, x.shape[0], rows):
         xc, bc = x[start : start + rows], b[start : start + rows]

@@ -13,7 +13,7 @@ import torch
 
 import workers.audit.subinputs as subinputs
 import workers.device_budget as device_budget
-import workers.methods._modified_backward as modified_backward
+import workers.methods._passes as passes
 import workers.threads as threads
 from tests.models import relu_cnn, to_onnx
 from tests.unit.core.conftest import prepared
@@ -62,10 +62,10 @@ def test_jobs_sharing_a_gpu_share_its_budget(fresh_scale: None, monkeypatch: pyt
 
 def test_passes_and_forward_calls_grow_with_the_scale(monkeypatch: pytest.MonkeyPatch) -> None:
     image = torch.zeros(1, 3, 224, 224)
-    cpu_rows = modified_backward.rows_per_pass(image)
-    monkeypatch.setattr(modified_backward, "budget_scale", lambda device: 17)
+    cpu_rows = passes.rows_per_pass(image)
+    monkeypatch.setattr(passes, "budget_scale", lambda device: 17)
     assert cpu_rows == 2**22 // (3 * 224 * 224) == 27
-    assert modified_backward.rows_per_pass(image) == 17 * 2**22 // (3 * 224 * 224)
+    assert passes.rows_per_pass(image) == 17 * 2**22 // (3 * 224 * 224)
     assert rows_per_call(64) == 1024 and rows_per_call(64, scale=17) == 17 * 1024
     assert rows_per_call(3 * 224 * 224, scale=17) == 256  # the batch size, as on the CPU
 

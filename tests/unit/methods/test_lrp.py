@@ -188,7 +188,7 @@ def test_capabilities_are_declared() -> None:
 
 
 def test_chunked_rows_give_the_same_relevance(monkeypatch: pytest.MonkeyPatch) -> None:
-    import workers.methods._modified_backward as module
+    import workers.methods._passes as module
 
     model, x = _case("cnn", seed=5)
     ctx = context(model, x)

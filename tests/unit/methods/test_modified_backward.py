@@ -254,7 +254,7 @@ def test_a_graph_the_plan_refuses_keeps_captum() -> None:
 
 
 def test_chunked_rows_give_the_same_deeplift(monkeypatch: pytest.MonkeyPatch) -> None:
-    import workers.methods._modified_backward as module
+    import workers.methods._passes as module
 
     ctx, x = _case("cnn", Target())
     refs = np.repeat(x[:2] * 0.3, 3, axis=0)  # runs of one reference cut by the chunk boundaries

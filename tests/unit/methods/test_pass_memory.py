@@ -1,0 +1,87 @@
+"""Gradient passes and Integrated Gradients' path points are bounded by input elements, not rows
+(workers/methods/_passes.py): at 224x224 a fixed 512 rows per backward pass held 14 GB for
+resnet18, and a fixed 8,192 path points 4.9 GB each for the points and their gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import workers.methods._autograd as autograd
+import workers.methods._passes as passes
+from tests.unit.methods._context import context
+from workers.methods import get_method
+
+SHAPE = (3, 224, 224)
+
+
+def _image_net() -> nn.Module:
+    torch.manual_seed(3)
+    return nn.Sequential(
+        nn.Conv2d(3, 2, 8, stride=8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2, 3)
+    )
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch, ctx) -> list[int]:  # type: ignore[no-untyped-def]
+    """Rows of every forward pass of ``ctx``'s differentiable graph."""
+    graph, rows = ctx.model.torch_differentiable(), []
+    forward = graph.forward
+
+    def recording(x: torch.Tensor) -> torch.Tensor:
+        rows.append(len(x))
+        return forward(x)
+
+    monkeypatch.setattr(graph, "forward", recording)
+    return rows
+
+
+def test_gradient_passes_hold_a_bounded_number_of_input_elements(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.rand(64, *SHAPE, generator=torch.Generator().manual_seed(1))
+    ctx = context(_image_net(), x[:1])
+    classes, refs = np.zeros(64, dtype=np.int64), np.zeros_like(x.numpy())
+    rows = _recorded(monkeypatch, ctx)
+    cut = get_method("gradient_x_input").attribute(ctx, x.numpy(), refs, classes)
+    assert passes.ELEMENTS // (3 * 224 * 224) == 27
+    assert rows == [22, 22, 20]  # the fewest passes of at most 27 rows, as equal as they come
+    rows.clear()
+    monkeypatch.setattr(passes, "ELEMENTS", 2**40)
+    whole = get_method("gradient_x_input").attribute(ctx, x.numpy(), refs, classes)
+    assert rows == [64]
+    np.testing.assert_allclose(cut, whole, rtol=1e-6, atol=1e-7)
+
+
+def test_small_inputs_keep_large_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.rand(3000, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    ctx = context(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)), x[:1])
+    rows = _recorded(monkeypatch, ctx)
+    get_method("gradient_x_input").attribute(
+        ctx, x.numpy(), np.zeros_like(x.numpy()), np.zeros(3000, dtype=np.int64)
+    )
+    assert rows == [1000, 1000, 1000]  # passes.CHUNK rows at most
+
+
+def test_integrated_gradients_holds_a_bounded_number_of_path_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.rand(4, *SHAPE, generator=torch.Generator().manual_seed(4))
+    ctx = context(_image_net(), x[:1], params={"steps": 64})
+    points: list[int] = []
+    gradients = autograd.target_gradients_tensor
+
+    def recording(ctx, at, classes):  # type: ignore[no-untyped-def]
+        points.append(len(at))
+        return gradients(ctx, at, classes)
+
+    monkeypatch.setattr(autograd, "target_gradients_tensor", recording)
+    method, refs, classes = (
+        get_method("integrated_gradients"),
+        np.zeros_like(x.numpy()),
+        np.array([0, 1, 2, 0]),
+    )
+    cut = method.attribute(ctx, x.numpy(), refs, classes)
+    assert points == [64, 64, 64, 64]  # 2**24 elements hold 111 points: one row's 64 steps per chunk
+    points.clear()
+    monkeypatch.setattr("workers.methods.integrated_gradients._POINT_ELEMENTS", 2**40)
+    whole = method.attribute(ctx, x.numpy(), refs, classes)
+    assert points == [256]
+    np.testing.assert_allclose(cut, whole, rtol=1e-6, atol=1e-7)
