@@ -93,6 +93,12 @@ class Method(ABC):
         out = self.attribute(ctx, to_numpy(inputs), to_numpy(baselines), classes.cpu().numpy())
         return to_tensor(out, inputs.device)
 
+    def passes_per_row(self, params: Mapping[str, Any]) -> int:
+        """Forward+backward passes of the model one row costs under (bound) ``params``: the audit
+        cuts its calls by them, so that a call of Integrated Gradients takes about as long as one of
+        Gradient x Input (workers.audit.subinputs)."""
+        return 1
+
     def implementation(self, model: ModelAdapter) -> str | None:
         """Where the implementation that runs depends on ``model``'s graph (a library's in place of
         xaudit's own pass), which one, for the report: the verdict judges that implementation. None

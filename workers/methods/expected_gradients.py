@@ -49,10 +49,16 @@ class ExpectedGradients(TorchMethod):
             bound["steps"] = expected_gradients_steps(used)
         return bound
 
+    def passes_per_row(self, params: Mapping[str, Any]) -> int:
+        return _steps(self.params_from(params))
+
     def attribute_tensors(
         self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
     ) -> torch.Tensor:
         p = self.params(ctx)
-        # Unbound (one constituent run on its own): the quadrature of a single reference.
-        steps = expected_gradients_steps(1) if p["steps"] is None else int(p["steps"])
-        return path_integral(ctx, self.name, steps, str(p["quadrature"]), inputs, baselines, classes)
+        return path_integral(ctx, self.name, _steps(p), str(p["quadrature"]), inputs, baselines, classes)
+
+
+def _steps(params: Mapping[str, Any]) -> int:
+    """Nodes per reference; unbound (one constituent run on its own): a single reference's."""
+    return expected_gradients_steps(1) if params["steps"] is None else int(params["steps"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workers.methods._base import AttributionContext, Capabilities, TorchMethod
@@ -35,6 +36,9 @@ class SmoothGrad(TorchMethod):
         "smoothgrad"
     )  # declared in xaudit.contract.params
     paper_context: ClassVar[str] = "not among the fourteen"
+
+    def passes_per_row(self, params: Mapping[str, Any]) -> int:
+        return int(self.params_from(params)["samples"])
 
     def attribute_tensors(
         self, ctx: AttributionContext, inputs: torch.Tensor, baselines: torch.Tensor, classes: torch.Tensor
