@@ -1,6 +1,6 @@
 """The benchmark suite: xaudit against its peers and against the floor, ratios measured in one run.
 
-    python -m bench.suite [--repeats 5] [--sections shapley,game,methods,audit,scale,startup,gpu]
+    python -m bench.suite [--repeats 5] [--sections shapley,game,methods,audit,scale,images,startup,gpu]
                           [--audit-players 8,16]
 
 Prints Markdown; the README's performance section is this output. Every ratio compares two
@@ -21,6 +21,8 @@ same threads. Sections:
   thread, on the machine as it is and beside one busy process;
 - scale: the audit at 64 and 256 players (five methods on a 1x16x16 CNN, sampled sets), from
   bench/scale.py's players section, each in a fresh process;
+- images: audit calls at an image scale (resnet18 at 224x224, 64 sub-inputs of one sample) per
+  method, each in a fresh process: wall time, peak memory and the longest wait for progress;
 - startup: ``xaudit methods`` and the engine import, in fresh processes;
 - gpu: only where a GPU is present (otherwise one line says why it was skipped): the digits audit on
   the CPU and on CUDA (verdicts, score differences, providers; TF32 off as xaudit runs and allowed
@@ -45,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 ASSETS = ROOT / "workers" / "assets"
 
-SECTIONS = ("shapley", "game", "methods", "audit", "threads", "scale", "startup", "gpu")
+SECTIONS = ("shapley", "game", "methods", "audit", "threads", "scale", "images", "startup", "gpu")
 # Gradient and rule methods, with their nominal forward+backward passes per row (one constituent).
 GRADIENT_METHODS: dict[str, Any] = {
     "gradient_x_input": 1,
@@ -665,6 +667,83 @@ def section_scale() -> None:
     print(done.stdout)
 
 
+# --- images ----------------------------------------------------------------------------------------
+
+_IMAGES_CHILD = """
+import json, sys, time
+import numpy as np, torch
+from tests.models import to_onnx
+from tests.models.zoo.builders import image_model
+from workers.audit.subinputs import attribute_sub_inputs
+from workers.interactions import subsets_up_to
+from workers.methods import get_method
+from workers.models import load_model
+from workers.players import parse_players
+from workers.targets import parse_target
+name, params, rows = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+model = load_model(to_onnx(image_model("resnet18"), torch.from_numpy(x)), "onnx", "cpu")
+players = parse_players("grid:2x4", x.shape[1:])
+target = parse_target("predicted")
+classes = target.resolve_classes(model.predict(x))
+base = np.zeros_like(x)
+method = get_method(name)
+bound = method.bind(method.params_from(params), x, (base, base))
+def peak():
+    return int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
+before = peak()
+ticks = [time.perf_counter()]
+attribute_sub_inputs(method, model, players, target, bound, 0, x, base, classes,
+                     subsets_up_to(players.n, players.n)[:rows], tick=lambda: ticks.append(time.perf_counter()))
+ticks.append(time.perf_counter())
+print(json.dumps({"wall": ticks[-1] - ticks[0], "calls": len(ticks) - 2, "wait": max(np.diff(ticks)),
+                  "before_mb": before, "peak_mb": peak()}))
+"""
+
+# Methods at an image scale, with parameters that keep a row's passes few enough for a benchmark.
+_IMAGE_METHODS = (
+    ("gradient_x_input", {}),
+    ("integrated_gradients", {"steps": 8}),
+    ("grad_cam", {}),
+    ("lrp_epsilon", {}),
+    ("deeplift_rescale", {}),
+    ("deeplift_revealcancel", {}),
+)
+
+
+def section_images(rows: int = 64) -> None:
+    """Audit calls on resnet18 at 224x224: what a user's machine must hold, and how long a job goes
+    without progress (a call ends with a progress tick and a cancellation check)."""
+    print("## Audit calls at 224x224: time, memory and progress (cpu)")
+    print()
+    print(f"torchvision resnet18 (as in the methods section) at 224x224, 2x4 grid, {rows} sub-inputs of one")
+    print("sample, one method per fresh process; peak: the process's maximum resident set (before the")
+    print("call: the model, torch and onnxruntime); wait: the longest stretch without a progress tick.")
+    print()
+    print("| method | parameters | calls | wall s | longest wait s | peak MB | before the call MB |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, params in _IMAGE_METHODS:
+        done = subprocess.run(
+            [sys.executable, "-c", _IMAGES_CHILD, name, json.dumps(params), str(rows)],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
+        )
+        shown = ", ".join(f"{k} {v}" for k, v in params.items()) or "defaults"
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:120]
+            print(f"| {name} | {shown} | failed: {tail} | | | | |")
+            continue
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        print(
+            f"| {name} | {shown} | {r['calls']} | {r['wall']:.1f} | {r['wait']:.1f} | {r['peak_mb']:.0f} "
+            f"| {r['before_mb']:.0f} |",
+            flush=True,
+        )
+    print()
+
+
 # --- startup ---------------------------------------------------------------------------------------
 
 
@@ -817,6 +896,8 @@ def main() -> None:
             section_threads()
         elif section == "scale":
             section_scale()
+        elif section == "images":
+            section_images()
         elif section == "startup":
             section_startup(args.repeats)
         elif section == "gpu":
