@@ -112,3 +112,22 @@ def test_rule_layers_probe_each_dense_matrix_once(name: str, monkeypatch: pytest
     assert len(probes) == after_first
     for other in again:
         np.testing.assert_array_equal(other, first)
+
+
+def test_a_matrix_too_large_is_refused_before_it_is_probed() -> None:
+    # 2,048 inputs within 8x the fan-in (288), but 2,048 x 2,048 entries: over the matrix budget. The
+    # probe would run the layer on 2,048 unit rows (at 224x224, resnet18's last layers: 25,088 rows
+    # of 25,088, 27 s and a 7.7 GB peak) to learn that; one row tells the matrix's width.
+    conv = nn.Conv2d(32, 32, 3, padding=1)
+    rows: list[int] = []
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        rows.append(len(x))
+        return conv._conv_forward(x, conv.weight.detach(), None)
+
+    assert dense_matrix(linear, torch.zeros(MIN_ROWS, 32, 8, 8), conv.weight[0].numel()) is None
+    assert rows == [1]
+    rows.clear()
+    small = torch.zeros(MIN_ROWS, 32, 4, 4)  # 512 x 512 entries: built, from 512 unit rows
+    matrix = dense_matrix(linear, small, conv.weight[0].numel())
+    assert matrix is not None and matrix.shape == (512, 512) and rows == [1, 512]
