@@ -21,8 +21,9 @@ same threads. Sections:
   thread, on the machine as it is and beside one busy process;
 - scale: the audit at 64 and 256 players (five methods on a 1x16x16 CNN, sampled sets), from
   bench/scale.py's players section, each in a fresh process;
-- images: audit calls at an image scale (resnet18 at 224x224, 64 sub-inputs of one sample) per
-  method, each in a fresh process: wall time, peak memory and the longest wait for progress;
+- images: audit calls at an image scale (resnet18 at 224x224, 64 sub-inputs of one sample; one row
+  at 112x112) per method, each in a fresh process: wall time, peak memory and the longest wait for
+  progress;
 - startup: ``xaudit methods`` and the engine import, in fresh processes;
 - gpu: only where a GPU is present (otherwise one line says why it was skipped): the digits audit on
   the CPU and on CUDA (verdicts, score differences, providers; TF32 off as xaudit runs and allowed
@@ -680,8 +681,8 @@ from workers.methods import get_method
 from workers.models import load_model
 from workers.players import parse_players
 from workers.targets import parse_target
-name, params, rows = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+name, params, size, rows = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+x = np.random.default_rng(0).random((1, 3, size, size), dtype=np.float32)
 model = load_model(to_onnx(image_model("resnet18"), torch.from_numpy(x)), "onnx", "cpu")
 players = parse_players("grid:2x4", x.shape[1:])
 target = parse_target("predicted")
@@ -700,31 +701,37 @@ print(json.dumps({"wall": ticks[-1] - ticks[0], "calls": len(ticks) - 2, "wait":
                   "before_mb": before, "peak_mb": peak()}))
 """
 
-# Methods at an image scale, with parameters that keep a row's passes few enough for a benchmark.
+# Methods at an image scale (side, sub-inputs), with parameters that keep a row's passes few enough
+# for a benchmark; the last row's passes reach 32 rows, where small convolutions may take dense
+# input gradients (workers/models/dense_conv.py).
 _IMAGE_METHODS = (
-    ("gradient_x_input", {}),
-    ("integrated_gradients", {"steps": 8}),
-    ("grad_cam", {}),
-    ("lrp_epsilon", {}),
-    ("deeplift_rescale", {}),
-    ("deeplift_revealcancel", {}),
+    ("gradient_x_input", {}, 224, 64),
+    ("integrated_gradients", {"steps": 8}, 224, 64),
+    ("grad_cam", {}, 224, 64),
+    ("lrp_epsilon", {}, 224, 64),
+    ("deeplift_rescale", {}, 224, 64),
+    ("deeplift_revealcancel", {}, 224, 64),
+    ("gradient_x_input", {}, 112, 128),
 )
 
 
-def section_images(rows: int = 64) -> None:
+def section_images() -> None:
     """Audit calls on resnet18 at 224x224: what a user's machine must hold, and how long a job goes
     without progress (a call ends with a progress tick and a cancellation check)."""
     print("## Audit calls at 224x224: time, memory and progress (cpu)")
     print()
-    print(f"torchvision resnet18 (as in the methods section) at 224x224, 2x4 grid, {rows} sub-inputs of one")
-    print("sample, one method per fresh process; peak: the process's maximum resident set (before the")
-    print("call: the model, torch and onnxruntime); wait: the longest stretch without a progress tick.")
+    print("torchvision resnet18 (as in the methods section) at 224x224 (last row: 112x112), 2x4 grid,")
+    print("sub-inputs of one sample, one method per fresh process; peak: the process's maximum resident set")
+    print("(before the call: the model, torch and onnxruntime); wait: the longest stretch without a")
+    print("progress tick.")
     print()
-    print("| method | parameters | calls | wall s | longest wait s | peak MB | before the call MB |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for name, params in _IMAGE_METHODS:
+    print(
+        "| method | parameters | side | sub-inputs | calls | wall s | longest wait s | peak MB | before the call MB |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, params, size, rows in _IMAGE_METHODS:
         done = subprocess.run(
-            [sys.executable, "-c", _IMAGES_CHILD, name, json.dumps(params), str(rows)],
+            [sys.executable, "-c", _IMAGES_CHILD, name, json.dumps(params), str(size), str(rows)],
             capture_output=True,
             text=True,
             env=_env(),
@@ -733,12 +740,12 @@ def section_images(rows: int = 64) -> None:
         shown = ", ".join(f"{k} {v}" for k, v in params.items()) or "defaults"
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:120]
-            print(f"| {name} | {shown} | failed: {tail} | | | | |")
+            print(f"| {name} | {shown} | {size} | {rows} | failed: {tail} | | | | |")
             continue
         r = json.loads(done.stdout.strip().splitlines()[-1])
         print(
-            f"| {name} | {shown} | {r['calls']} | {r['wall']:.1f} | {r['wait']:.1f} | {r['peak_mb']:.0f} "
-            f"| {r['before_mb']:.0f} |",
+            f"| {name} | {shown} | {size} | {rows} | {r['calls']} | {r['wall']:.1f} | {r['wait']:.1f} "
+            f"| {r['peak_mb']:.0f} | {r['before_mb']:.0f} |",
             flush=True,
         )
     print()
