@@ -7,7 +7,13 @@ import statistics
 import time
 from collections.abc import Callable
 
-__all__ = ["median_seconds", "paired_medians"]
+__all__ = ["median_seconds", "paired_medians", "peak_resident_mb"]
+
+
+def peak_resident_mb() -> float:
+    """This process's peak resident memory so far (VmHWM), in MB."""
+    with open("/proc/self/status") as status:
+        return int(next(line for line in status if line.startswith("VmHWM")).split()[1]) / 1024
 
 
 def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:

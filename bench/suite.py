@@ -518,8 +518,9 @@ _ONE_PASS_MODELS = (
 # --- audit -----------------------------------------------------------------------------------------
 
 _AUDIT_CHILD = """
-import json, os, resource, sys, time
+import json, os, sys, time
 import numpy as np
+from bench._common import peak_resident_mb
 from workers.audit import run_audit
 from workers.prepare import prepare
 from xaudit.contract.spec import FOURTEEN_METHODS, JobSpec
@@ -538,7 +539,7 @@ imports = time.process_time() - i0
 t0 = time.perf_counter(); c0 = time.process_time()
 report = run_audit(prepare(JobSpec(players=grid, device=device, methods=FOURTEEN_METHODS), model, "onnx", tensors)).report
 wall = time.perf_counter() - t0; cpu = time.process_time() - c0
-peak = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
+peak = peak_resident_mb()
 methods = {m["name"]: (m["verdict"], m.get("seconds", 0.0)) for m in report["methods"]}
 scores = {m["name"]: {c: v["score"] for c, v in (m.get("criteria") or {}).items()} for m in report["methods"]}
 env = report["environment"]
@@ -673,6 +674,7 @@ def section_scale() -> None:
 _IMAGES_CHILD = """
 import json, sys, time
 import numpy as np, torch
+from bench._common import peak_resident_mb
 from tests.models import to_onnx
 from tests.models.zoo.builders import image_model
 from workers.audit.subinputs import attribute_sub_inputs
@@ -690,15 +692,13 @@ classes = target.resolve_classes(model.predict(x))
 base = np.zeros_like(x)
 method = get_method(name)
 bound = method.bind(method.params_from(params), x, (base, base))
-def peak():
-    return int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
-before = peak()
+before = peak_resident_mb()
 ticks = [time.perf_counter()]
 attribute_sub_inputs(method, model, players, target, bound, 0, x, base, classes,
                      subsets_up_to(players.n, players.n)[:rows], tick=lambda: ticks.append(time.perf_counter()))
 ticks.append(time.perf_counter())
 print(json.dumps({"wall": ticks[-1] - ticks[0], "calls": len(ticks) - 2, "wait": max(np.diff(ticks)),
-                  "before_mb": before, "peak_mb": peak()}))
+                  "before_mb": before, "peak_mb": peak_resident_mb()}))
 """
 
 # Methods at an image scale (side, sub-inputs), with parameters that keep a row's passes few enough
