@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.device_budget import equal_parts
+from workers.device_budget import budget_scale, equal_parts
 from workers.methods._base import AttributionContext, Capabilities, TorchMethod, distinct_references
 from workers.targets import Target
 from xaudit.contract.params import parameter_defaults
@@ -91,7 +91,6 @@ class DeepLiftRevealCancel(TorchMethod):
     ) -> torch.Tensor:
         import torch
 
-        from workers.device_budget import budget_scale
         from workers.methods._revealcancel_graph import Reference
 
         self.params(ctx)  # refuses unknown parameters (there are none)
