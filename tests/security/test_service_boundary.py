@@ -47,7 +47,10 @@ def test_a_completion_by_a_worker_that_does_not_hold_the_lease_is_refused(
 
     # Another worker token, naming the owner (worker ids are guessable: host:pid) with no or a guessed secret.
     attacker = s.workers(s.other_worker)
-    for secret in ("", "guess", payload.lease_secret[:-1] + "x"):
+    # One character off the real secret: a last character other than its own (a fixed "x" was the
+    # real secret itself whenever the secret ended in "x", one run in 64).
+    near = payload.lease_secret[:-1] + ("y" if payload.lease_secret.endswith("x") else "x")
+    for secret in ("", "guess", near):
         forged = worker_pb2.CompleteJobRequest(
             job_id=job_id, worker_id="host-a:101", report=b'{"forged": true}', lease_secret=secret
         )
