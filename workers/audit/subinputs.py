@@ -10,7 +10,7 @@ import numpy as np
 from workers.audit.device_subinputs import DeviceSubInputs, on_device
 from workers.device_budget import budget_scale
 from workers.methods import AttributionContext, Method, derived_seed
-from workers.methods._embedding import run_method
+from workers.methods._embedding import attributed_elements, run_method
 from workers.models.base import ModelAdapter
 from workers.players import Players, subset_bits
 from workers.sub_inputs import masked_samples
@@ -57,7 +57,7 @@ def attribute_sub_inputs(
     ``tick`` is called after each batch of samples (progress; it may raise Cancelled).
     """
     n_samples, m, n = len(inputs), len(subsets), players.n
-    sample_elements = int(np.prod(inputs.shape[1:]))
+    sample_elements = attributed_elements(method, model, inputs)
     elements_per_call = _elements_per_call(method, model, params)
     rows_per_call = max(1, min(_MAX_SUB_INPUTS_PER_CALL, elements_per_call // max(1, sample_elements)))
     if m > rows_per_call:  # many sub-inputs (sampled sets above 10 players): one sample at a time

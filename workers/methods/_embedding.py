@@ -29,7 +29,7 @@ from workers.models.named import NamedOnnxModel, OnnxGraph
 from workers.players import Players
 from xaudit.contract.errors import InvalidInput, NotApplicable
 
-__all__ = ["EmbeddingView", "attach_embedding", "find_embedding", "run_method"]
+__all__ = ["EmbeddingView", "attach_embedding", "attributed_elements", "find_embedding", "run_method"]
 
 # Operators that pass ids through unchanged on their way to the embedding lookup.
 _ID_PASSTHROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Flatten"}
@@ -159,6 +159,18 @@ def graph_model(model: ModelAdapter) -> ModelAdapter:
     bound = model.for_sample(0) if model.per_sample else model
     view = getattr(bound, "embedding", None)
     return view.head if isinstance(view, EmbeddingView) else bound
+
+
+def attributed_elements(method: Method, model: ModelAdapter, inputs: np.ndarray) -> int:
+    """Elements of one sample of ``inputs`` that ``method`` computes on: for a gradient method on
+    token inputs, the embedding output's (one id stands for a whole embedding row, 256 or 768 floats
+    that every pass carries); otherwise the input's. Budgets that count a row's elements read this."""
+    elements = int(np.prod(inputs.shape[1:]))
+    bound = model.for_sample(0) if model.per_sample else model
+    view = getattr(bound, "embedding", None)
+    if not isinstance(view, EmbeddingView) or not method.capabilities.gradients:
+        return elements
+    return int(view.embeddings(inputs[:1]).size)  # one lookup: the width is rarely declared
 
 
 def _spread_players(players: Players, dim: int) -> Players:

@@ -72,3 +72,39 @@ def test_a_stochastic_method_keeps_its_calls(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(subinputs, "_MAX_ELEMENTS_PER_CALL", 64 * 100)
     assert get_method("smoothgrad").passes_per_row({"samples": 8}) == 8
     assert _calls("smoothgrad", {"samples": 8}, monkeypatch)[0] == GRADIENT_X_INPUT_CALLS * 2
+
+
+def test_a_token_models_calls_count_its_embedding_elements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gradient methods on token ids run at the embedding output: a row is 6 x 16 floats there, not
+    6 ids. Counted as ids, a BERT of width 256 at 128 tokens took calls of 1,024 sub-inputs, and
+    Integrated Gradients at 64 steps some 20 minutes per call without progress."""
+    from tests.unit.multi_input.models import TinyTransformer, export
+    from workers.methods._embedding import attributed_elements
+    from workers.prepare import prepare
+    from xaudit.contract.spec import JobSpec
+
+    torch.manual_seed(0)
+    ids = torch.randint(1, 12, (1, 6))
+    mask = torch.ones(1, 6, dtype=torch.int64)
+    data = export(TinyTransformer(12), (ids, mask), ("ids", "mask"))
+    spec = JobSpec(players="tokens", explain="ids", baseline="token:0", device="cpu")
+    prep = prepare(spec, data, None, {"inputs": ids.numpy(), "input:mask": mask.numpy()})
+    gradients, occlusion = get_method("gradient_x_input"), get_method("occlusion_1")
+    assert attributed_elements(gradients, prep.model, prep.inputs) == 6 * 16
+    assert attributed_elements(occlusion, prep.model, prep.inputs) == 6
+    monkeypatch.setattr(subinputs, "_MAX_ELEMENTS_PER_CALL", 6 * 16 * 10)
+    calls: list[int] = []
+    per_player = subinputs._HostSubInputs.per_player
+
+    def counted(self, method, ctx, bits, inputs, *rest):  # type: ignore[no-untyped-def]
+        calls.append(len(bits) * len(inputs))
+        return per_player(self, method, ctx, bits, inputs, *rest)
+
+    monkeypatch.setattr(subinputs._HostSubInputs, "per_player", counted)
+    subsets = subsets_up_to(6, 6)
+    for method in (gradients, occlusion):
+        subinputs.attribute_sub_inputs(
+            method, prep.model, prep.players, prep.target, {}, 0, prep.inputs, prep.baselines,
+            prep.classes, subsets,
+        )  # fmt: skip
+    assert calls == [10] * 6 + [4] + [64]  # ids count for Occlusion: 960 ids hold all 64
