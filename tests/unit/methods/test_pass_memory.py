@@ -85,3 +85,43 @@ def test_integrated_gradients_holds_a_bounded_number_of_path_points(monkeypatch:
     whole = method.attribute(ctx, x.numpy(), refs, classes)
     assert points == [256]
     np.testing.assert_allclose(cut, whole, rtol=1e-6, atol=1e-7)
+
+
+def test_smoothgrad_draws_its_noise_in_bounded_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SmoothGrad held its noise, the noisy copies and their gradients for every copy of a call at once:
+    6 GB for an audit call at 224x224 with the default 32 copies."""
+    x = torch.rand(6, *SHAPE, generator=torch.Generator().manual_seed(5))
+    ctx = context(_image_net(), x[:1], params={"samples": 32})
+    classes, refs = np.array([0, 1, 2, 0, 1, 2]), np.zeros_like(x.numpy())
+    held: list[int] = []  # noisy rows held at once
+    gradients = autograd.target_gradients_tensor
+
+    def recording(ctx, at, classes):  # type: ignore[no-untyped-def]
+        held.append(len(at))
+        return gradients(ctx, at, classes)
+
+    monkeypatch.setattr(autograd, "target_gradients_tensor", recording)
+    cut = get_method("smoothgrad").attribute(ctx, x.numpy(), refs, classes)
+    assert held == [24] * 8  # 2**22 elements hold 4 noisy copies of the 6 rows
+    held.clear()
+    monkeypatch.setattr(passes, "ELEMENTS", 2**40)
+    whole = get_method("smoothgrad").attribute(ctx, x.numpy(), refs, classes)
+    assert held == [192]
+    np.testing.assert_allclose(cut, whole, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("samples", "elements", "budget"), [(32, 6 * 150528, 2**22), (50, 100, 1000), (40, 5, 64), (33, 5, 64)]
+)
+def test_smoothgrads_groups_draw_the_noise_of_one_draw(samples: int, elements: int, budget: int) -> None:
+    """The same seed gives the same noise however the copies are grouped (torch draws normals in
+    blocks of 16; the groups keep to them), so a job's SmoothGrad does not depend on the budget."""
+    from workers.methods.saliency import noise_groups
+
+    groups = noise_groups(samples, elements, budget)
+    assert sum(groups) == samples and len(groups) > 1
+    assert all(g * elements <= max(budget, 32 * elements) for g in groups)
+    one = torch.randn((samples, elements), generator=torch.Generator().manual_seed(9))
+    generator = torch.Generator().manual_seed(9)
+    grouped = torch.cat([torch.randn((g, elements), generator=generator) for g in groups])
+    assert torch.equal(one, grouped)
