@@ -103,14 +103,18 @@ def _extract(proto: onnx.ModelProto, inputs: list[str], output: str) -> bytes:
 
 @dataclass(frozen=True)
 class EmbeddingView:
-    """``embed``: ids -> E (rows of one sample); ``head``: E -> output; ``tensor``: E's name."""
+    """``embed``: ids -> E (rows of one sample); ``head``: E -> output; ``tensor``: E's name;
+    ``width``: E's floats per id."""
 
     tensor: str
     embed: NamedOnnxModel
     head: NamedOnnxModel
+    width: int
 
     def for_sample(self, index: int) -> EmbeddingView:
-        return EmbeddingView(self.tensor, self.embed.for_sample(index), self.head.for_sample(index))
+        return EmbeddingView(
+            self.tensor, self.embed.for_sample(index), self.head.for_sample(index), self.width
+        )
 
     def embeddings(self, ids: np.ndarray) -> np.ndarray:
         """E(ids) (k, positions, dim) float32 for float-carried ids (k, positions)."""
@@ -147,7 +151,10 @@ def attach_embedding(model: NamedOnnxModel, tensor: str, ids_values: np.ndarray)
     held[ids] = ids_values.astype(model.explained.dtype)
     embed = NamedOnnxModel(embed_graph, ids, {n: held[n] for n in embed_inputs if n != ids})
     head = NamedOnnxModel(head_graph, name, {n: held[n] for n in head_inputs})
-    model.embedding = EmbeddingView(name, embed, head)
+    first = embed.for_sample(0) if embed.per_sample else embed
+    ids_row = ids_values[:1].astype(np.float32)
+    width = int(first.predict(ids_row).size) // max(1, ids_row.size)  # one lookup: rarely declared
+    model.embedding = EmbeddingView(name, embed, head, max(1, width))
     # The halves hold the ids of each sample: bind per sample even without other inputs.
     model.per_sample = model.sample is None and (model.per_sample or embed.per_sample or head.per_sample)
 
@@ -166,11 +173,10 @@ def attributed_elements(method: Method, model: ModelAdapter, inputs: np.ndarray)
     token inputs, the embedding output's (one id stands for a whole embedding row, 256 or 768 floats
     that every pass carries); otherwise the input's. Budgets that count a row's elements read this."""
     elements = int(np.prod(inputs.shape[1:]))
-    bound = model.for_sample(0) if model.per_sample else model
-    view = getattr(bound, "embedding", None)
+    view = getattr(model, "embedding", None)
     if not isinstance(view, EmbeddingView) or not method.capabilities.gradients:
         return elements
-    return int(view.embeddings(inputs[:1]).size)  # one lookup: the width is rarely declared
+    return elements * view.width
 
 
 def _spread_players(players: Players, dim: int) -> Players:

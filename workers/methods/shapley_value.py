@@ -65,8 +65,8 @@ def _values(
     cls: int,
     bits: np.ndarray,
 ) -> np.ndarray:
-    """v(T) for coalitions ``bits`` (r, n) of one sample, in batches of the model's size."""
-    rows = max(1, model.batch_size)
+    """v(T) for coalitions ``bits`` (r, n) of one sample, in the model's forward calls."""
+    rows = model.rows_per_call(x.size)
     classes = np.full(rows, cls)
     values = np.empty(len(bits))
     for start in range(0, len(bits), rows):

@@ -12,6 +12,7 @@ rate) are fed as given. Integer inputs travel through the core as float32 (ids b
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -159,6 +160,11 @@ def _repeat(row: np.ndarray, axis: int | None, k: int) -> np.ndarray:
 
 class SampleBound(Protocol):
     """Something that holds per-sample values and binds to one sample (an embedding view)."""
+
+    @property
+    def width(self) -> int:
+        """Floats the embedding gives each token: what a row's activations scale with."""
+        ...
 
     def for_sample(self, index: int) -> SampleBound: ...
 
@@ -315,8 +321,14 @@ class NamedOnnxModel(ModelAdapter):
             raise RuntimeError("a model with per-sample held inputs must be bound to a sample (for_sample)")
         return held_row(self.fixed[name], self.axes[name], self.sample or 0)
 
+    def rows_per_call(self, sample_elements: int) -> int:
+        """As :meth:`ModelAdapter.rows_per_call`, counting a token's embedding for each id: a token
+        model's activations grow with its width, not with the ids."""
+        width = self.embedding.width if self.embedding is not None else 1
+        return super().rows_per_call(sample_elements * width)
+
     def predict(self, x: np.ndarray) -> np.ndarray:
-        step = self.explained.fixed_batch or self.batch_size
+        step = self.explained.fixed_batch or self.rows_per_call(math.prod(x.shape[1:]))
         outs = []
         rows_held = {name: self._fixed_row(name) for name in self.fixed}
         for start in range(0, x.shape[0], step):

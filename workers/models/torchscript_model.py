@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import warnings
 
 import numpy as np
@@ -64,11 +65,12 @@ class TorchScriptModel(ModelAdapter):
         return self._forward(x)
 
     def _forward(self, x: torch.Tensor) -> np.ndarray:
-        """(k, C) float32 outputs for rows ``x`` (on the host or the device), ``batch_size`` at a time."""
+        """(k, C) float32 outputs for rows ``x`` (on the host or the device), :meth:`rows_per_call` at a time."""
         outs = []
+        step = self.rows_per_call(math.prod(x.shape[1:]))
         with torch.inference_mode():
-            for start in range(0, x.shape[0], self.batch_size):
-                chunk = self._typed(x[start : start + self.batch_size]).to(self.device)
+            for start in range(0, x.shape[0], step):
+                chunk = self._typed(x[start : start + step]).to(self.device)
                 try:
                     out = self._module(chunk)
                 except Exception as exc:

@@ -67,7 +67,8 @@ def test_passes_and_forward_calls_grow_with_the_scale(monkeypatch: pytest.Monkey
     assert cpu_rows == 2**22 // (3 * 224 * 224) == 27
     assert passes.rows_per_pass(image) == 17 * 2**22 // (3 * 224 * 224)
     assert rows_per_call(64) == 1024 and rows_per_call(64, scale=17) == 17 * 1024
-    assert rows_per_call(3 * 224 * 224, scale=17) == 256  # the batch size, as on the CPU
+    assert rows_per_call(3 * 224 * 224) == 27  # the forward budget: 2**22 elements
+    assert rows_per_call(3 * 224 * 224, scale=17) == 256  # the batch size: the budget holds 473
 
 
 @pytest.mark.parametrize(("name", "grows"), [("smoothgrad", False), ("lrp_epsilon", True)])
