@@ -1,6 +1,6 @@
 """The benchmark suite: xaudit against its peers and against the floor, ratios measured in one run.
 
-    python -m bench.suite [--repeats 5] [--sections shapley,game,methods,audit,scale,images,startup,gpu]
+    python -m bench.suite [--repeats 5] [--sections shapley,game,methods,audit,scale,images,text,startup,gpu]
                           [--audit-players 8,16]
 
 Prints Markdown; the README's performance section is this output. Every ratio compares two
@@ -24,6 +24,9 @@ same threads. Sections:
 - images: audit calls at an image scale (resnet18 at 224x224, 64 sub-inputs of one sample; one row
   at 112x112) per method, each in a fresh process: wall time, peak memory and the longest wait for
   progress;
+- text: forward calls and Integrated Gradients' audit calls on a transformers BERT (width 256) at 128
+  and 512 tokens, each in a fresh process, with the cuts of today and of before: rows per call, peak
+  memory, the longest wait for progress;
 - startup: ``xaudit methods`` and the engine import, in fresh processes;
 - gpu: only where a GPU is present (otherwise one line says why it was skipped): the digits audit on
   the CPU and on CUDA (verdicts, score differences, providers; TF32 off as xaudit runs and allowed
@@ -48,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 ASSETS = ROOT / "workers" / "assets"
 
-SECTIONS = ("shapley", "game", "methods", "audit", "threads", "scale", "images", "startup", "gpu")
+SECTIONS = ("shapley", "game", "methods", "audit", "threads", "scale", "images", "text", "startup", "gpu")
 # Gradient and rule methods, with their nominal forward+backward passes per row (one constituent).
 GRADIENT_METHODS: dict[str, Any] = {
     "gradient_x_input": 1,
@@ -751,6 +754,97 @@ def section_images() -> None:
     print()
 
 
+# --- text ------------------------------------------------------------------------------------------
+
+_TEXT_CHILD = """
+import json, sys, tempfile, time
+from pathlib import Path
+import numpy as np
+import workers.audit.subinputs as subinputs
+import workers.models.base as base
+from bench._common import peak_resident_mb
+from tests.models.zoo.builders import hf_bert
+from workers.interactions import subsets_up_to
+from workers.methods import get_method
+from workers.prepare import prepare
+from xaudit.contract.spec import JobSpec
+work, length, rows, old = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "old"
+zoo = hf_bert(Path(tempfile.mkdtemp()), "legacy", length=length, width=256, layers=4, vocab=1000)
+tensors = {"inputs": zoo.inputs["input_ids"], "input:attention_mask": zoo.inputs["attention_mask"],
+           "input:token_type_ids": zoo.inputs["token_type_ids"]}
+spec = JobSpec(players="windows:8", explain="input_ids", baseline="token:0", device="cpu")
+prep = prepare(spec, zoo.model.read_bytes(), None, tensors)
+if old:  # the cuts before: 256 rows per forward call, audit calls counted in token ids
+    base.FORWARD_ELEMENTS = 2**40
+    subinputs.attributed_elements = lambda method, model, inputs: int(np.prod(inputs.shape[1:]))
+model = prep.model.for_sample(0)
+before = peak_resident_mb()
+ticks = [time.perf_counter()]
+if work == "forward":  # as the game calls the model: a progress tick after each call
+    per_call = model.rows_per_call(length) if not old else 256
+    masked = np.repeat(prep.inputs[:1], rows, axis=0)
+    for first in range(0, rows, per_call):
+        model.predict(masked[first : first + per_call])
+        ticks.append(time.perf_counter())
+else:
+    method = get_method(work)
+    bound = method.bind(method.params_from({}), prep.inputs, (prep.baselines,))
+    sample = subinputs.attributed_elements(method, prep.model, prep.inputs)
+    per_call = min(1024, subinputs._elements_per_call(method, prep.model, bound) // sample)
+    subinputs.attribute_sub_inputs(method, prep.model, prep.players, prep.target, bound, 0, prep.inputs,
+                                   prep.baselines, prep.classes, subsets_up_to(prep.players.n, 2)[:rows],
+                                   tick=lambda: ticks.append(time.perf_counter()))
+ticks.append(time.perf_counter())
+print(json.dumps({"wall": ticks[-1] - ticks[0], "calls": len(ticks) - 2, "per_call": per_call,
+                  "wait": max(np.diff(ticks)), "before_mb": before, "peak_mb": peak_resident_mb()}))
+"""
+
+# (work, tokens, rows or sub-inputs): forward calls of one sample's masked rows, and audit calls of
+# Integrated Gradients (64 steps, its default), each with the cuts of today and of before.
+_TEXT_WORK = (
+    ("forward", 128, 256),
+    ("forward", 512, 128),
+    ("integrated_gradients", 128, 16),
+)
+
+
+def section_text() -> None:
+    """Forward and audit calls on a BERT at text scale: memory, speed and the wait for progress."""
+    print("## Text scale: forward and audit calls on a BERT (cpu)")
+    print()
+    print("transformers' BertForSequenceClassification from its config (width 256, 4 layers, 4 heads,")
+    print("feed-forward 512, random weights), legacy ONNX export; tokens in windows of 8; one fresh process")
+    print("per row. Forward: one sample's masked rows through the model (ids, attention mask and segments).")
+    print("Audit call: Integrated Gradients (64 steps) on sub-inputs of the first sets, at the embedding")
+    print("output. Before: 256 rows per forward call whatever their size, audit calls counted in token ids")
+    print("(reproduced in the same run). Per call: rows per forward call, or sub-inputs per audit call.")
+    print()
+    print(
+        "| work | tokens | rows | cut | per call | calls | wall s | longest wait s | peak MB | before the work MB |"
+    )
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for work, length, rows in _TEXT_WORK:
+        for cut in ("today", "old"):
+            done = subprocess.run(
+                [sys.executable, "-c", _TEXT_CHILD, work, str(length), str(rows), cut],
+                capture_output=True,
+                text=True,
+                env=_env(),
+                cwd=ROOT,
+            )
+            if done.returncode != 0:
+                tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:120]
+                print(f"| {work} | {length} | {rows} | {cut} | failed: {tail} | | | | | |")
+                continue
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+            print(
+                f"| {work} | {length} | {rows} | {'before' if cut == 'old' else 'today'} | {r['per_call']} "
+                f"| {r['calls']} | {r['wall']:.1f} | {r['wait']:.1f} | {r['peak_mb']:.0f} | {r['before_mb']:.0f} |",
+                flush=True,
+            )
+    print()
+
+
 # --- startup ---------------------------------------------------------------------------------------
 
 
@@ -905,6 +999,8 @@ def main() -> None:
             section_scale()
         elif section == "images":
             section_images()
+        elif section == "text":
+            section_text()
         elif section == "startup":
             section_startup(args.repeats)
         elif section == "gpu":

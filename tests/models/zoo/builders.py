@@ -411,21 +411,25 @@ def bert_like(folder: Path, length: int = 8) -> ZooModel:
     return _bert_zoo(folder / "model.onnx", example, expected)
 
 
-def hf_bert(folder: Path, exporter: str, length: int = 8) -> ZooModel:
+def hf_bert(
+    folder: Path, exporter: str, length: int = 8, width: int = 32, layers: int = 2, vocab: int = 100
+) -> ZooModel:
     """transformers' BertForSequenceClassification built from its config (random weights, no
     download; initializer_range 0.3 instead of 0.02, else the logits are ~0.01 and every verdict
     vacuous), exported as its users do: ``dynamo`` (torch.onnx.export's default exporter, from a
-    two-row example) or ``legacy``."""
+    two-row example) or ``legacy``. Heads of 64 floats (at least two) and a feed-forward twice the
+    width (BERT's is four times) keep the default tiny; bench/suite.py's text section asks for more."""
     from transformers import BertConfig, BertForSequenceClassification
 
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     config = BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=64, num_labels=3, initializer_range=0.3,
+        vocab_size=vocab, hidden_size=width, num_hidden_layers=layers, num_attention_heads=max(2, width // 64),
+        intermediate_size=2 * width, max_position_embeddings=max(64, length), num_labels=3,
+        initializer_range=0.3,
     )  # fmt: skip
     module = BertForSequenceClassification(config).eval()
-    example = _bert_batch(2, length, vocab=100, seed=11)
+    example = _bert_batch(2, length, vocab=vocab, seed=11)
     with torch.no_grad():
         expected = module(*(t[:1] for t in example)).logits.numpy()
     _export_bert(module, example, folder / "model.onnx", exporter)
