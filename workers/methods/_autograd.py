@@ -16,8 +16,9 @@ def target_gradients_tensor(
 ) -> torch.Tensor:
     """d target[class] / d input at ``points`` (k, *shape); one backward per pass of
     :func:`~workers.methods._passes.rows_per_pass` rows."""
-    model = ctx.target.wrap(ctx.model.torch_differentiable())
-    rows = rows_per_pass(points)
+    graph = ctx.model.torch_differentiable()
+    model = ctx.target.wrap(graph)
+    rows = rows_per_pass(points, graph)
     grads = []
     for start in range(0, points.shape[0], rows):
         x = points[start : start + rows].detach().requires_grad_(True)

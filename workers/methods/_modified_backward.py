@@ -264,5 +264,5 @@ def lrp_relevance(
         return modified.relevance(x, ctx.target, c)
 
     with torch.enable_grad():
-        rows = ctx.model.hook_batch or rows_per_pass(inputs)
+        rows = ctx.model.hook_batch or rows_per_pass(inputs, graph)
         return in_row_chunks(rows, relevance, classes, inputs)

@@ -62,6 +62,8 @@ def lrp_relevance(
     graph = ctx.model.torch_hookable(method)
     plan = plan_graph(graph, method, "LRP", clips=True)  # Zennit would silently use the gradient elsewhere
     model = ctx.target.wrap(graph)
+    # The one-pass rules' bound (the hooks store as much), probed before the hooks are on.
+    rows = rows_per_pass(inputs, graph)
     # Hooks registered once for all chunks (registration walks every module).
     with torch.enable_grad(), Gradient(model=model, composite=_composite(plan, rule)) as attributor:
 
@@ -73,5 +75,4 @@ def lrp_relevance(
             _, relevance = attributor(x.requires_grad_(True), seed)
             return relevance
 
-        # the one-pass rules' bound: the hooks store as much
-        return in_row_chunks(rows_per_pass(inputs), relevance, classes, inputs)
+        return in_row_chunks(rows, relevance, classes, inputs)

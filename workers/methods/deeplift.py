@@ -33,7 +33,8 @@ def _deeplift(
         return rescale.attributions(x, x0, ctx.target, c)
 
     with torch.enable_grad():
-        return in_row_chunks(rows_per_pass(inputs), attributions, classes, inputs, baselines)
+        rows = rows_per_pass(inputs, graph)
+        return in_row_chunks(rows, attributions, classes, inputs, baselines)
 
 
 def _captum(

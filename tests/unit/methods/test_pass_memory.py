@@ -44,7 +44,9 @@ def test_gradient_passes_hold_a_bounded_number_of_input_elements(monkeypatch: py
     rows = _recorded(monkeypatch, ctx)
     cut = get_method("gradient_x_input").attribute(ctx, x.numpy(), refs, classes)
     assert passes.ELEMENTS // (3 * 224 * 224) == 27
-    assert rows == [22, 22, 20]  # the fewest passes of at most 27 rows, as equal as they come
+    # the probe of one and two rows (saved bytes, cached), then the fewest passes of at most 27 rows,
+    # as equal as they come: this graph saves little per row
+    assert rows == [1, 2, 22, 22, 20]
     rows.clear()
     monkeypatch.setattr(passes, "ELEMENTS", 2**40)
     whole = get_method("gradient_x_input").attribute(ctx, x.numpy(), refs, classes)
@@ -59,7 +61,29 @@ def test_small_inputs_keep_large_passes(monkeypatch: pytest.MonkeyPatch) -> None
     get_method("gradient_x_input").attribute(
         ctx, x.numpy(), np.zeros_like(x.numpy()), np.zeros(3000, dtype=np.int64)
     )
-    assert rows == [1000, 1000, 1000]  # passes.CHUNK rows at most
+    assert rows == [1, 2, 1000, 1000, 1000]  # the probe, then passes.CHUNK rows at most
+
+
+@pytest.mark.parametrize("form", ["onnx", "torchscript"])
+def test_a_graph_that_saves_much_per_row_takes_fewer_rows(form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Input elements undercount what a transformer's pass holds: 64 inputs to a hidden layer of
+    16,384 units save 64 KB per row, all of it the ReLU's output, whatever the input's size."""
+    torch.manual_seed(6)
+    module = nn.Sequential(nn.Linear(64, 16384), nn.ReLU(), nn.Linear(16384, 3))
+    x = torch.rand(100, 64, generator=torch.Generator().manual_seed(7))
+    ctx = context(module, x[:2], fmt=form)
+    per_row = passes.saved_bytes_per_row(ctx.model.torch_differentiable(), x)
+    assert 16384 * 4 <= per_row <= 3 * 16384 * 4
+    monkeypatch.setattr(passes, "SAVED_BYTES", 16 * per_row)
+    rows = _recorded(monkeypatch, ctx)
+    classes, refs = np.zeros(100, dtype=np.int64), np.zeros_like(x.numpy())
+    cut = get_method("gradient_x_input").attribute(ctx, x.numpy(), refs, classes)
+    assert rows == [15] * 6 + [10]  # 16 rows at most: seven passes, as equal as they come
+    rows.clear()
+    monkeypatch.setattr(passes, "SAVED_BYTES", 2**40)
+    whole = get_method("gradient_x_input").attribute(ctx, x.numpy(), refs, classes)
+    assert rows == [100]
+    np.testing.assert_allclose(cut, whole, rtol=1e-5, atol=1e-6)
 
 
 def test_integrated_gradients_holds_a_bounded_number_of_path_points(monkeypatch: pytest.MonkeyPatch) -> None:
