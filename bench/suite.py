@@ -761,6 +761,7 @@ import json, sys, tempfile, time
 from pathlib import Path
 import numpy as np
 import workers.audit.subinputs as subinputs
+import workers.methods._passes as passes
 import workers.models.base as base
 from bench._common import peak_resident_mb
 from tests.models.zoo.builders import hf_bert
@@ -774,8 +775,9 @@ tensors = {"inputs": zoo.inputs["input_ids"], "input:attention_mask": zoo.inputs
            "input:token_type_ids": zoo.inputs["token_type_ids"]}
 spec = JobSpec(players="windows:8", explain="input_ids", baseline="token:0", device="cpu")
 prep = prepare(spec, zoo.model.read_bytes(), None, tensors)
-if old:  # the cuts before: 256 rows per forward call, audit calls counted in token ids
-    base.FORWARD_ELEMENTS = 2**40
+if old:  # the cuts before: 256 rows per forward call, audit calls counted in token ids, passes in
+    base.FORWARD_ELEMENTS = 2**40  # input elements alone
+    passes.SAVED_BYTES = 2**40
     subinputs.attributed_elements = lambda method, model, inputs: int(np.prod(inputs.shape[1:]))
 model = prep.model.for_sample(0)
 before = peak_resident_mb()
@@ -792,7 +794,7 @@ else:
     sample = subinputs.attributed_elements(method, prep.model, prep.inputs)
     per_call = min(1024, subinputs._elements_per_call(method, prep.model, bound) // sample)
     subinputs.attribute_sub_inputs(method, prep.model, prep.players, prep.target, bound, 0, prep.inputs,
-                                   prep.baselines, prep.classes, subsets_up_to(prep.players.n, 2)[:rows],
+                                   prep.baselines, prep.classes, subsets_up_to(prep.players.n, 3)[:rows],
                                    tick=lambda: ticks.append(time.perf_counter()))
 ticks.append(time.perf_counter())
 print(json.dumps({"wall": ticks[-1] - ticks[0], "calls": len(ticks) - 2, "per_call": per_call,
@@ -800,10 +802,12 @@ print(json.dumps({"wall": ticks[-1] - ticks[0], "calls": len(ticks) - 2, "per_ca
 """
 
 # (work, tokens, rows or sub-inputs): forward calls of one sample's masked rows, and audit calls of
-# Integrated Gradients (64 steps, its default), each with the cuts of today and of before.
+# Gradient x Input and Integrated Gradients (64 steps, its default), each with the cuts of today and
+# of before.
 _TEXT_WORK = (
     ("forward", 128, 256),
     ("forward", 512, 128),
+    ("gradient_x_input", 128, 256),
     ("integrated_gradients", 128, 16),
 )
 
@@ -815,9 +819,10 @@ def section_text() -> None:
     print("transformers' BertForSequenceClassification from its config (width 256, 4 layers, 4 heads,")
     print("feed-forward 512, random weights), legacy ONNX export; tokens in windows of 8; one fresh process")
     print("per row. Forward: one sample's masked rows through the model (ids, attention mask and segments).")
-    print("Audit call: Integrated Gradients (64 steps) on sub-inputs of the first sets, at the embedding")
-    print("output. Before: 256 rows per forward call whatever their size, audit calls counted in token ids")
-    print("(reproduced in the same run). Per call: rows per forward call, or sub-inputs per audit call.")
+    print("Audit calls: Gradient x Input and Integrated Gradients (64 steps) on sub-inputs of the first")
+    print("sets, at the embedding output. Before: 256 rows per forward call whatever their size, audit")
+    print("calls counted in token ids, passes bounded by input elements alone (reproduced in the same run).")
+    print("Per call: rows per forward call, or sub-inputs per audit call.")
     print()
     print(
         "| work | tokens | rows | cut | per call | calls | wall s | longest wait s | peak MB | before the work MB |"
