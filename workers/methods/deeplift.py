@@ -47,13 +47,14 @@ def _captum(
     import torch
     from captum.attr import DeepLift
 
+    from workers.device_budget import equal_parts
     from workers.methods._passes import rows_per_pass
 
     model = ctx.target.wrap(graph)
     explainer = DeepLift(model, multiply_by_inputs=True)
     # Captum runs each row beside its reference, twice the rows in one pass: half a pass's rows per
     # call. All at once, 256 rows of a BERT at 128 tokens held 8 GB.
-    rows = max(1, rows_per_pass(inputs, graph) // 2)
+    rows = equal_parts(len(inputs), max(1, rows_per_pass(inputs, graph) // 2))
 
     def attributions(c: torch.Tensor, x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
         # Captum sets requires_grad on what it is given: detached aliases
