@@ -551,19 +551,21 @@ print(json.dumps({"wall": wall, "cpu": cpu, "imports": imports, "peak_mb": peak,
 """
 
 
-def _audit_in_child(grid: str, env: dict[str, str], device: str = "cpu") -> dict[str, Any] | str:
-    """The digits audit in a fresh process: its figures, or the last line of its error."""
+def _child(code: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any] | str:
+    """``code`` run in a fresh process with ``args``: the JSON of its last line, or the last line of
+    its error."""
     done = subprocess.run(
-        [sys.executable, "-c", _AUDIT_CHILD, str(ASSETS), grid, device],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env or _env(), cwd=ROOT
     )
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or ["no output"])[-1][:120]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _audit_in_child(grid: str, env: dict[str, str], device: str = "cpu") -> dict[str, Any] | str:
+    """The digits audit in a fresh process: its figures, or the last line of its error."""
+    return _child(_AUDIT_CHILD, [str(ASSETS), grid, device], env)
 
 
 def section_threads() -> None:
@@ -733,19 +735,11 @@ def section_images() -> None:
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, params, size, rows in _IMAGE_METHODS:
-        done = subprocess.run(
-            [sys.executable, "-c", _IMAGES_CHILD, name, json.dumps(params), str(size), str(rows)],
-            capture_output=True,
-            text=True,
-            env=_env(),
-            cwd=ROOT,
-        )
+        r = _child(_IMAGES_CHILD, [name, json.dumps(params), str(size), str(rows)])
         shown = ", ".join(f"{k} {v}" for k, v in params.items()) or "defaults"
-        if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:120]
-            print(f"| {name} | {shown} | {size} | {rows} | failed: {tail} | | | | |")
+        if isinstance(r, str):
+            print(f"| {name} | {shown} | {size} | {rows} | failed: {r} | | | | |")
             continue
-        r = json.loads(done.stdout.strip().splitlines()[-1])
         print(
             f"| {name} | {shown} | {size} | {rows} | {r['calls']} | {r['wall']:.1f} | {r['wait']:.1f} "
             f"| {r['peak_mb']:.0f} | {r['before_mb']:.0f} |",
@@ -830,18 +824,10 @@ def section_text() -> None:
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for work, length, rows in _TEXT_WORK:
         for cut in ("today", "old"):
-            done = subprocess.run(
-                [sys.executable, "-c", _TEXT_CHILD, work, str(length), str(rows), cut],
-                capture_output=True,
-                text=True,
-                env=_env(),
-                cwd=ROOT,
-            )
-            if done.returncode != 0:
-                tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:120]
-                print(f"| {work} | {length} | {rows} | {cut} | failed: {tail} | | | | | |")
+            r = _child(_TEXT_CHILD, [work, str(length), str(rows), cut])
+            if isinstance(r, str):
+                print(f"| {work} | {length} | {rows} | {cut} | failed: {r} | | | | | |")
                 continue
-            r = json.loads(done.stdout.strip().splitlines()[-1])
             print(
                 f"| {work} | {length} | {rows} | {'before' if cut == 'old' else 'today'} | {r['per_call']} "
                 f"| {r['calls']} | {r['wall']:.1f} | {r['wait']:.1f} | {r['peak_mb']:.0f} | {r['before_mb']:.0f} |",

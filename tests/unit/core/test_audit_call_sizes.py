@@ -18,14 +18,8 @@ from workers.methods import get_method
 GRADIENT_X_INPUT_CALLS = [100, 100, 56]  # 256 sub-inputs of one sample, 100 per call
 
 
-def _calls(
-    name: str, params: dict[str, object], monkeypatch: pytest.MonkeyPatch
-) -> tuple[list[int], np.ndarray]:
-    """The sub-inputs of each call of ``name`` over two samples of 8 players, and its attributions."""
-    x = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(8))
-    prep = prepared(to_onnx(relu_cnn(1), x), x.numpy(), players="grid:2x4", methods=(name,))
-    method = get_method(name)
-    bound = method.bind(method.params_from(params), prep.inputs, (prep.baselines,))
+def _counted_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sub-inputs of each audit call on the host from now on."""
     calls: list[int] = []
     per_player = subinputs._HostSubInputs.per_player
 
@@ -34,6 +28,18 @@ def _calls(
         return per_player(self, method, ctx, bits, inputs, *rest)
 
     monkeypatch.setattr(subinputs._HostSubInputs, "per_player", counted)
+    return calls
+
+
+def _calls(
+    name: str, params: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[int], np.ndarray]:
+    """The sub-inputs of each call of ``name`` over two samples of 8 players, and its attributions."""
+    x = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(8))
+    prep = prepared(to_onnx(relu_cnn(1), x), x.numpy(), players="grid:2x4", methods=(name,))
+    method = get_method(name)
+    bound = method.bind(method.params_from(params), prep.inputs, (prep.baselines,))
+    calls = _counted_calls(monkeypatch)
     out = subinputs.attribute_sub_inputs(
         method,
         prep.model,
@@ -78,29 +84,15 @@ def test_a_token_models_calls_count_its_embedding_elements(monkeypatch: pytest.M
     """Gradient methods on token ids run at the embedding output: a row is 6 x 16 floats there, not
     6 ids. Counted as ids, a BERT of width 256 at 128 tokens took calls of 1,024 sub-inputs, and
     Integrated Gradients at 64 steps some 20 minutes per call without progress."""
-    from tests.unit.multi_input.models import TinyTransformer, export
+    from tests.unit.multi_input.models import tiny_token_job
     from workers.methods._embedding import attributed_elements
-    from workers.prepare import prepare
-    from xaudit.contract.spec import JobSpec
 
-    torch.manual_seed(0)
-    ids = torch.randint(1, 12, (1, 6))
-    mask = torch.ones(1, 6, dtype=torch.int64)
-    data = export(TinyTransformer(12), (ids, mask), ("ids", "mask"))
-    spec = JobSpec(players="tokens", explain="ids", baseline="token:0", device="cpu")
-    prep = prepare(spec, data, None, {"inputs": ids.numpy(), "input:mask": mask.numpy()})
+    prep = tiny_token_job()
     gradients, occlusion = get_method("gradient_x_input"), get_method("occlusion_1")
     assert attributed_elements(gradients, prep.model, prep.inputs) == 6 * 16
     assert attributed_elements(occlusion, prep.model, prep.inputs) == 6
     monkeypatch.setattr(subinputs, "_MAX_ELEMENTS_PER_CALL", 6 * 16 * 10)
-    calls: list[int] = []
-    per_player = subinputs._HostSubInputs.per_player
-
-    def counted(self, method, ctx, bits, inputs, *rest):  # type: ignore[no-untyped-def]
-        calls.append(len(bits) * len(inputs))
-        return per_player(self, method, ctx, bits, inputs, *rest)
-
-    monkeypatch.setattr(subinputs._HostSubInputs, "per_player", counted)
+    calls = _counted_calls(monkeypatch)
     subsets = subsets_up_to(6, 6)
     for method in (gradients, occlusion):
         subinputs.attribute_sub_inputs(

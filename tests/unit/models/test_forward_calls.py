@@ -11,11 +11,9 @@ from torch import nn
 
 import workers.models.base as base
 from tests.models import to_onnx, to_torchscript
-from tests.unit.multi_input.models import TinyTransformer, export
+from tests.unit.multi_input.models import tiny_token_job
 from workers.game import play
 from workers.models import load_model
-from workers.prepare import prepare
-from xaudit.contract.spec import JobSpec
 
 
 def _recorded_calls(monkeypatch: pytest.MonkeyPatch, module: str) -> list[tuple[int, int]]:
@@ -26,12 +24,7 @@ def _recorded_calls(monkeypatch: pytest.MonkeyPatch, module: str) -> list[tuple[
 
 
 def test_a_token_models_forward_calls_count_its_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch.manual_seed(0)
-    ids = torch.randint(1, 12, (1, 6))
-    mask = torch.ones(1, 6, dtype=torch.int64)
-    data = export(TinyTransformer(12), (ids, mask), ("ids", "mask"))
-    spec = JobSpec(players="tokens", explain="ids", baseline="token:0", device="cpu")
-    prep = prepare(spec, data, None, {"inputs": ids.numpy(), "input:mask": mask.numpy()})
+    prep = tiny_token_job()
     assert prep.model.embedding is not None and prep.model.embedding.width == 16
     monkeypatch.setattr(base, "FORWARD_ELEMENTS", 6 * 16 * 10)  # ten rows of embeddings, 160 of ids
     calls = _recorded_calls(monkeypatch, "workers.models.named")

@@ -11,10 +11,14 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from workers.prepare import Prepared
 
 __all__ = [
     "NEGATION_VOCAB",
@@ -23,6 +27,7 @@ __all__ = [
     "negation_classifier",
     "negation_sentences",
     "recurrent",
+    "tiny_token_job",
 ]
 
 
@@ -147,3 +152,17 @@ def negation_classifier(seed: int = 0, epochs: int = 150) -> tuple[bytes, nn.Mod
         accuracy = float((model(x, mask).argmax(1) == y).float().mean())
     data = export(model, (x[:2], mask[:2]), ("ids", "mask"))
     return data, model, accuracy
+
+
+def tiny_token_job() -> Prepared:
+    """An untrained TinyTransformer (embedding width 16) over one sentence of 6 token ids, prepared
+    with every token a player: a token model whose calls and passes tests can count."""
+    from workers.prepare import prepare
+    from xaudit.contract.spec import JobSpec
+
+    torch.manual_seed(0)
+    ids = torch.randint(1, 12, (1, 6))
+    mask = torch.ones(1, 6, dtype=torch.int64)
+    data = export(TinyTransformer(12), (ids, mask), ("ids", "mask"))
+    spec = JobSpec(players="tokens", explain="ids", baseline="token:0", device="cpu")
+    return prepare(spec, data, None, {"inputs": ids.numpy(), "input:mask": mask.numpy()})
