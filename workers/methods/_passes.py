@@ -52,7 +52,8 @@ def saved_bytes_per_row(graph: torch.nn.Module, inputs: torch.Tensor) -> int:
     a two-row forward less those of a one-row forward (the weights both save cancel). 0 where the
     probe cannot run (a graph that takes a fixed batch): the element budget alone then applies."""
     key = (tuple(inputs.shape[1:]), inputs.dtype, inputs.device)
-    known = _probed.setdefault(graph, {})
+    # A model with held inputs binds each sample in a new module around one shared graph.
+    known = _probed.setdefault(getattr(graph, "shared_graph", graph), {})
     if key not in known:
         try:
             one, two = _saved_bytes(graph, inputs[:1]), _saved_bytes(graph, inputs[:2])

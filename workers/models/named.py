@@ -205,6 +205,12 @@ class _Feed(torch.nn.Module):
         self.axes = dict(axes)
         self.fixed_batch = fixed_batch
 
+    @property
+    def shared_graph(self) -> torch.nn.Module:
+        """The graph every sample's binding shares (a new _Feed binds each sample): what saves the
+        same bytes per row for all of them (workers.methods._passes)."""
+        return self.graph
+
     def _call(self, x: torch.Tensor) -> torch.Tensor:
         k = x.shape[0]
         args = [x if n == self.explained else _held_value(self.fixed[n], k, self.axes[n]) for n in self.order]

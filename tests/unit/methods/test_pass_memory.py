@@ -149,3 +149,22 @@ def test_smoothgrads_groups_draw_the_noise_of_one_draw(samples: int, elements: i
     generator = torch.Generator().manual_seed(9)
     grouped = torch.cat([torch.randn((g, elements), generator=generator) for g in groups])
     assert torch.equal(one, grouped)
+
+
+def test_the_probe_runs_once_for_every_samples_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token model's head is bound to each sample in a new module: the probe is kept per shared graph,
+    not run again on every call (two extra forwards per pass of a few dozen rows)."""
+    from tests.unit.multi_input.models import tiny_token_job
+
+    prep = tiny_token_job()
+    head = prep.model.for_sample(0).embedding.head
+    first, second = head.torch_differentiable(), head.torch_differentiable()
+    assert first is not second
+    x = torch.rand(4, 6, 16)
+    probes: list[int] = []
+    saved = passes._saved_bytes
+    monkeypatch.setattr(
+        passes, "_saved_bytes", lambda graph, rows: probes.append(len(rows)) or saved(graph, rows)
+    )
+    assert passes.saved_bytes_per_row(first, x) == passes.saved_bytes_per_row(second, x) > 0
+    assert probes == [1, 2]
