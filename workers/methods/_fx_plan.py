@@ -712,6 +712,10 @@ class ConstantMatMul(nn.Linear):
     """``x @ W (+ b)`` with a constant ``W``, as the Linear layer it is: a rule's view of a MatMul node
     (and of the Add after it), not a module of the graph."""
 
+    def reset_parameters(self) -> None:
+        """Nothing to draw: the weights are the graph's. (nn.Linear's initialisation of the empty
+        placeholder warned "Initializing zero-element tensors is a no-op" on the user's terminal.)"""
+
 
 _LINEAR: weakref.WeakKeyDictionary[nn.Module, ConstantMatMul] = weakref.WeakKeyDictionary()
 

@@ -323,3 +323,17 @@ def test_a_log_softmax_is_not_taken_for_attention_weights() -> None:
             continue
         with pytest.raises(NotApplicable, match=r"operator OnnxMatMul .* has no LRP rule"):
             get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+
+
+def test_a_transformers_linear_layers_are_read_without_a_warning() -> None:
+    """The Linear view of a MatMul with a constant matrix (``ConstantMatMul``) printed nn.Linear's
+    "Initializing zero-element tensors is a no-op" on the user's terminal for every BERT audited."""
+    import warnings
+
+    ctx = _context(_TinyViT().eval(), CASES["lrp_epsilon"][0])
+    x = X.numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"onnx2torch")  # as the CLI does
+        relevance = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), _explained(ctx, x)[0])
+    assert np.isfinite(relevance).all()
