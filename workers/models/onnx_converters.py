@@ -15,6 +15,7 @@ from torch import nn
 from workers.light_imports import onnx2torch as _light_onnx2torch
 
 _light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
+from onnx2torch.node_converters import slice as _onnx2torch_slice  # noqa: E402
 from onnx2torch.node_converters.pad import _ONNX_TO_TORCH_MODE, OnnxPadDynamic, _onnx_to_torch_mode  # noqa: E402
 from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes  # noqa: E402
 from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter  # noqa: E402
@@ -369,7 +370,23 @@ _REPLACED: dict[tuple[str, int], Any] = {
 }
 
 
+def _slice_by_tuple(
+    x: torch.Tensor, flip_dims: list[int], pos_axes_slices: list[slice], neg_axes_slices: list[Any]
+) -> torch.Tensor:
+    """onnx2torch's Slice, indexing with a tuple of slices where it passes a list: torch deprecated
+    the list ("will be interpreted as tensor index ... either an error or a different result"), and
+    warns on every BERT's position ids until then."""
+    if flip_dims:
+        x = torch.flip(x, dims=flip_dims)
+    if pos_axes_slices:
+        x = x[tuple(pos_axes_slices)]
+    if neg_axes_slices:
+        x = x[tuple(neg_axes_slices)]
+    return x
+
+
 def _register() -> None:
+    _onnx2torch_slice._do_slice = _slice_by_tuple  # read at call time by both of its Slice modules
     for (op, version), converter in _ADDED.items():
         if _description(op, version) not in _CONVERTER_REGISTRY:
             add_converter(operation_type=op, version=version)(converter)

@@ -84,6 +84,31 @@ def test_weights_that_are_not_plain_initializers_convert(weights_as: str) -> Non
     np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "consts",
+    [
+        {"st": [1, -4], "en": [3, 100], "ax": [1, 3], "sp": [1, 1]},
+        {"st": [1, -1], "en": [3, -7], "ax": [1, -1], "sp": [1, -2]},  # a negative step: a flip
+    ],
+)
+def test_slices_match_onnxruntime_without_torchs_list_index_warning(consts: dict[str, list[int]]) -> None:
+    """onnx2torch indexed with a list of slices, which torch deprecated: a later torch would read it as
+    a tensor index and give another result (workers/models/onnx_converters.py indexes with a tuple)."""
+    import warnings
+
+    nodes = [
+        oh.make_node("Constant", [], [k], value=nh.from_array(np.array(v, np.int64), k))
+        for k, v in consts.items()
+    ]
+    nodes += [oh.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["s"]), oh.make_node("Relu", ["s"], ["y"])]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, [])
+    graph = onnx_to_torch(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = graph(torch.from_numpy(X)).detach().numpy()
+    np.testing.assert_array_equal(out, _ort(model, X))
+
+
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceL2"])
 def test_opset18_reductions_with_axes_as_input_match_onnxruntime(op: str) -> None:
     nodes = [
