@@ -33,6 +33,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 )
 
 from workers.models.dense_conv import dense_gradients  # noqa: E402
+from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 
 __all__ = ["method_graph", "onnx_to_torch", "unconvertible_nodes"]
@@ -163,6 +164,7 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
     try:
         _lift_constants(copy)
         _finite_constants(copy)
+        fuse_gelu(copy)
         module = convert(copy)
     except InvalidModel:
         raise
