@@ -24,6 +24,9 @@ DOMAIN = "xaudit"  # the fused node's operator domain, converted by workers.mode
 def fuse_gelu(model: onnx.ModelProto) -> int:
     """Replace every exact GELU that ``model`` (constants lifted to initializers) writes out as
     Div, Erf, Add, Mul, Mul by one ``xaudit.Gelu`` node; returns how many were fused."""
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if version < 13:  # the fused node's function body is written in opset 13 or later
+        return 0
     graph = model.graph
     constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     producer = {out: node for node in graph.node for out in node.output}
@@ -95,11 +98,12 @@ def fuse_gelu(model: onnx.ModelProto) -> int:
         model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
         # Its body, for ONNX's shape inference (onnx2torch sizes some modules from it; without the
         # body the shapes after the first Gelu were lost, and swin_t's pooling read a wrong one).
-        model.functions.append(_gelu_function())
+        model.functions.append(_gelu_function(version))
     return len(fused)
 
 
-def _gelu_function() -> onnx.FunctionProto:
+def _gelu_function(version: int) -> onnx.FunctionProto:
+    """xaudit.Gelu's body, in the model's own opset."""
     make = onnx.helper.make_node
     body = [
         make("Constant", [], ["root2"], value_float=math.sqrt(2.0)),
@@ -111,4 +115,6 @@ def _gelu_function() -> onnx.FunctionProto:
         make("Constant", [], ["half"], value_float=0.5),
         make("Mul", ["gated", "half"], ["y"]),
     ]
-    return onnx.helper.make_function(DOMAIN, "Gelu", ["x"], ["y"], body, [onnx.helper.make_opsetid("", 13)])
+    return onnx.helper.make_function(
+        DOMAIN, "Gelu", ["x"], ["y"], body, [onnx.helper.make_opsetid("", version)]
+    )
