@@ -2,8 +2,8 @@
 
 torch.onnx's legacy exporter (and transformers' BERT through it) writes the exact GELU as five
 operators: ``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)``. Converted one by one they cost a
-BERT's gradient pass about a fifth of its time: each keeps its own tensors for the backward, and
-erf's backward alone recomputes ``exp(-x^2)``. Fused, the graph calls ``gelu`` once (the module of
+BERT's gradient pass 13-20% of its time (README, text scale): each keeps its own tensors for the
+backward, and erf's backward recomputes ``exp(-x^2)``. Fused, the graph calls ``gelu`` once (the module of
 ONNX's own Gelu operator, workers.models.onnx_converters), which LRP holds as it holds the five
 (docs/science.md 5.8) and whose gradient is the same function's. The game runs the original model on
 onnxruntime; only the methods' graph is rewritten.
