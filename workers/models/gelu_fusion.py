@@ -3,10 +3,10 @@
 torch.onnx's legacy exporter (and transformers' BERT through it) writes the exact GELU as five
 operators: ``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)``. Converted one by one they cost a
 BERT's gradient pass 13-20% of its time (README, text scale): each keeps its own tensors for the
-backward, and erf's backward recomputes ``exp(-x^2)``. Fused, the graph calls ``gelu`` once (the module of
-ONNX's own Gelu operator, workers.models.onnx_converters), which LRP holds as it holds the five
-(docs/science.md 5.8) and whose gradient is the same function's. The game runs the original model on
-onnxruntime; only the methods' graph is rewritten.
+backward, and erf's backward recomputes ``exp(-x^2)``. Fused, the graph calls ``gelu`` once (the
+module of ONNX's own Gelu operator, workers.models.onnx_converters), which LRP holds as it holds the
+five (docs/science.md 5.8) and whose gradient is the same function's. The game runs the original
+model on onnxruntime; only the methods' graph is rewritten.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def fuse_gelu(model: onnx.ModelProto) -> int:
     if version < 13:  # the fused node's function body is written in opset 13 or later
         return 0
     graph = model.graph
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    initializers = {t.name: t for t in graph.initializer}  # read only where a pattern needs a scalar
     producer = {out: node for node in graph.node for out in node.output}
     uses: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
@@ -47,12 +47,10 @@ def fuse_gelu(model: onnx.ModelProto) -> int:
         return rest[0] if len(node.input) == 2 and len(rest) == 1 else None
 
     def scalar(name: str | None, value: float) -> bool:
-        array = constants.get(name or "")
-        return (
-            array is not None
-            and array.size == 1
-            and math.isclose(float(array.reshape(())), value, rel_tol=1e-5)
-        )
+        tensor = initializers.get(name or "")
+        if tensor is None or math.prod(tensor.dims) != 1:
+            return False
+        return math.isclose(float(numpy_helper.to_array(tensor).reshape(())), value, rel_tol=1e-5)
 
     def matched(erf: onnx.NodeProto) -> tuple[str, list[onnx.NodeProto]] | None:
         """x and the five nodes of ``x * (erf(x / sqrt 2) + 1) * 0.5`` around ``erf``, else None."""
