@@ -37,6 +37,20 @@ def _recorded(monkeypatch: pytest.MonkeyPatch, ctx) -> list[int]:  # type: ignor
     return rows
 
 
+def _gradient_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Rows of every call of ``target_gradients_tensor`` from now on (the points or noisy copies a
+    method holds at once)."""
+    rows: list[int] = []
+    gradients = autograd.target_gradients_tensor
+
+    def recording(ctx, at, classes):  # type: ignore[no-untyped-def]
+        rows.append(len(at))
+        return gradients(ctx, at, classes)
+
+    monkeypatch.setattr(autograd, "target_gradients_tensor", recording)
+    return rows
+
+
 def test_gradient_passes_hold_a_bounded_number_of_input_elements(monkeypatch: pytest.MonkeyPatch) -> None:
     x = torch.rand(64, *SHAPE, generator=torch.Generator().manual_seed(1))
     ctx = context(_image_net(), x[:1])
@@ -89,14 +103,7 @@ def test_a_graph_that_saves_much_per_row_takes_fewer_rows(form: str, monkeypatch
 def test_integrated_gradients_holds_a_bounded_number_of_path_points(monkeypatch: pytest.MonkeyPatch) -> None:
     x = torch.rand(4, *SHAPE, generator=torch.Generator().manual_seed(4))
     ctx = context(_image_net(), x[:1], params={"steps": 64})
-    points: list[int] = []
-    gradients = autograd.target_gradients_tensor
-
-    def recording(ctx, at, classes):  # type: ignore[no-untyped-def]
-        points.append(len(at))
-        return gradients(ctx, at, classes)
-
-    monkeypatch.setattr(autograd, "target_gradients_tensor", recording)
+    points = _gradient_calls(monkeypatch)
     method, refs, classes = (
         get_method("integrated_gradients"),
         np.zeros_like(x.numpy()),
@@ -117,14 +124,7 @@ def test_smoothgrad_draws_its_noise_in_bounded_groups(monkeypatch: pytest.Monkey
     x = torch.rand(6, *SHAPE, generator=torch.Generator().manual_seed(5))
     ctx = context(_image_net(), x[:1], params={"samples": 32})
     classes, refs = np.array([0, 1, 2, 0, 1, 2]), np.zeros_like(x.numpy())
-    held: list[int] = []  # noisy rows held at once
-    gradients = autograd.target_gradients_tensor
-
-    def recording(ctx, at, classes):  # type: ignore[no-untyped-def]
-        held.append(len(at))
-        return gradients(ctx, at, classes)
-
-    monkeypatch.setattr(autograd, "target_gradients_tensor", recording)
+    held = _gradient_calls(monkeypatch)  # noisy rows held at once
     cut = get_method("smoothgrad").attribute(ctx, x.numpy(), refs, classes)
     assert held == [24] * 8  # 2**22 elements hold 4 noisy copies of the 6 rows
     held.clear()
