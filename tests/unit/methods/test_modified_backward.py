@@ -274,7 +274,9 @@ def test_captums_path_runs_in_bounded_passes(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(module, "CHUNK", 8)
     cut = get_method("deeplift_rescale").attribute(ctx, x.numpy(), refs, classes)
     assert calls == [4] * 10  # a pass of 8 rows: 4 and their references
-    np.testing.assert_allclose(cut, whole, atol=1e-7)
+    # float32 noise only: a matmul of 4 rows may take another kernel than one of 40 (1.4e-6 on one
+    # host), and the sigmoid's multiplier divides by z - z0
+    np.testing.assert_allclose(cut, whole, atol=1e-5)
 
 
 def test_chunked_rows_give_the_same_deeplift(monkeypatch: pytest.MonkeyPatch) -> None:
