@@ -45,13 +45,13 @@ def _captum(
     classes: torch.Tensor,
 ) -> torch.Tensor:
     import torch
-    from captum.attr import DeepLift
 
     from workers.device_budget import equal_parts
+    from workers.methods._captum_deeplift import RowwiseDeepLift
     from workers.methods._passes import rows_per_pass
 
     model = ctx.target.wrap(graph)
-    explainer = DeepLift(model, multiply_by_inputs=True)
+    explainer = RowwiseDeepLift(model, multiply_by_inputs=True)
     # Captum runs each row beside its reference, twice the rows in one pass: half a pass's rows per
     # call. All at once, 256 rows of a BERT at 128 tokens held 8 GB.
     rows = equal_parts(len(inputs), max(1, rows_per_pass(inputs, graph) // 2))
@@ -67,6 +67,8 @@ def _captum(
 
 def _implementation(model: ModelAdapter, method: str) -> str | None:
     """xaudit's Rescale pass, or Captum's DeepLift with the operator that sent the graph there."""
+    import torch
+
     from workers.methods._embedding import graph_model
     from workers.methods._fx_plan import crossed_head
     from workers.methods._rescale_graph import RescaleGraph
@@ -79,9 +81,14 @@ def _implementation(model: ModelAdapter, method: str) -> str | None:
     refusal = RescaleGraph.refusal(graph, method)
     if refusal is None:
         return "xaudit's Rescale pass (docs/science.md 5.8)" + crossed_head(graph, method, "DeepLIFT")
+    softmax = (
+        "; its Softmax rule as Captum corrected it after 0.9.0, row by row (docs/science.md 5.8)"
+        if any(type(m) is torch.nn.Softmax for m in graph.modules())
+        else ""
+    )
     return (
         f"Captum's DeepLift: xaudit's Rescale pass has no rule for this graph ({refusal}); Captum "
-        "passes the gradient through operators it has no DeepLIFT rule for, and the verdict judges that"
+        f"passes the gradient through operators it has no DeepLIFT rule for, and the verdict judges that{softmax}"
     )
 
 
