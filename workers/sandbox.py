@@ -61,6 +61,7 @@ import numpy as np
 
 from workers import forkserver
 from workers.confine import landlock_abi
+from workers.denormals import FLUSH_ENV
 from workers.forkserver import ForkedChild
 from workers.jobs import JobResult, Progress
 from workers.sandbox_wire import ALLOW_UNCONFINED_ENV, METRIC_OPS, NO_CONFINEMENT, decode_result, read_frames
@@ -180,7 +181,7 @@ def _death_reason(returncode: int, limits: SandboxLimits) -> XauditError:
 # the child sizes its threads by it, workers.threads). Nothing else of the worker's environment
 # (tokens, keys, broker and store URLs, PYTHON*) reaches the model's process.
 _ENV_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "CUDA_VISIBLE", "NVIDIA_VISIBLE", "LC_")
-_ENV_NAMES = ("LANG", "TZ", THREADS_ENV, CONCURRENCY_ENV)
+_ENV_NAMES = ("LANG", "TZ", THREADS_ENV, CONCURRENCY_ENV, FLUSH_ENV)
 
 
 def _child_env() -> dict[str, str]:

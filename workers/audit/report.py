@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from workers.denormals import current as current_denormals
 from workers.threads import current as current_threads
 
 __all__ = ["SCHEMA", "canonical_bytes", "environment", "jsonable"]
@@ -44,6 +45,7 @@ def environment(device: str, providers: list[str]) -> dict[str, Any]:
         "device": device,
         "execution_providers": providers,
         "threads": current_threads().as_dict(),
+        "denormals": current_denormals(),  # subnormal floats flushed or kept: workers/denormals.py
     }
 
 

@@ -13,8 +13,8 @@ from workers.device_budget import equal_parts
 from workers.metrics import count_forward, record_onnx_session
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.onnx_to_torch import method_graph
+from workers.models.ort_options import session_options
 from workers.precision import CUDA_PROVIDER_OPTIONS
-from workers.threads import ort_session_options
 from xaudit.contract.errors import InvalidModel
 from xaudit.contract.onnx_checks import parse_onnx
 
@@ -32,7 +32,7 @@ def session_providers(device: torch.device) -> list[str | tuple[str, dict[str, s
 
 def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
     wanted = session_providers(device)
-    options = ort_session_options(ort.SessionOptions())  # threads and spinning: workers.threads
+    options = session_options()  # threads, spinning, subnormals: workers/models/ort_options.py
     options.log_severity_level = 3
     try:
         session = ort.InferenceSession(data, sess_options=options, providers=wanted)

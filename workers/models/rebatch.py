@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from workers.threads import ort_session_options
+from workers.models.ort_options import session_options
 
 __all__ = ["batch_pinned_by_outputs", "rebatched"]
 
@@ -71,7 +71,7 @@ def rebatched(
     data = _symbolic(model, explained, 1).SerializeToString()
     rows = np.concatenate([sample, sample * 0.5 + 0.25]).astype(dtype)
     try:
-        options = ort_session_options(ort.SessionOptions())
+        options = session_options()
         options.log_severity_level = 4  # a graph that pins the batch fails here by design: logged below
         session = ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
         both = session.run(None, {explained: rows})

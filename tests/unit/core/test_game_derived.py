@@ -100,6 +100,8 @@ def test_audit_reports_reuse_and_spot_check() -> None:
     assert by_name["gradient_x_input"]["evaluations"]["source"] == "model"
     threads = report["environment"]["threads"]  # the thread policy the audit ran under
     assert 1 <= threads["threads"] <= threads["cpus"]
+    # what held when the report was written (exactly tested in a fresh process: test_denormals.py)
+    assert report["environment"]["denormals"].startswith(("flushed", "kept"))
 
 
 def test_maps_read_off_the_game_equal_the_methods() -> None:

@@ -54,14 +54,18 @@ def test_death_reasons() -> None:
     assert "status 3" in str(_death_reason(3, limits))
 
 
-def test_only_thread_settings_reach_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_compute_settings_reach_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("XAUDIT_WORKER_TOKEN", "XAUDIT_TOKEN", "AWS_SECRET_ACCESS_KEY", "PYTHONPATH", "XAUDIT_HOME"):
         monkeypatch.setenv(name, "secret")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("XAUDIT_WORKER_CONCURRENCY", "2")  # the child shares the CPUs by it
     monkeypatch.setenv("XAUDIT_THREADS", "1")  # --threads
+    monkeypatch.setenv("XAUDIT_FLUSH_DENORMALS", "0")  # the model process keeps subnormals too
     env = _child_env()
-    expected = {"OMP_NUM_THREADS": "1", "XAUDIT_WORKER_CONCURRENCY": "2", "XAUDIT_THREADS": "1"}
+    expected = {
+        "OMP_NUM_THREADS": "1", "XAUDIT_WORKER_CONCURRENCY": "2", "XAUDIT_THREADS": "1",
+        "XAUDIT_FLUSH_DENORMALS": "0",
+    }  # fmt: skip
     assert env == expected | {"PATH": env["PATH"]} | {
         k: v
         for k, v in env.items()
