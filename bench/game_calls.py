@@ -53,11 +53,11 @@ def _probe(data: bytes, x: np.ndarray, grid: str, device: str, repeats: int) -> 
     from workers.device_rows import GameRows
     from workers.interactions import subsets_up_to
     from workers.models import load_model
+    from workers.models.ort_options import session_options
     from workers.players import parse_players, subset_bits
     from workers.precision import CUDA_PROVIDER_OPTIONS
     from workers.sub_inputs import masked_samples
     from workers.targets import parse_target
-    from workers.threads import ort_session_options
 
     model = load_model(data, "onnx", device)
     cuda = model.device.type == "cuda"
@@ -78,7 +78,7 @@ def _probe(data: bytes, x: np.ndarray, grid: str, device: str, repeats: int) -> 
             providers.insert(
                 0, ("CUDAExecutionProvider", {**CUDA_PROVIDER_OPTIONS, "cudnn_conv_algo_search": search})
             )
-        options = ort_session_options(ort.SessionOptions())
+        options = session_options()
         sessions.append(ort.InferenceSession(data, sess_options=options, providers=providers))
     name = sessions[0].get_inputs()[0].name
 

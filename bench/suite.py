@@ -203,10 +203,10 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     from workers.interactions import subsets_up_to
     from workers.models import load_model
     from workers.models.onnx_model import session_providers
+    from workers.models.ort_options import session_options
     from workers.players import parse_players, subset_bits
     from workers.sub_inputs import masked_samples
     from workers.targets import parse_target
-    from workers.threads import ort_session_options
 
     data, inputs, _ = _digits()
     model = load_model(data, "onnx", device)
@@ -217,7 +217,7 @@ def _game_row(grid: str, samples: int, repeats: int, device: str = "cpu") -> tup
     base = np.zeros_like(x)
     session = ort.InferenceSession(
         data,
-        sess_options=ort_session_options(ort.SessionOptions()),
+        sess_options=session_options(),
         providers=session_providers(model.device),
     )
     name = session.get_inputs()[0].name
@@ -762,7 +762,9 @@ from tests.models.zoo.builders import hf_bert
 from workers.interactions import subsets_up_to
 from workers.methods import get_method
 from workers.prepare import prepare
+from workers.denormals import flush_in_torch
 from xaudit.contract.spec import JobSpec
+flush_in_torch()  # before hf_bert's torch work, as before a worker's first model (workers/denormals.py)
 work, length, rows, old = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "old"
 zoo = hf_bert(Path(tempfile.mkdtemp()), "legacy", length=length, width=256, layers=4, vocab=1000)
 tensors = {"inputs": zoo.inputs["input_ids"], "input:attention_mask": zoo.inputs["attention_mask"],
@@ -792,8 +794,13 @@ else:
                                    tick=lambda: ticks.append(time.perf_counter()))
 ticks.append(time.perf_counter())
 print(json.dumps({"wall": ticks[-1] - ticks[0], "calls": len(ticks) - 2, "per_call": per_call,
-                  "wait": max(np.diff(ticks)), "before_mb": before, "peak_mb": peak_resident_mb()}))
+                  "wait": max(np.diff(ticks)), "before_mb": before, "peak_mb": peak_resident_mb(),
+                  "denormals": flush_in_torch()}))
 """
+
+# The rows of each work: today's code; today's with subnormal floats kept (XAUDIT_FLUSH_DENORMALS=0,
+# workers/denormals.py); and the code before both, with the old cuts and subnormals kept.
+_TEXT_CUTS = (("today", "today", "1"), ("today", "subnormals kept", "0"), ("old", "before", "0"))
 
 # (work, tokens, rows or sub-inputs): forward calls of one sample's masked rows, and audit calls of
 # Gradient x Input and Integrated Gradients (64 steps, its default), each with the cuts of today and
@@ -815,7 +822,8 @@ def section_text() -> None:
     print("per row. Forward: one sample's masked rows through the model (ids, attention mask and segments).")
     print("Audit calls: Gradient x Input and Integrated Gradients (64 steps) on sub-inputs of the first")
     print("sets, at the embedding output. Before: 256 rows per forward call whatever their size, audit")
-    print("calls counted in token ids, passes bounded by input elements alone (reproduced in the same run).")
+    print("calls counted in token ids, passes bounded by input elements alone, subnormal floats kept")
+    print('(reproduced in the same run; "subnormals kept" is today\'s code with XAUDIT_FLUSH_DENORMALS=0).')
     print("Per call: rows per forward call, or sub-inputs per audit call.")
     print()
     print(
@@ -823,13 +831,16 @@ def section_text() -> None:
     )
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for work, length, rows in _TEXT_WORK:
-        for cut in ("today", "old"):
-            r = _child(_TEXT_CHILD, [work, str(length), str(rows), cut])
+        for cut, label, flush in _TEXT_CUTS:
+            env = {**_env(), "XAUDIT_FLUSH_DENORMALS": flush}
+            r = _child(_TEXT_CHILD, [work, str(length), str(rows), cut], env)
             if isinstance(r, str):
-                print(f"| {work} | {length} | {rows} | {cut} | failed: {r} | | | | | |")
+                print(f"| {work} | {length} | {rows} | {label} | failed: {r} | | | | | |")
                 continue
+            if flush == "1" and r["denormals"] != "flushed to zero":  # the row is not what it says
+                label += f" ({r['denormals']})"
             print(
-                f"| {work} | {length} | {rows} | {'before' if cut == 'old' else 'today'} | {r['per_call']} "
+                f"| {work} | {length} | {rows} | {label} | {r['per_call']} "
                 f"| {r['calls']} | {r['wall']:.1f} | {r['wait']:.1f} | {r['peak_mb']:.0f} | {r['before_mb']:.0f} |",
                 flush=True,
             )
