@@ -762,9 +762,9 @@ from tests.models.zoo.builders import hf_bert
 from workers.interactions import subsets_up_to
 from workers.methods import get_method
 from workers.prepare import prepare
-from workers.denormals import flush_in_torch
+from workers.denormals import current, flushing
 from xaudit.contract.spec import JobSpec
-flush_in_torch()  # before hf_bert's torch work, as before a worker's first model (workers/denormals.py)
+flushing().__enter__()  # for the whole child, before hf_bert's torch work, as a job (workers/denormals.py)
 work, length, rows, old = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "old"
 zoo = hf_bert(Path(tempfile.mkdtemp()), "legacy", length=length, width=256, layers=4, vocab=1000)
 tensors = {"inputs": zoo.inputs["input_ids"], "input:attention_mask": zoo.inputs["attention_mask"],
@@ -795,7 +795,7 @@ else:
 ticks.append(time.perf_counter())
 print(json.dumps({"wall": ticks[-1] - ticks[0], "calls": len(ticks) - 2, "per_call": per_call,
                   "wait": max(np.diff(ticks)), "before_mb": before, "peak_mb": peak_resident_mb(),
-                  "denormals": flush_in_torch()}))
+                  "denormals": current()}))
 """
 
 # The rows of each work: today's code; today's with subnormal floats kept (XAUDIT_FLUSH_DENORMALS=0,

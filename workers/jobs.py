@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from workers.denormals import flushing
 from workers.prepare import prepare
 from xaudit.contract.errors import Cancelled
 from xaudit.contract.spec import JobSpec
@@ -48,6 +49,17 @@ def run_job(
         if progress is not None:
             progress(fraction, message)
 
+    with flushing():  # subnormal floats flushed while the job computes: workers/denormals.py
+        return _compute(spec, model_bytes, model_format, tensors, report_progress)
+
+
+def _compute(
+    spec: JobSpec,
+    model_bytes: bytes,
+    model_format: str | None,
+    tensors: Mapping[str, np.ndarray],
+    report_progress: Progress,
+) -> JobResult:
     report_progress(0.0, "loading the model")
     prep = prepare(spec, model_bytes, model_format, tensors)
     if spec.kind == "attribution":

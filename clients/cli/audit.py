@@ -59,17 +59,19 @@ def run(args: argparse.Namespace) -> int:
         check_writable(path)
 
     from workers.audit import run_audit
+    from workers.denormals import flushing
     from workers.prepare import prepare
 
-    prep = prepare(spec, model, None, tensors)
-    if args.plan:
-        from clients.cli.plan import plan_text
-        from workers.audit.plan import audit_plan
+    with flushing():  # subnormal floats flushed while the job computes, as run_job does
+        prep = prepare(spec, model, None, tensors)
+        if args.plan:
+            from clients.cli.plan import plan_text
+            from workers.audit.plan import audit_plan
 
-        print(plan_text(audit_plan(prep, measure=True).section()))
-        return 0
-    with progress_bar("audit") as update:
-        result = run_audit(prep, update)
+            print(plan_text(audit_plan(prep, measure=True).section()))
+            return 0
+        with progress_bar("audit") as update:
+            result = run_audit(prep, update)
     args.out.write_bytes(result.report_bytes)
     if args.attributions_out is not None:
         write_npz(args.attributions_out, result.attributions)

@@ -28,12 +28,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     spec, tensors = job_from_args(args, "attribution")
     check_writable(args.out)  # checked, like the arguments, before torch is loaded
+    from workers.denormals import flushing
     from workers.explain import explain
     from workers.prepare import prepare
 
-    prep = prepare(spec, read_model(args.model), None, tensors)
-    with progress_bar("explain") as update:
-        result = explain(prep, spec.methods, update)
+    with flushing():  # subnormal floats flushed while the job computes, as run_job does
+        prep = prepare(spec, read_model(args.model), None, tensors)
+        with progress_bar("explain") as update:
+            result = explain(prep, spec.methods, update)
     arrays: dict[str, np.ndarray] = dict(result.attributions)
     arrays["target_values"] = prep.target_values.astype(np.float32)
     arrays["target_classes"] = prep.classes

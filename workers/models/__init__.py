@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 
 from workers.allocator import keep_freed_memory
-from workers.denormals import flush_in_torch
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.devices import resolve_device
 from workers.threads import apply as apply_thread_policy
@@ -24,7 +23,6 @@ def load_model(
     fmt = (model_format or detect_format(data)).lower()
     sha256 = hashlib.sha256(data).hexdigest()
     apply_thread_policy()  # before the first session or graph: workers.threads
-    flush_in_torch()  # before torch's first parallel region: workers.denormals
     keep_freed_memory()  # tensors reuse freed memory instead of faulting in fresh pages
     torch_device = resolve_device(device)
     if fmt == "onnx":

@@ -1,7 +1,9 @@
-"""Subnormal floats are flushed to zero on every compute thread (workers/denormals.py): on a BERT,
-attention products with subnormal operands ran 35-150 times slower, and an onnxruntime session made
-with its default options turned the flushing off again. Each case runs in a fresh process, as a job
-does: the register is per thread, and torch's threads copy it when they start."""
+"""Subnormal floats are flushed to zero on every compute thread while a job computes, and only then
+(workers/denormals.py): on a BERT, attention products with subnormal operands ran 35-150 times
+slower; an onnxruntime session made with its default options turned the flushing off again; and
+left on after the job, the register changed the arithmetic of everything else in the process
+(Hypothesis refused to run). Each case runs a real job in a fresh process: the register is per
+thread, and torch's threads copy it when they start."""
 
 from __future__ import annotations
 
@@ -14,40 +16,39 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.models import relu_mlp, to_onnx, to_torchscript
+from tests.models import MLP_FEATURES, relu_mlp, to_onnx, to_torchscript
 from workers.threads import THREADS_ENV, available_cpus
 
 _JOB = """
 import json, sys
 import numpy as np, torch
-from workers.denormals import current, flushes_on_every_thread
-from workers.models import load_model
+from workers.denormals import flushes_on_every_thread
+from workers.jobs import run_job
+from xaudit.contract.spec import JobSpec
 
-if sys.argv[2] == "busy":  # torch ran on all its threads before the first model
+path, before, fmt = sys.argv[1:4]
+if before == "busy":  # torch ran on all its threads before the job
     torch.set_num_threads(2); torch.randn(512, 512) @ torch.randn(512, 512)
-data, fmt = open(sys.argv[1], "rb").read(), sys.argv[3]
-model = load_model(data, fmt, "cpu")
-model.predict(np.zeros((4, 6), np.float32))
-load_model(data, fmt, "cpu").predict(np.zeros((2, 6), np.float32))  # an ONNX model: a second session
-torch.randn(256, 256) @ torch.randn(256, 256)  # torch's threads at work, as in a method's pass
-subnormal = torch.full((1 << 17,), 1 << 19, dtype=torch.int32).view(torch.float32)  # 2^-130, as bits
-found = {
-    "every_thread": flushes_on_every_thread(),
-    "product": float((subnormal * 2.0**100).abs().max()),
-    "threads": torch.get_num_threads(),
-}
-print(json.dumps({**found, "state": current()}))  # current() last: it would flush where none did
+inputs = np.random.default_rng(0).standard_normal((2, int(sys.argv[4])))
+spec = JobSpec(players="features", device="cpu", methods=("gradient_x_input",))
+result = run_job(spec, open(path, "rb").read(), fmt, {"inputs": inputs.astype(np.float32)})
+one = torch.full((1,), 1 << 19, dtype=torch.int32).view(torch.float32)  # 2^-130, written as bits
+print(json.dumps({
+    "in_the_job": json.loads(result.report)["environment"]["denormals"],
+    "after_torch": float(one * 2.0**100),  # 2^-30 where this thread reads subnormals again
+    "after_python": 5e-324 * 2.0**100 > 0,  # the smallest subnormal double, as Hypothesis checks
+}))
 """
 
 
 def _job(tmp_path: Path, before: str = "idle", fmt: str = "onnx", **env: str) -> dict[str, object]:
     path = tmp_path / f"mlp.{fmt}"
     export = to_onnx if fmt == "onnx" else to_torchscript
-    path.write_bytes(export(relu_mlp(0), torch.zeros(2, 6)))
+    path.write_bytes(export(relu_mlp(0), torch.zeros(2, MLP_FEATURES)))
     threads = str(min(2, available_cpus()[0]))
     done = subprocess.run(
-        [sys.executable, "-c", _JOB, str(path), before, fmt],
-        capture_output=True, text=True, timeout=120, check=True,
+        [sys.executable, "-c", _JOB, str(path), before, fmt, str(MLP_FEATURES)],
+        capture_output=True, text=True, timeout=180, check=True,
         env={**os.environ, THREADS_ENV: threads, **env},
     )  # fmt: skip
     found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -55,23 +56,19 @@ def _job(tmp_path: Path, before: str = "idle", fmt: str = "onnx", **env: str) ->
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
-def test_every_thread_flushes_after_the_models_sessions(tmp_path: Path, fmt: str) -> None:
-    """ONNX: onnxruntime's sessions keep it (with default options they turned it off); TorchScript:
-    load_model sets it before torch's threads start."""
+def test_a_job_flushes_on_every_thread_and_puts_the_register_back(tmp_path: Path, fmt: str) -> None:
+    """ONNX: the job's onnxruntime sessions keep the flushing on (with default options they turned
+    it off); both: after the job this thread computes with subnormals again."""
     found = _job(tmp_path, fmt=fmt)
-    assert found == {
-        "state": "flushed to zero", "every_thread": True, "product": 0.0, "threads": found["threads"],
-    }  # fmt: skip
+    assert found == {"in_the_job": "flushed to zero", "after_torch": 2.0**-30, "after_python": True}
 
 
 def test_the_operator_can_keep_subnormals(tmp_path: Path) -> None:
     found = _job(tmp_path, XAUDIT_FLUSH_DENORMALS="0")
-    assert found["state"] == "kept (XAUDIT_FLUSH_DENORMALS=0)"
-    assert found["every_thread"] is False and found["product"] == 2.0**-30
+    assert found["in_the_job"] == "kept (XAUDIT_FLUSH_DENORMALS=0)"
 
 
 @pytest.mark.skipif(available_cpus()[0] < 2, reason="torch's own threads need two CPUs")
-def test_threads_started_before_the_first_model_are_reported(tmp_path: Path) -> None:
+def test_threads_started_before_the_job_are_reported(tmp_path: Path) -> None:
     found = _job(tmp_path, before="busy")
-    assert found["threads"] == 2
-    assert found["state"] == "flushed on some threads only" and found["every_thread"] is False
+    assert found["in_the_job"] == "flushed on some threads only"
