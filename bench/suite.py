@@ -764,7 +764,8 @@ from workers.methods import get_method
 from workers.prepare import prepare
 from workers.denormals import current, flushing
 from xaudit.contract.spec import JobSpec
-flushing().__enter__()  # for the whole child, before hf_bert's torch work, as a job (workers/denormals.py)
+scope = flushing()  # held for the whole child (a dropped scope is closed, and puts the register back),
+scope.__enter__()  # entered before hf_bert's torch work, as a job enters it (workers/denormals.py)
 work, length, rows, old = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "old"
 zoo = hf_bert(Path(tempfile.mkdtemp()), "legacy", length=length, width=256, layers=4, vocab=1000)
 tensors = {"inputs": zoo.inputs["input_ids"], "input:attention_mask": zoo.inputs["attention_mask"],
