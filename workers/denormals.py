@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,7 @@ from workers.switches import switch
 __all__ = [
     "FLUSHED",
     "FLUSH_ENV",
+    "NO_MODE",
     "ORT_OPTION",
     "current",
     "flush_in_onnxruntime",
@@ -50,29 +52,40 @@ ORT_OPTION = "session.set_denormal_as_zero"  # onnxruntime's session config key
 _SUBNORMAL_BITS = 1 << 19  # 2^-130 as float32 bits: written as bits, since a conversion would flush it
 _PROBE_PER_THREAD = 1 << 16  # twice torch's grain: a product of this many per thread is split among all
 FLUSHED, PARTLY = "flushed to zero", "flushed on some threads only"
-_scopes = 0  # flushing() scopes entered and not yet left (nested: the CLI's job inside run_job's)
+NO_MODE = "kept (this CPU has no flush-to-zero mode)"
+
+
+class _Scopes(threading.local):
+    """This thread's flushing() scopes entered and not yet left (the register is per thread)."""
+
+    depth = 0
+
+
+_scopes = _Scopes()
+_no_mode = False  # torch found no flush-to-zero mode on this CPU
 
 
 @contextlib.contextmanager
 def flushing() -> Iterator[None]:
     """Flush on this thread and the threads torch starts from it while the block runs; put this
     thread's register back after."""
-    global _scopes
+    global _no_mode
     if not switch(FLUSH_ENV, True):
         yield
         return
     import torch
 
     before = _flushes_here()
-    if not torch.set_flush_denormal(True):  # this CPU has no such mode
+    if not torch.set_flush_denormal(True):
+        _no_mode = True
         yield
         return
-    _scopes += 1
+    _scopes.depth += 1
     try:
         yield
     finally:
-        _scopes -= 1
-        if not before and _scopes == 0:
+        _scopes.depth -= 1
+        if not before and _scopes.depth == 0:
             torch.set_flush_denormal(False)
 
 
@@ -80,7 +93,9 @@ def current() -> str:
     """What holds now, as the report's environment section records it."""
     if not switch(FLUSH_ENV, True):
         return f"kept ({FLUSH_ENV}=0)"
-    if _scopes == 0:
+    if _no_mode:
+        return NO_MODE
+    if _scopes.depth == 0:
         return "kept (computed outside a job)" if not _flushes_here() else FLUSHED
     if flushes_on_every_thread():
         return FLUSHED
@@ -114,6 +129,6 @@ def _flushes_here() -> bool:
 def flush_in_onnxruntime(options: Any) -> Any:
     """Inside :func:`flushing`, ask an ``onnxruntime.SessionOptions`` to flush on its threads and the
     calling one; outside, onnxruntime's default (which turns the calling thread's off)."""
-    if _scopes > 0:
+    if _scopes.depth > 0:
         options.add_session_config_entry(ORT_OPTION, "1")
     return options

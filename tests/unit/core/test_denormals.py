@@ -72,3 +72,19 @@ def test_the_operator_can_keep_subnormals(tmp_path: Path) -> None:
 def test_threads_started_before_the_job_are_reported(tmp_path: Path) -> None:
     found = _job(tmp_path, before="busy")
     assert found["in_the_job"] == "flushed on some threads only"
+
+
+def test_a_cpu_without_the_mode_is_reported_and_sessions_are_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import onnxruntime as ort
+
+    from workers import denormals
+
+    monkeypatch.setattr(denormals, "_no_mode", False)  # put back after the test
+    monkeypatch.setattr(torch, "set_flush_denormal", lambda on: False)  # as torch answers on such a CPU
+    with denormals.flushing():
+        assert denormals.current() == "kept (this CPU has no flush-to-zero mode)"
+        options = denormals.flush_in_onnxruntime(ort.SessionOptions())
+    with pytest.raises(RuntimeError, match="does not have configuration"):
+        options.get_session_config_entry(denormals.ORT_OPTION)
