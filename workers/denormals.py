@@ -11,7 +11,8 @@ instead of 458. onnxruntime's forward of the same rows took 131 ms instead of 11
 
 Flushing moves a value by less than 1.2e-38. Attributions are compared at float32's relative
 rounding (6e-8 of their size) and judged to 0.05 of the effect mass (docs/science.md 5.4, which says
-so), so no score or verdict can tell; TensorFlow and XLA flush on CPUs by default.
+so), so no score or verdict can tell. TensorFlow and XLA's CPU runtime flush them the same way: on
+their compute threads and, scoped, on the calling thread while a kernel or an executable runs.
 ``XAUDIT_FLUSH_DENORMALS=0`` keeps subnormals, and the report's environment section says which ran.
 
 The register belongs to each thread, and it changes the arithmetic of everything that runs there,
