@@ -804,8 +804,7 @@ print(json.dumps({"wall": ticks[-1] - ticks[0], "calls": len(ticks) - 2, "per_ca
 _TEXT_CUTS = (("today", "today", "1"), ("today", "subnormals kept", "0"), ("old", "before", "0"))
 
 # (work, tokens, rows or sub-inputs): forward calls of one sample's masked rows, and audit calls of
-# Gradient x Input and Integrated Gradients (64 steps, its default), each with the cuts of today and
-# of before.
+# Gradient x Input and Integrated Gradients (64 steps, its default), each run as _TEXT_CUTS says.
 _TEXT_WORK = (
     ("forward", 128, 256),
     ("forward", 512, 128),
