@@ -24,9 +24,10 @@ same threads. Sections:
 - images: audit calls at an image scale (resnet18 at 224x224, 64 sub-inputs of one sample; one row
   at 112x112) per method, each in a fresh process: wall time, peak memory and the longest wait for
   progress;
-- text: forward calls and Integrated Gradients' audit calls on a transformers BERT (width 256) at 128
-  and 512 tokens, each in a fresh process, with the cuts of today and of before: rows per call, peak
-  memory, the longest wait for progress;
+- text: forward calls and Gradient x Input's and Integrated Gradients' audit calls on a transformers
+  BERT (width 256) at 128 and 512 tokens, each in a fresh process, with today's code, today's with
+  subnormal floats kept, and the cuts of before: rows per call, peak memory, the longest wait for
+  progress;
 - startup: ``xaudit methods`` and the engine import, in fresh processes;
 - gpu: only where a GPU is present (otherwise one line says why it was skipped): the digits audit on
   the CPU and on CUDA (verdicts, score differences, providers; TF32 off as xaudit runs and allowed
@@ -761,8 +762,8 @@ from bench._common import peak_resident_mb
 from tests.models.zoo.builders import hf_bert
 from workers.interactions import subsets_up_to
 from workers.methods import get_method
-from workers.prepare import prepare
 from workers.denormals import current, flushing
+from workers.prepare import prepare
 from xaudit.contract.spec import JobSpec
 scope = flushing()  # held for the whole child (a dropped scope is closed, and puts the register back),
 scope.__enter__()  # entered before hf_bert's torch work, as a job enters it (workers/denormals.py)
@@ -815,6 +816,8 @@ _TEXT_WORK = (
 
 def section_text() -> None:
     """Forward and audit calls on a BERT at text scale: memory, speed and the wait for progress."""
+    from workers.denormals import FLUSHED
+
     print("## Text scale: forward and audit calls on a BERT (cpu)")
     print()
     print("transformers' BertForSequenceClassification from its config (width 256, 4 layers, 4 heads,")
@@ -837,7 +840,7 @@ def section_text() -> None:
             if isinstance(r, str):
                 print(f"| {work} | {length} | {rows} | {label} | failed: {r} | | | | | |")
                 continue
-            if flush == "1" and r["denormals"] != "flushed to zero":  # the row is not what it says
+            if flush == "1" and r["denormals"] != FLUSHED:  # the row is not what it says
                 label += f" ({r['denormals']})"
             print(
                 f"| {work} | {length} | {rows} | {label} | {r['per_call']} "
