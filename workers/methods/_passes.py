@@ -21,7 +21,7 @@ from workers.device_budget import budget_scale, equal_parts
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["CHUNK", "ELEMENTS", "SAVED_BYTES", "rows_per_pass", "saved_bytes_per_row"]
+__all__ = ["CHUNK", "ELEMENTS", "SAVED_BYTES", "elements_per_pass", "rows_per_pass", "saved_bytes_per_row"]
 
 # Most rows per pass, input elements per pass and bytes saved for the backward per pass (times
 # workers.device_budget's scale on a GPU).
@@ -35,16 +35,20 @@ _probed: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[object, ...], int
 )
 
 
+def elements_per_pass(device: torch.device) -> int:
+    """Input elements one pass may hold on ``device``: ELEMENTS, scaled up on a GPU."""
+    return ELEMENTS * budget_scale(device)
+
+
 def rows_per_pass(inputs: torch.Tensor, graph: torch.nn.Module | None = None) -> int:
     """Rows of ``inputs`` per forward+backward pass through ``graph`` (None: the element budget
     alone); more on a GPU (workers.device_budget). Passes of equal size: 512 rows at most 473 per
     pass are two passes of 256, not 473 and a pass of 39 that costs a GPU nearly as much."""
-    scale = budget_scale(inputs.device)
-    most = max(1, min(CHUNK, ELEMENTS * scale // max(1, math.prod(inputs.shape[1:]))))
+    most = max(1, min(CHUNK, elements_per_pass(inputs.device) // max(1, math.prod(inputs.shape[1:]))))
     if graph is not None and len(inputs) > 1:
         per_row = saved_bytes_per_row(graph, inputs)
         if per_row > 0:
-            most = max(1, min(most, SAVED_BYTES * scale // per_row))
+            most = max(1, min(most, SAVED_BYTES * budget_scale(inputs.device) // per_row))
     return equal_parts(len(inputs), most)
 
 

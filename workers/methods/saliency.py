@@ -6,7 +6,6 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from workers.device_budget import budget_scale
 from workers.methods import _passes
 from workers.methods._base import AttributionContext, Capabilities, TorchMethod
 from xaudit.contract.params import parameter_defaults
@@ -59,7 +58,7 @@ class SmoothGrad(TorchMethod):
         spread = spread.clamp_min(1e-12)
         gen = torch.Generator(device="cpu").manual_seed(ctx.seed)
         total = torch.zeros_like(x)
-        for count in noise_groups(samples, x.numel(), _passes.ELEMENTS * budget_scale(device)):
+        for count in noise_groups(samples, x.numel(), _passes.elements_per_pass(device)):
             eps = torch.randn((count, *x.shape), generator=gen).to(device) * noise * spread
             noisy = (x[None] + eps).reshape(-1, *x.shape[1:])
             total += (
