@@ -13,7 +13,13 @@ from captum.attr import DeepLift
 from captum.attr._core.deep_lift import nonlinear
 from torch import nn
 
-__all__ = ["RowwiseDeepLift"]
+__all__ = ["RowwiseDeepLift", "corrected"]
+
+
+def corrected(module: nn.Module) -> bool:
+    """Whether RowwiseDeepLift takes ``module`` with its own rule instead of Captum's (exactly
+    nn.Softmax, the class Captum's rule is keyed on)."""
+    return type(module) is nn.Softmax
 
 
 class RowwiseDeepLift(DeepLift):  # type: ignore[misc]  # captum ships no type information
@@ -22,7 +28,7 @@ class RowwiseDeepLift(DeepLift):  # type: ignore[misc]  # captum ships no type i
     def _backward_hook(
         self, module: nn.Module, grad_input: torch.Tensor, grad_output: torch.Tensor
     ) -> torch.Tensor:
-        if type(module) is not nn.Softmax or not self.satisfies_attribute_criteria(module):
+        if not corrected(module) or not self.satisfies_attribute_criteria(module):
             return super()._backward_hook(module, grad_input, grad_output)  # its own checks and errors
         multipliers = nonlinear(module, module.input, module.output, grad_input, grad_output, eps=self.eps)
         del module.input, module.output  # as Captum's hook does: the next pass sets them again

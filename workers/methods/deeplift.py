@@ -67,8 +67,6 @@ def _captum(
 
 def _implementation(model: ModelAdapter, method: str) -> str | None:
     """xaudit's Rescale pass, or Captum's DeepLift with the operator that sent the graph there."""
-    import torch
-
     from workers.methods._embedding import graph_model
     from workers.methods._fx_plan import crossed_head
     from workers.methods._rescale_graph import RescaleGraph
@@ -81,9 +79,11 @@ def _implementation(model: ModelAdapter, method: str) -> str | None:
     refusal = RescaleGraph.refusal(graph, method)
     if refusal is None:
         return "xaudit's Rescale pass (docs/science.md 5.8)" + crossed_head(graph, method, "DeepLIFT")
+    from workers.methods._captum_deeplift import corrected  # Captum's path: captum is loaded
+
     softmax = (
         "; its Softmax rule as Captum corrected it after 0.9.0, row by row (docs/science.md 5.8)"
-        if any(type(m) is torch.nn.Softmax for m in graph.modules())
+        if any(corrected(m) for m in graph.modules())
         else ""
     )
     return (
