@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 
@@ -18,7 +19,7 @@ from workers.precision import CUDA_PROVIDER_OPTIONS
 from xaudit.contract.errors import InvalidModel
 from xaudit.contract.onnx_checks import parse_onnx
 
-__all__ = ["OnnxModel", "parse_onnx", "session_providers"]
+__all__ = ["OnnxModel", "cuda_fallback_reason", "parse_onnx", "session_providers"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +42,30 @@ def _session(data: bytes, device: torch.device) -> ort.InferenceSession:
     got = session.get_providers()
     record_onnx_session(device.type, got)
     if device.type == "cuda" and "CUDAExecutionProvider" not in got:
-        # ORT falls back silently; say so.
-        logger.warning(
-            "CUDA requested but onnxruntime runs on %s (available: %s); install xaudit[gpu] on GPU machines",
-            got,
-            ort.get_available_providers(),
-        )
+        # ORT falls back to the CPU without raising; say so, and why.
+        logger.warning("CUDA requested but onnxruntime runs on %s: %s", got, cuda_fallback_reason())
     return session
+
+
+def cuda_fallback_reason() -> str:
+    """Why a session that asked for CUDA got the CPU: a CPU build of onnxruntime, or a CUDA build whose
+    provider did not load (onnxruntime logs its own error; the driver's absence is named here)."""
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        return (
+            f"this onnxruntime {ort.__version__} has no CUDA provider (available: {available}); "
+            "install xaudit[gpu] (onnxruntime-gpu) instead of xaudit[cpu] on GPU machines"
+        )
+    try:  # dlopen, as onnxruntime's provider does; no subprocess (ctypes.util.find_library runs ldconfig)
+        ctypes.CDLL("libcuda.so.1")
+        driver = ""
+    except OSError:
+        driver = "; this machine has no NVIDIA driver library (libcuda.so.1)"
+    return (
+        f"onnxruntime-gpu {ort.__version__}'s CUDA provider did not load{driver} (it needs the NVIDIA "
+        "driver and the CUDA and cuDNN libraries of its build, which torch's CUDA wheels bring: "
+        "onnxruntime's own error above names the one missing)"
+    )
 
 
 def _joined(outs: list[np.ndarray], rows: int) -> np.ndarray:

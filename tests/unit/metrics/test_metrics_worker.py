@@ -131,6 +131,8 @@ def test_onnx_session_that_did_not_get_cuda_is_logged_and_counted(
         ]
     ]
     assert "CUDA requested but onnxruntime runs on" in caplog.text
+    # This environment's onnxruntime is the CPU build (test_metrics_gpu_wheel.py runs the CUDA one).
+    assert "has no CUDA provider" in caplog.text and "install xaudit[gpu] (onnxruntime-gpu)" in caplog.text
     m = worker_metrics
     on_cpu = {"requested": "cuda", "provider": "CPUExecutionProvider"}
     assert value(m, "xaudit_onnxruntime_sessions_total", **on_cpu) == 1
