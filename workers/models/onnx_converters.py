@@ -189,13 +189,31 @@ def _pad_18(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     )
 
 
-def _scatter_nd_18(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
-    """Opset 18 adds the max and min reductions to ScatterND; without them it is the opset-16
-    operator (torch's dynamo exporter writes it for slice assignment: swin_t's attention mask)."""
+class ScatterND(nn.Module):
+    """ONNX ScatterND without a reduction: a copy of ``data`` with ``updates`` written where the last
+    axis of ``indices`` points. onnx2torch's indexes with a list of lists built on the host, which
+    torch deprecated ("will be interpreted as tensor index ... an error or a different result"); this
+    indexes with a tuple of index tensors, on the data's device."""
+
+    def forward(self, data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+        depth = indices.shape[-1]
+        values = updates.reshape(-1, *data.shape[depth:]).to(data.dtype)
+        if depth == 0:  # every index tuple is empty: each update replaces all of ``data``
+            return values[-1].clone()
+        out = data.clone()
+        out[indices.reshape(-1, depth).to(torch.long).unbind(1)] = values
+        return out
+
+
+def _scatter_nd(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """ScatterND at every opset (torch's dynamo exporter writes it for slice assignment: swin_t's
+    attention mask). Opset 16 adds the add and mul reductions, 18 max and min: refused, as onnx2torch
+    refuses them."""
+    del graph
     reduction = node.attributes.get("reduction", "none")
     if reduction not in ("none", b"none"):
         raise NotImplementedError(f"ScatterND with reduction '{reduction}' (node '{node.name}')")
-    return registered("ScatterND", 16)(node, graph)
+    return OperationConverterResult(ScatterND(), onnx_mapping_from_node(node))
 
 
 # ONNX gate order -> torch's: LSTM i,o,f,c -> i,f,g,o; GRU z,r,h -> r,z,n.
@@ -356,7 +374,7 @@ _ADDED: dict[tuple[str, int], Any] = {
     ("Pad", 18): _pad_18,
     ("Pad", 19): _pad_18,
     ("Pad", 21): _pad_18,
-    ("ScatterND", 18): _scatter_nd_18,
+    ("ScatterND", 18): _scatter_nd,
     **{(op, 18): _reduce_with_axes_input for op in _REDUCTIONS_18},
     ("ReduceMax", 20): _reduce_with_axes_input,  # 20 adds bool inputs only
     ("ReduceMin", 20): _reduce_with_axes_input,
@@ -368,6 +386,7 @@ _REPLACED: dict[tuple[str, int], Any] = {
     ("LayerNormalization", 17): _layer_norm_17,
     ("Reshape", 14): _reshape_14,
     **{("Flatten", version): _flatten for version in (9, 11, 13)},
+    **{("ScatterND", version): _scatter_nd for version in (11, 13, 16)},
 }
 
 

@@ -4,6 +4,7 @@ graph inputs, operators onnx2torch lacks, and methods judged one by one when a g
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +95,6 @@ def test_weights_that_are_not_plain_initializers_convert(weights_as: str) -> Non
 def test_slices_match_onnxruntime_without_torchs_list_index_warning(consts: dict[str, list[int]]) -> None:
     """onnx2torch indexed with a list of slices, which torch deprecated: a later torch would read it as
     a tensor index and give another result (workers/models/onnx_converters.py indexes with a tuple)."""
-    import warnings
 
     nodes = [
         oh.make_node("Constant", [], [k], value=nh.from_array(np.array(v, np.int64), k))
@@ -371,16 +371,50 @@ def test_pad_from_opset18_matches_onnxruntime(
     np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), rtol=1e-6)
 
 
-def test_opset18_scatter_nd_matches_onnxruntime() -> None:
-    """ScatterND at opset 18 (torch's dynamo exporter writes it for slice assignment)."""
-    indices = nh.from_array(np.array([[0, 1], [1, 2]], np.int64), "indices")
-    updates = nh.from_array(np.full((2, 6, 6), 7.0, np.float32), "updates")
+@pytest.mark.parametrize("opset", [11, 13, 16, 18])
+@pytest.mark.parametrize(
+    "index",
+    [
+        [[0, 1], [1, 2]],  # (row, channel): whole 6x6 maps replaced
+        [[1], [0]],  # whole rows
+        [[0, 2, 5, 1], [1, -1, 0, -2]],  # single elements, negative indices among them
+        [[[0, 0]], [[1, 1]]],  # index tuples in a batch of their own
+    ],
+)
+def test_scatter_nd_matches_onnxruntime_without_torchs_list_index_warning(
+    opset: int, index: list[list[int]]
+) -> None:
+    """ScatterND (torch's dynamo exporter writes it for slice assignment). onnx2torch's indexed with a
+    list of lists, which torch warns will change meaning: any warning fails here."""
+    indices = np.array(index, np.int64)
+    depth = indices.shape[-1]
+    updates_shape = (*indices.shape[:-1], *X.shape[depth:])
+    updates = nh.from_array(RNG.standard_normal(updates_shape).astype(np.float32), "updates")
     nodes = [oh.make_node("ScatterND", ["x", "indices", "updates"], ["y"])]
-    model = _model(
-        nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 6])], None, [indices, updates], 18
-    )
+    x_info = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 6])
+    model = _model(nodes, [x_info], None, [nh.from_array(indices, "indices"), updates], opset)
     graph = onnx_to_torch(model)
-    np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = graph(torch.from_numpy(X)).detach().numpy()
+    np.testing.assert_array_equal(got, _ort(model, X))
+
+
+def test_scatter_nd_passes_gradients_to_the_data_it_keeps_and_to_the_updates() -> None:
+    indices = nh.from_array(np.array([[0, 1], [1, 2]], np.int64), "indices")
+    nodes = [oh.make_node("ScatterND", ["x", "indices", "u"], ["y"])]
+    inputs = [
+        oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 6]),
+        oh.make_tensor_value_info("u", TensorProto.FLOAT, [2, 6, 6]),
+    ]
+    graph = onnx_to_torch(_model(nodes, inputs, None, [indices], 18))
+    x = torch.from_numpy(X).requires_grad_(True)
+    u = torch.ones(2, 6, 6, requires_grad=True)
+    graph(x, u).sum().backward()
+    assert x.grad is not None and u.grad is not None
+    expected = torch.ones_like(x)
+    expected[0, 1] = expected[1, 2] = 0  # overwritten: no gradient to the data
+    assert torch.equal(x.grad, expected) and torch.equal(u.grad, torch.ones_like(u))
 
 
 def test_reshape_with_allowzero_and_a_shape_computed_at_run_time_matches_onnxruntime() -> None:
@@ -450,7 +484,6 @@ class _Recurrent(torch.nn.Module):
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_recurrent_layers_convert_and_match_onnxruntime(kind: str, bidirectional: bool) -> None:
     import io
-    import warnings
 
     torch.manual_seed(0)
     module = _Recurrent(kind, bidirectional).eval()
