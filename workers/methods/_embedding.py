@@ -26,6 +26,7 @@ import onnx.utils
 from workers.methods._base import AttributionContext, Method
 from workers.models.base import ModelAdapter
 from workers.models.named import NamedOnnxModel, OnnxGraph
+from workers.models.onnx_dims import negative_dims_unknown
 from workers.players import Players
 from xaudit.contract.errors import InvalidInput, NotApplicable
 
@@ -124,7 +125,10 @@ class EmbeddingView:
 
 def attach_embedding(model: NamedOnnxModel, tensor: str, ids_values: np.ndarray) -> None:
     """Cut ``model``'s graph at the embedding output and attach the two halves to it."""
-    proto = onnx.shape_inference.infer_shapes(model.graph.proto)
+    typed = onnx.ModelProto()
+    typed.CopyFrom(model.graph.proto)
+    negative_dims_unknown(typed)  # shape inference aborts the process on them (workers/models/onnx_dims.py)
+    proto = onnx.shape_inference.infer_shapes(typed)
     ids = model.explained.name
     produced = {o for n in proto.graph.node for o in n.output}
     name = tensor or find_embedding(proto, ids)

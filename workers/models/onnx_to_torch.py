@@ -35,6 +35,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
+from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
 
 __all__ = ["method_graph", "onnx_to_torch", "unconvertible_nodes"]
 
@@ -162,6 +163,7 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
     if missing:
         raise InvalidModel(f"no torch conversion for operator {', '.join(missing)}")
     try:
+        negative_dims_unknown(copy)  # before onnx2torch's shape inference: workers/models/onnx_dims.py
         _lift_constants(copy)
         _finite_constants(copy)
         fuse_gelu(copy)

@@ -16,25 +16,25 @@ def detect_format(data: bytes) -> str:
     return "torchscript" if data[:2] == b"PK" else "onnx"
 
 
-__all__ = ["detect_format", "external_tensors", "parse_onnx"]
+__all__ = ["detect_format", "external_tensors", "graphs_within", "parse_onnx"]
 
 _STANDARD_DOMAINS = {"", "ai.onnx", "ai.onnx.ml"}
 
 
-def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+def graphs_within(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     """The graph and every subgraph (If / Loop / Scan bodies), where refused features can hide too."""
     found = [graph]
     for node in graph.node:
         for attr in node.attribute:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                found.extend(_graphs(sub))
+                found.extend(graphs_within(sub))
     return found
 
 
 def external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     """Every tensor of ``model`` (subgraphs included) whose bytes live in an external file."""
     tensors = []
-    for graph in _graphs(model.graph):
+    for graph in graphs_within(model.graph):
         tensors.extend(graph.initializer)
         tensors.extend(s.values for s in graph.sparse_initializer)
         for node in graph.node:
@@ -61,7 +61,7 @@ def parse_onnx(data: bytes) -> onnx.ModelProto:
             "save_as_external_data=False))"
         )
     custom = sorted(
-        {n.domain for g in _graphs(model.graph) for n in g.node if n.domain not in _STANDARD_DOMAINS}
+        {n.domain for g in graphs_within(model.graph) for n in g.node if n.domain not in _STANDARD_DOMAINS}
     )
     if custom:
         raise InvalidModel(f"ONNX model uses custom operator domains {custom}; they are refused")
