@@ -391,18 +391,30 @@ _REPLACED: dict[tuple[str, int], Any] = {
 
 
 def _slice_by_tuple(
-    x: torch.Tensor, flip_dims: list[int], pos_axes_slices: list[slice], neg_axes_slices: list[Any]
+    x: torch.Tensor, flip_dims: list[int], pos_axes_slices: list[Any], neg_axes_slices: list[Any]
 ) -> torch.Tensor:
     """onnx2torch's Slice, indexing with a tuple of slices where it passes a list: torch deprecated
     the list ("will be interpreted as tensor index ... either an error or a different result"), and
-    warns on every BERT's position ids until then."""
+    warns on every BERT's position ids until then. Bounds are clipped to the axis first: exporters
+    write int64's extremes for "to the end", which torch truncates with a warning on every call."""
     if flip_dims:
         x = torch.flip(x, dims=flip_dims)
     if pos_axes_slices:
-        x = x[tuple(pos_axes_slices)]
-    if neg_axes_slices:
-        x = x[tuple(neg_axes_slices)]
+        x = x[tuple(_within(s, x.shape[axis]) for axis, s in enumerate(pos_axes_slices))]
+    if neg_axes_slices:  # [Ellipsis, then the last axes in order]
+        last = len(neg_axes_slices) - 1
+        x = x[tuple(_within(s, x.shape[i - last - 1]) if i else s for i, s in enumerate(neg_axes_slices))]
     return x
+
+
+def _within(part: slice, size: int) -> slice:
+    """``part`` (a positive step: onnx2torch flips for negative ones) with start and stop clipped to
+    [-size, size], which selects the same elements."""
+
+    def clip(bound: Any) -> Any:
+        return None if bound is None else max(-size, min(size, int(bound)))
+
+    return slice(clip(part.start), clip(part.stop), part.step)
 
 
 def _register() -> None:

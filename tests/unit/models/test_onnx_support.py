@@ -90,6 +90,10 @@ def test_weights_that_are_not_plain_initializers_convert(weights_as: str) -> Non
     [
         {"st": [1, -4], "en": [3, 100], "ax": [1, 3], "sp": [1, 1]},
         {"st": [1, -1], "en": [3, -7], "ax": [1, -1], "sp": [1, -2]},  # a negative step: a flip
+        # The exporters' "to the end" and "to the start": int64's extremes (dynamo: BERT, ViT)
+        {"st": [0, 2], "en": [2**63 - 1, 2**63 - 1], "ax": [0, 2], "sp": [1, 1]},
+        {"st": [2**63 - 1, -2], "en": [-(2**63), -(2**63)], "ax": [1, 3], "sp": [-1, -1]},
+        {"st": [-(2**63), 7], "en": [2, 9], "ax": [2, 3], "sp": [1, 1]},  # a start past the end: empty
     ],
 )
 def test_slices_match_onnxruntime_without_torchs_list_index_warning(consts: dict[str, list[int]]) -> None:
