@@ -41,7 +41,7 @@ def needs_named_model(
 ) -> bool:
     """Whether a job needs :class:`NamedOnnxModel`: named inputs, a named output, or an ONNX model
     whose one input is not a float tensor, has a fixed batch (declared, or pinned by the outputs),
-    or that has several inputs."""
+    or that has several inputs, or whose operators couple a batch's rows (one row per call)."""
     if explain or target_output or held_inputs(tensors):
         return True
     import onnx
@@ -54,6 +54,7 @@ def needs_named_model(
         proto = onnx.load_model_from_string(data)
     except Exception:
         return False  # the plain loader says what is wrong with it
+    from workers.models.batch_coupling import rows_coupled_by
     from workers.models.rebatch import batch_pinned_by_outputs
 
     initializers = {i.name for i in proto.graph.initializer}
@@ -63,7 +64,7 @@ def needs_named_model(
     tensor_type = graph_inputs[0].type.tensor_type
     dims = tensor_type.shape.dim
     fixed_batch = len(dims) > 0 and dims[0].HasField("dim_value") and dims[0].dim_value > 0
-    pinned = fixed_batch or batch_pinned_by_outputs(proto)
+    pinned = fixed_batch or batch_pinned_by_outputs(proto) or rows_coupled_by(proto) is not None
     return bool(tensor_type.elem_type != onnx.TensorProto.FLOAT or pinned)
 
 
@@ -170,7 +171,7 @@ def load_named(
     explained, given = _given(explain, graph, tensors)
     spec = graph.input(explained)
     inputs = _with_batch(explained, _checked(explained, given[explained], spec), spec)
-    if spec.fixed_batch == 1 and len(graph.inputs) == 1:
+    if spec.fixed_batch == 1 and len(graph.inputs) == 1 and graph.rows_coupled_by is None:
         from workers.models.rebatch import rebatched
 
         data = rebatched(graph.proto, explained, spec.dtype, inputs[:1], graph.session) or b""
@@ -223,6 +224,8 @@ def held_inputs_section(model: ModelAdapter) -> dict[str, object]:
     if model.explained.fixed_batch is not None:
         # A fixed batch size costs one model call per chunk of that size: said in the report.
         section["fixed_batch"] = model.explained.fixed_batch
+    if model.graph.rows_coupled_by is not None:  # and why it is one row per call
+        section["rows_coupled_by"] = model.graph.rows_coupled_by
     embedding = model.embedding
     if embedding is not None:
         section["embedding_tensor"] = getattr(embedding, "tensor", "")

@@ -46,6 +46,7 @@ class ModelCheck:
     fixed_batch: int | None = None
     output_head: str = ""  # the op making the first output when it gives probabilities (Softmax, Sigmoid...)
     rebatched: bool = False  # a fixed batch of 1 that the graph lets us widen (checked on two rows)
+    rows_coupled_by: str | None = None  # an operator that couples a batch's rows: one row per call
     command: str = ""
 
     def runnable(self) -> list[str]:
@@ -61,7 +62,12 @@ class ModelCheck:
             where = f"batch axis {axis}" if axis is not None else "no batch axis (held as given)"
             mark = "  <- explained" if i["name"] == self.explained else ""
             lines.append(f"  {i['name']}: {i['dtype']} {i['shape']}, {where}{mark}")
-        if self.rebatched:
+        if self.rows_coupled_by:
+            lines.append(
+                f"  rows of a batch are coupled: {self.rows_coupled_by}; evaluated one row per model call "
+                "(an audit of 2^n sub-inputs costs 2^n calls per sample)"
+            )
+        elif self.rebatched:
             lines.append(
                 "  fixed batch size 1, but the graph computes row by row (checked): re-batched, many rows per call"
             )
@@ -144,7 +150,13 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
     explained = (floats or [i for i in graph.inputs if i.dims] or list(graph.inputs))[0]
     check.explained = explained.name
     check.fixed_batch = explained.fixed_batch
-    if explained.fixed_batch == 1 and len(graph.inputs) == 1 and not explained.integer:
+    check.rows_coupled_by = graph.rows_coupled_by
+    if (
+        explained.fixed_batch == 1
+        and len(graph.inputs) == 1
+        and not explained.integer
+        and not check.rows_coupled_by
+    ):
         from workers.models.rebatch import rebatched
 
         row = np.random.default_rng(0).standard_normal([1, *[d or 1 for d in explained.sample_shape or ()]])

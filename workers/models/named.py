@@ -24,6 +24,7 @@ import torch
 
 from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from workers.models.batch_coupling import rows_coupled_by
 from workers.models.onnx_model import _session
 from workers.models.onnx_to_torch import method_graph
 from workers.models.rebatch import batch_pinned_by_outputs
@@ -101,6 +102,10 @@ class OnnxGraph:
         self.inputs: tuple[InputSpec, ...] = tuple(_spec(i) for i in self.session.get_inputs())
         if batch_pinned_by_outputs(self.proto):  # a symbolic input batch the graph does not honour
             self.inputs = (replace(self.inputs[0], fixed_batch=1),)
+        # An operator that couples a batch's rows: one row per call (workers/models/batch_coupling.py).
+        self.rows_coupled_by = rows_coupled_by(self.proto)
+        if self.rows_coupled_by is not None:
+            self.inputs = tuple(replace(spec, fixed_batch=1) for spec in self.inputs)
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.session.get_outputs())
         self._torch: torch.nn.Module | None = None
         self._torch_error: InvalidModel | None = None
