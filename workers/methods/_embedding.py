@@ -47,9 +47,10 @@ _FLOATS = {
 
 
 def find_embedding(proto: onnx.ModelProto, ids: str) -> str:
-    """Where gradients on token ids are taken: the first Gather that looks up a constant table
+    """Where gradients on token ids are taken: the first Gather that looks up a constant float table
     with (a cast of) ``ids``; else the first float tensor computed from the ids' values (a one-hot
-    by Equal+Cast or OneHot, as JAX and TF exporters write it). ``proto`` is shape-inferred."""
+    by Equal+Cast or OneHot, as JAX and TF exporters write it; an int8 table's dequantized rows).
+    ``proto`` is shape-inferred."""
     constants = {i.name for i in proto.graph.initializer}
     constants |= {n.output[0] for n in proto.graph.node if n.op_type == "Constant"}
     types = {v.name: v.type.tensor_type.elem_type for v in (*proto.graph.value_info, *proto.graph.output)}
@@ -61,6 +62,8 @@ def find_embedding(proto: onnx.ModelProto, ids: str) -> str:
             and len(node.input) > 1
             and node.input[1] in passed
             and node.input[0] in constants
+            # a quantized table (onnxruntime's quantize_dynamic) looks up integers: its float is later
+            and types.get(node.output[0], onnx.TensorProto.FLOAT) in _FLOATS
         ):
             return str(node.output[0])
         if node.op_type in _ID_PASSTHROUGH and node.input and node.input[0] in passed:

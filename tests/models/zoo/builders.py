@@ -436,6 +436,23 @@ def hf_bert(
     return _bert_zoo(folder / "model.onnx", example, expected)
 
 
+def hf_bert_int8(folder: Path) -> ZooModel:
+    """:func:`hf_bert` from the dynamo exporter, then quantized as CPU deployments quantize it:
+    onnxruntime's ``quantize_dynamic`` (int8 weights; each MatMul's input quantized by
+    DynamicQuantizeLinear with the range of the whole batch, which couples its rows)."""
+    from dataclasses import replace
+
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source = hf_bert(folder / "fp32", "dynamo")
+    target = folder / "model.onnx"
+    quantize_dynamic(str(source.model), str(target), weight_type=QuantType.QInt8)
+    session = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    expected = session.run(None, source.inputs)[0]  # the quantized model's own output, one row
+    return replace(source, model=target, expected=expected)
+
+
 CUSTOM: dict[str, Callable[[Path], ZooModel]] = {
     "speech_lstm": speech_lstm,
     "fixed_batch_cnn": fixed_batch_cnn,
@@ -444,4 +461,5 @@ CUSTOM: dict[str, Callable[[Path], ZooModel]] = {
     "bert_like": bert_like,
     "hf_bert_dynamo": lambda folder: hf_bert(folder, "dynamo"),
     "hf_bert_legacy": lambda folder: hf_bert(folder, "legacy"),
+    "hf_bert_int8": hf_bert_int8,
 }

@@ -158,11 +158,19 @@ def test_custom_models_inspect_and_audit(
         assert not {"lrp_epsilon", "lrp_alpha_beta"} & set(reasons), reasons
         # z-beta's first layer (a query/key/value projection) is not at the embedding; inspect said so
         assert "z-beta" in reasons["deep_taylor"] and "z-beta" in check["methods"]["deep_taylor"]
-    if name.startswith("hf_bert"):  # transformers' own BERT: gradient methods at its embedding lookup
+    if name in ("hf_bert_dynamo", "hf_bert_legacy"):  # transformers' own BERT: gradients at its lookup
         assert check["embedding_tensor"]
         assert not {"integrated_gradients", "gradient_x_input", "saliency"} & set(reasons), reasons
         # the legacy export's -inf attention mask made DeepLIFT's differences inf - inf (NaN)
         assert not {"deeplift_rescale", "deepshap"} & set(reasons), reasons
+    if name == "hf_bert_int8":  # dynamic quantization couples a batch's rows: one row per call
+        assert check["rows_coupled_by"].startswith("DynamicQuantizeLinear (node ")
+        assert report["inputs"]["rows_coupled_by"] == check["rows_coupled_by"]
+        assert not any("fails its checks" in m.get("reason", "") for m in report["methods"])
+        assert "shapley_value" not in reasons and "occlusion_1" not in reasons
+        # Past the int8 table's lookup, at its dequantized rows: stopped by the integer operators
+        assert "no torch conversion for operator" in reasons["integrated_gradients"]
+        assert "DynamicQuantizeLinear" in reasons["integrated_gradients"]
     if name == "fixed_batch_cnn":  # declared (1, 3, 32, 32); the graph computes row by row
         assert check["fixed_batch"] == 1 and check["rebatched"]
         assert "integrated_gradients" not in reasons and "lrp_epsilon" not in reasons
