@@ -18,7 +18,10 @@ def detect_format(data: bytes) -> str:
 
 __all__ = ["detect_format", "external_tensors", "graphs_within", "parse_onnx"]
 
-_STANDARD_DOMAINS = {"", "ai.onnx", "ai.onnx.ml"}
+# Operator domains a model may use: ONNX's own, and onnxruntime's contrib operators (com.microsoft),
+# which are compiled into onnxruntime itself (its transformer optimizer writes them: Attention,
+# SkipLayerNormalization, BiasGelu). Any other domain needs a custom-op library: refused.
+_ALLOWED_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "com.microsoft"}
 
 
 def graphs_within(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
@@ -61,10 +64,13 @@ def parse_onnx(data: bytes) -> onnx.ModelProto:
             "save_as_external_data=False))"
         )
     custom = sorted(
-        {n.domain for g in graphs_within(model.graph) for n in g.node if n.domain not in _STANDARD_DOMAINS}
+        {n.domain for g in graphs_within(model.graph) for n in g.node if n.domain not in _ALLOWED_DOMAINS}
     )
     if custom:
-        raise InvalidModel(f"ONNX model uses custom operator domains {custom}; they are refused")
+        raise InvalidModel(
+            f"ONNX model uses custom operator domains {custom}; they are refused (allowed: ONNX's own and "
+            "onnxruntime's contrib operators, com.microsoft)"
+        )
     try:
         onnx.checker.check_model(model)
     except Exception as exc:

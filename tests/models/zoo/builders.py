@@ -453,6 +453,22 @@ def hf_bert_int8(folder: Path) -> ZooModel:
     return replace(source, model=target, expected=expected)
 
 
+def hf_bert_ort_optimized(folder: Path) -> ZooModel:
+    """:func:`hf_bert` from the dynamo exporter, then fused by onnxruntime's transformer optimizer as
+    CPU deployments run it: onnxruntime's own contrib operators (com.microsoft.SkipLayerNormalization,
+    BiasGelu), which only onnxruntime runs."""
+    from dataclasses import replace
+
+    from onnxruntime.transformers import optimizer
+
+    source = hf_bert(folder / "fp32", "dynamo")
+    target = folder / "model.onnx"
+    optimizer.optimize_model(
+        str(source.model), model_type="bert", num_heads=2, hidden_size=32
+    ).save_model_to_file(str(target))
+    return replace(source, model=target)
+
+
 CUSTOM: dict[str, Callable[[Path], ZooModel]] = {
     "speech_lstm": speech_lstm,
     "fixed_batch_cnn": fixed_batch_cnn,
@@ -462,4 +478,5 @@ CUSTOM: dict[str, Callable[[Path], ZooModel]] = {
     "hf_bert_dynamo": lambda folder: hf_bert(folder, "dynamo"),
     "hf_bert_legacy": lambda folder: hf_bert(folder, "legacy"),
     "hf_bert_int8": hf_bert_int8,
+    "hf_bert_ort_optimized": hf_bert_ort_optimized,
 }

@@ -153,6 +153,46 @@ def test_methods_are_judged_alone_when_the_graph_cannot_be_converted() -> None:
         assert verdicts[name]["verdict"] != "not_applicable"
 
 
+def _contrib_model(domain: str) -> onnx.ModelProto:
+    """x (batch, 3*6*6) -> Flatten -> ``domain``.BiasGelu(x, bias): onnxruntime's contrib GELU of
+    x + bias, as its transformer optimizer writes it."""
+    bias = nh.from_array(RNG.standard_normal(108).astype(np.float32), "bias")
+    nodes = [
+        oh.make_node("Flatten", ["x"], ["f"], name="flat"),
+        oh.make_node("BiasGelu", ["f", "bias"], ["y"], name="bias_gelu", domain=domain),
+    ]
+    model = _model(
+        nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 6, 6])], ["n", 108], [bias]
+    )
+    model.opset_import.append(oh.make_opsetid(domain, 1))
+    return model
+
+
+def test_onnxruntimes_contrib_operators_run_and_other_domains_are_refused() -> None:
+    """com.microsoft is onnxruntime's own (its transformer optimizer writes SkipLayerNormalization,
+    BiasGelu, Attention): the game runs them; the methods' torch graph has no conversion for them,
+    which names the operator. Any other domain needs a custom-op library and is refused."""
+    from workers.audit import run_audit
+
+    contrib = _contrib_model("com.microsoft")
+    data = contrib.SerializeToString()
+    parse_onnx(data)
+    f = X.reshape(len(X), -1) + nh.to_array(contrib.graph.initializer[0])
+    gelu = torch.nn.functional.gelu(torch.from_numpy(f)).numpy()
+    np.testing.assert_allclose(load_model(data, "onnx", "cpu").predict(X), gelu, rtol=1e-5, atol=1e-6)
+    spec = JobSpec(
+        players="grid:2x2", methods=("shapley_value", "gradient_x_input"), device="cpu", target="class:0"
+    )
+    verdicts = {
+        m["name"]: m for m in run_audit(prepare(spec, data, None, {"inputs": X[:1]})).report["methods"]
+    }
+    assert verdicts["shapley_value"]["verdict"] == "reliable"
+    assert verdicts["gradient_x_input"]["verdict"] == "not_applicable"
+    assert "'com.microsoft.BiasGelu' (node 'bias_gelu')" in verdicts["gradient_x_input"]["reason"]
+    with pytest.raises(InvalidModel, match=r"custom operator domains \['com.evil'\]; they are refused"):
+        parse_onnx(_contrib_model("com.evil").SerializeToString())
+
+
 def _external(tmp_path: Path) -> Path:
     model = _conv_model("initializer", pool="GlobalAveragePool", opset=17)
     path = tmp_path / "model.onnx"
