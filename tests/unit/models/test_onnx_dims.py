@@ -19,6 +19,18 @@ from workers.models.onnx_dims import negative_dims_unknown
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def _in_a_child(code: str, model: onnx.ModelProto, folder: Path) -> str:
+    """``code`` run in a fresh interpreter on ``model``, saved in ``folder`` (its path is argv[1]): a
+    crash fails the test, not the test runner. Its standard output, stripped."""
+    path = folder / "model.onnx"
+    onnx.save(model, str(path))
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-1500:]}"
+    return done.stdout.strip()
+
+
 def _sliced_batch_model() -> onnx.ModelProto:
     """x (batch declared as dimension value -1, 12) -> Slice of the batch to its end -> Relu -> MatMul."""
     consts = {"st": [0], "en": [2**63 - 1], "ax": [0], "sp": [1]}
@@ -45,9 +57,7 @@ def _sliced_batch_model() -> onnx.ModelProto:
 
 
 def test_a_sliced_axis_declared_minus_one_converts_in_a_process_that_survives(tmp_path: Path) -> None:
-    # In a child: without the fix the conversion aborts its process, which here is a clean failure.
-    path = tmp_path / "model.onnx"
-    onnx.save(_sliced_batch_model(), str(path))
+    # Without the fix the conversion aborts its process.
     child = (
         "import sys, numpy as np, onnx, onnxruntime as ort, torch\n"
         "from workers.models.onnx_to_torch import onnx_to_torch\n"
@@ -58,11 +68,7 @@ def test_a_sliced_axis_declared_minus_one_converts_in_a_process_that_survives(tm
         "np.testing.assert_allclose(got, session.run(None, {'x': x})[0], rtol=1e-5, atol=1e-6)\n"
         "print('converted')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", child, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-1500:]}"
-    assert done.stdout.strip() == "converted"
+    assert _in_a_child(child, _sliced_batch_model(), tmp_path) == "converted"
 
 
 def _token_model() -> onnx.ModelProto:
@@ -99,8 +105,6 @@ def _token_model() -> onnx.ModelProto:
 def test_a_token_model_declared_minus_one_is_cut_at_its_embedding_in_a_process_that_survives(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "model.onnx"
-    onnx.save(_token_model(), str(path))
     child = (
         "import sys, numpy as np\n"
         "from workers.explain import explain\n"
@@ -113,11 +117,7 @@ def test_a_token_model_declared_minus_one_is_cut_at_its_embedding_in_a_process_t
         "assert found.shape == (1, 6) and np.abs(found).sum() > 0, found\n"
         "print('attributed')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", child, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-1500:]}"
-    assert done.stdout.strip() == "attributed"
+    assert _in_a_child(child, _token_model(), tmp_path) == "attributed"
 
 
 def test_negative_dimensions_become_unknown_everywhere_and_the_rest_stay() -> None:
