@@ -36,6 +36,7 @@ from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
+from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
 
 __all__ = ["method_graph", "onnx_to_torch", "unconvertible_nodes"]
 
@@ -159,6 +160,7 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
     """A torch.fx GraphModule equivalent to ``model``, in eval mode, float32."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    unfuse_onnxruntime_ops(copy)  # onnxruntime's fused operators as ONNX's own (before the check)
     missing = unconvertible_nodes(copy)
     if missing:
         raise InvalidModel(f"no torch conversion for operator {', '.join(missing)}")

@@ -456,7 +456,7 @@ def hf_bert_int8(folder: Path) -> ZooModel:
 def hf_bert_ort_optimized(folder: Path) -> ZooModel:
     """:func:`hf_bert` from the dynamo exporter, then fused by onnxruntime's transformer optimizer as
     CPU deployments run it: onnxruntime's own contrib operators (com.microsoft.SkipLayerNormalization,
-    BiasGelu), which only onnxruntime runs."""
+    BiasGelu), which the game runs as they are and the methods' graph as ONNX's own operators."""
     from dataclasses import replace
 
     from onnxruntime.transformers import optimizer
