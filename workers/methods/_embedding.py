@@ -27,6 +27,7 @@ from workers.methods._base import AttributionContext, Method
 from workers.models.base import ModelAdapter
 from workers.models.named import NamedOnnxModel, OnnxGraph
 from workers.models.onnx_dims import negative_dims_unknown
+from workers.models.ort_unfusion import unfuse_onnxruntime_ops
 from workers.players import Players
 from xaudit.contract.errors import InvalidInput, NotApplicable
 
@@ -131,6 +132,7 @@ def attach_embedding(model: NamedOnnxModel, tensor: str, ids_values: np.ndarray)
     typed = onnx.ModelProto()
     typed.CopyFrom(model.graph.proto)
     negative_dims_unknown(typed)  # shape inference aborts the process on them (workers/models/onnx_dims.py)
+    unfuse_onnxruntime_ops(typed)  # a fused embedding lookup, written back (workers/models/ort_unfusion.py)
     proto = onnx.shape_inference.infer_shapes(typed)
     ids = model.explained.name
     produced = {o for n in proto.graph.node for o in n.output}

@@ -3,16 +3,23 @@
 onnxruntime's transformer optimizer (``onnxruntime.transformers.optimizer``), which CPU deployments
 run on a BERT before serving it, fuses each residual sum with the layer norm after it into
 ``com.microsoft.SkipLayerNormalization`` and each bias with the exact GELU after it into
-``com.microsoft.BiasGelu``. Only onnxruntime runs them: the torch conversion has no converter, so
-every gradient and rule method was not applicable. Written back as ``Add`` + ``LayerNormalization``
-and ``Add`` + the five operators of the exact GELU (which workers.models.gelu_fusion then fuses into
-one ``gelu``), the methods' graph is the unfused model's, its layer norms where LRP's transformer
-rules find them. The game runs the model as given.
+``com.microsoft.BiasGelu``; from a BERT with eager attention exported by the legacy exporter it also
+makes ``EmbedLayerNormalization`` (the three lookups, their sum and its layer norm) and ``Attention``
+(the packed query, key and value projection, the scaled scores, the padding mask, the softmax and
+the weighted values). Only onnxruntime runs them: the torch conversion has no converter, so every
+gradient and rule method was not applicable. Written back as ONNX's own operators, in the pattern
+the exporters write (the GELU as five operators, which workers.models.gelu_fusion then fuses into one
+``gelu``), the methods' graph is the unfused model's: its lookups where the gradient methods take
+them, its layer norms and attention where LRP's transformer rules find them. Each rewrite computes
+what onnxruntime's kernel computes (tests/unit/models/test_ort_unfusion.py); an operator used in a
+way not written back here stays fused, and the methods name it. The game runs the model as given.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -27,6 +34,16 @@ _SKIP_LAYER_NORM_EPSILON = 1e-12  # onnxruntime's default for SkipLayerNormaliza
 _SCALARS = {"sqrt2": math.sqrt(2.0), "one": 1.0, "half": 0.5}
 
 
+@dataclass(frozen=True)
+class _Graph:
+    """What a rewrite reads of the whole graph."""
+
+    read: set[str]  # tensors some node or the graph's output reads
+    scalars: dict[str, str]  # the GELU's constants: key -> initializer name
+    ranks: dict[str, int]  # tensor -> rank, where known
+    dims: dict[str, list[int]]  # initializer -> its dims
+
+
 def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
     """Rewrite ``model``'s main graph in place: SkipLayerNormalization, BiasGelu and onnxruntime's Gelu
     as ONNX's own operators; returns how many were rewritten. A model below opset 17 (no
@@ -39,10 +56,11 @@ def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     taken = {t.name for t in graph.initializer} | {o for node in graph.node for o in node.output}
     scalars = {key: _fresh(f"xaudit_unfused_{key}", taken) for key in _SCALARS}
+    known = _Graph(read, scalars, _ranks(graph), {t.name: list(t.dims) for t in graph.initializer})
     nodes: list[onnx.NodeProto] = []
     rewritten = 0
     for node in graph.node:
-        written = _written(node, read, scalars) if node.domain == _DOMAIN else None
+        written = _written(node, known) if node.domain == _DOMAIN else None
         nodes.extend([node] if written is None else written)
         rewritten += written is not None
     if rewritten:
@@ -57,15 +75,19 @@ def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
     return rewritten
 
 
-def _written(node: onnx.NodeProto, read: set[str], scalars: dict[str, str]) -> list[onnx.NodeProto] | None:
+def _written(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | None:
     if node.op_type == "SkipLayerNormalization":
-        return _skip_layer_norm(node, read)
+        return _skip_layer_norm(node, known.read)
+    if node.op_type == "EmbedLayerNormalization":
+        return _embed_layer_norm(node, known.read)
+    if node.op_type == "Attention":
+        return _attention(node, known)
     if node.op_type == "BiasGelu":
         total = f"{node.output[0]}/biased"
         add = helper.make_node("Add", list(node.input[:2]), [total], name=f"{_name(node)}/bias")
-        return [add, *_gelu(total, node.output[0], _name(node), scalars)]
+        return [add, *_gelu(total, node.output[0], _name(node), known.scalars)]
     if node.op_type == "Gelu":
-        return _gelu(node.input[0], node.output[0], _name(node), scalars)
+        return _gelu(node.input[0], node.output[0], _name(node), known.scalars)
     return None
 
 
@@ -102,6 +124,253 @@ def _gelu(x: str, y: str, name: str, scalars: dict[str, str]) -> list[onnx.NodeP
         make("Mul", [x, f"{y}/gate"], [f"{y}/gated"], name=f"{name}/mul"),
         make("Mul", [f"{y}/gated", scalars["half"]], [y], name=f"{name}/half"),
     ]
+
+
+def _ranks(graph: onnx.GraphProto) -> dict[str, int]:
+    """Tensor name -> rank, where the graph declares it, and 1 for EmbedLayerNormalization's mask index
+    (its lengths, one per row)."""
+    ranks = {
+        info.name: len(info.type.tensor_type.shape.dim)
+        for info in (*graph.input, *graph.value_info, *graph.output)
+        if info.type.tensor_type.HasField("shape")
+    }
+    for node in graph.node:
+        if node.domain == _DOMAIN and node.op_type == "EmbedLayerNormalization" and len(node.output) > 1:
+            ranks[node.output[1]] = 1
+    return ranks
+
+
+def _const(name: str, values: Any, dtype: type = np.int64) -> onnx.NodeProto:
+    """A Constant node ``name`` holding ``values`` (a list, or a number for a scalar) in ``dtype``."""
+    return helper.make_node(
+        "Constant", [], [name], name=name, value=numpy_helper.from_array(np.array(values, dtype), name)
+    )
+
+
+def _embed_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodeProto] | None:
+    """LayerNorm(word[ids] + position[position_ids or 0..S-1] (+ segment[segment_ids])), the mask
+    index as the count of ones in each row of the mask (zeros without one), the sum where asked."""
+    inputs = list(node.input) + [""] * (9 - len(node.input))
+    ids, segments, words, positions, segment_table, gamma, beta, mask, position_ids = inputs[:9]
+    outputs = list(node.output) + [""] * (3 - len(node.output))
+    out, mask_index, total = outputs[:3]
+    name = _name(node)
+    make = helper.make_node
+    p = f"{out}/unfused"
+    nodes = [
+        make("Cast", [ids], [f"{p}/ids"], name=f"{name}/ids", to=onnx.TensorProto.INT64),
+        make("Gather", [words, f"{p}/ids"], [f"{p}/words"], name=f"{name}/words"),
+    ]
+    if position_ids:
+        nodes.append(
+            make("Cast", [position_ids], [f"{p}/pos_ids"], name=f"{name}/pos_ids", to=onnx.TensorProto.INT64)
+        )
+    else:  # 0 .. S-1, S from the ids' second axis
+        nodes += [
+            make("Shape", [f"{p}/ids"], [f"{p}/shape"], name=f"{name}/shape"),
+            _const(f"{p}/one", [1]),
+            _const(f"{p}/two", [2]),
+            make("Slice", [f"{p}/shape", f"{p}/one", f"{p}/two"], [f"{p}/length_1d"], name=f"{name}/length"),
+            make("Squeeze", [f"{p}/length_1d"], [f"{p}/length"], name=f"{name}/length_scalar"),
+            _const(f"{p}/zero_scalar", 0),
+            _const(f"{p}/one_scalar", 1),
+            make(
+                "Range",
+                [f"{p}/zero_scalar", f"{p}/length", f"{p}/one_scalar"],
+                [f"{p}/pos_ids"],
+                name=f"{name}/range",
+            ),
+        ]
+    nodes += [
+        make("Gather", [positions, f"{p}/pos_ids"], [f"{p}/positions"], name=f"{name}/positions"),
+        make("Add", [f"{p}/words", f"{p}/positions"], [f"{p}/sum2"], name=f"{name}/add_positions"),
+    ]
+    summed = f"{p}/sum2"
+    if segments and segment_table:
+        nodes += [
+            make("Cast", [segments], [f"{p}/seg_ids"], name=f"{name}/seg_ids", to=onnx.TensorProto.INT64),
+            make("Gather", [segment_table, f"{p}/seg_ids"], [f"{p}/segments"], name=f"{name}/segments"),
+            make("Add", [summed, f"{p}/segments"], [f"{p}/sum3"], name=f"{name}/add_segments"),
+        ]
+        summed = f"{p}/sum3"
+    if total and total in read:
+        nodes.append(make("Identity", [summed], [total], name=f"{name}/sum"))
+    epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), _SKIP_LAYER_NORM_EPSILON)
+    norm_inputs = [summed, gamma, beta] if beta else [summed, gamma]
+    nodes.append(
+        make("LayerNormalization", norm_inputs, [out], name=f"{name}/norm", axis=-1, epsilon=epsilon)
+    )
+    if mask_index and mask_index in read:
+        if mask:  # onnxruntime counts the ones of each row
+            nodes += [
+                _const(f"{p}/mask_one", [1], np.int32),
+                make("Equal", [mask, f"{p}/mask_one"], [f"{p}/is_one"], name=f"{name}/is_one"),
+                make("Cast", [f"{p}/is_one"], [f"{p}/ones"], name=f"{name}/ones", to=onnx.TensorProto.INT32),
+                _const(f"{p}/axis1", [1]),
+                make(
+                    "ReduceSum",
+                    [f"{p}/ones", f"{p}/axis1"],
+                    [mask_index],
+                    name=f"{name}/mask_index",
+                    keepdims=0,
+                ),
+            ]
+        else:
+            nodes += [
+                make("Shape", [f"{p}/ids"], [f"{p}/shape_b"], name=f"{name}/shape_b"),
+                _const(f"{p}/zero", [0]),
+                _const(f"{p}/one_b", [1]),
+                make(
+                    "Slice", [f"{p}/shape_b", f"{p}/zero", f"{p}/one_b"], [f"{p}/rows"], name=f"{name}/rows"
+                ),
+                make(
+                    "ConstantOfShape",
+                    [f"{p}/rows"],
+                    [mask_index],
+                    name=f"{name}/no_mask",
+                    value=numpy_helper.from_array(np.zeros(1, np.int32)),
+                ),
+            ]
+    return nodes
+
+
+def _attention(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | None:
+    """softmax(scale Q K^T + mask) V per head, Q, K, V from one packed projection; the mask from a
+    mask index of lengths (B: keys from the length on are masked) or a raw 0/1 mask (B, S). Past
+    states, causal masks, rotary embeddings and other mask layouts stay fused."""
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if (
+        attributes.get("unidirectional", 0)
+        or attributes.get("do_rotary", 0)
+        or "past_present_share_buffer" in attributes
+    ):
+        return None
+    if any(node.input[4:]) or any(name in known.read for name in node.output[1:]):
+        return None
+    inputs = list(node.input) + [""] * (4 - len(node.input))
+    data, weights, bias, mask_index = inputs[:4]
+    mask_rank = known.ranks.get(mask_index) if mask_index else 0
+    if mask_rank not in (0, 1, 2):
+        return None
+    heads = int(attributes["num_heads"])
+    filler = float(attributes.get("mask_filter_value", -10000.0))
+    sizes = [int(v) for v in attributes.get("qkv_hidden_sizes", [])]
+    weight = known.dims.get(weights)
+    if not sizes:
+        if weight is None:
+            return None
+        sizes = [weight[1] // 3] * 3
+    if sizes[0] != sizes[1] or any(size % heads for size in sizes):
+        return None
+    head = sizes[0] // heads
+    scale = float(attributes.get("scale", 1.0 / math.sqrt(head)))
+    out = node.output[0]
+    name = _name(node)
+    p = f"{out}/unfused"
+    make = helper.make_node
+    nodes = [make("MatMul", [data, weights], [f"{p}/qkv"], name=f"{name}/qkv")]
+    packed = f"{p}/qkv"
+    if bias:
+        nodes.append(make("Add", [packed, bias], [f"{p}/qkv_biased"], name=f"{name}/qkv_bias"))
+        packed = f"{p}/qkv_biased"
+    bounds = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
+    nodes.append(_const(f"{p}/axis2", [2]))
+    for index, part in enumerate(("q", "k", "v")):
+        width = sizes[index] // heads
+        nodes += [
+            _const(f"{p}/{part}_start", [bounds[index]]),
+            _const(f"{p}/{part}_end", [bounds[index + 1]]),
+            make(
+                "Slice",
+                [packed, f"{p}/{part}_start", f"{p}/{part}_end", f"{p}/axis2"],
+                [f"{p}/{part}"],
+                name=f"{name}/{part}",
+            ),
+            _const(f"{p}/{part}_heads", [0, 0, heads, width]),
+            make(
+                "Reshape",
+                [f"{p}/{part}", f"{p}/{part}_heads"],
+                [f"{p}/{part}_split"],
+                name=f"{name}/{part}_split",
+            ),
+            make(
+                "Transpose",
+                [f"{p}/{part}_split"],
+                [f"{p}/{part}_t"],
+                name=f"{name}/{part}_t",
+                perm=[0, 2, 3, 1] if part == "k" else [0, 2, 1, 3],
+            ),
+        ]
+    nodes += [
+        make("MatMul", [f"{p}/q_t", f"{p}/k_t"], [f"{p}/scores"], name=f"{name}/scores"),
+        _const(f"{p}/scale", [scale], np.float32),
+        make("Mul", [f"{p}/scores", f"{p}/scale"], [f"{p}/scaled"], name=f"{name}/scale"),
+    ]
+    scores = f"{p}/scaled"
+    if mask_rank:
+        nodes += _mask_bias(mask_index, mask_rank, data, filler, f"{p}/mask", name)
+        nodes.append(make("Add", [scores, f"{p}/mask/bias"], [f"{p}/masked"], name=f"{name}/mask"))
+        scores = f"{p}/masked"
+    nodes += [
+        make("Softmax", [scores], [f"{p}/probs"], name=f"{name}/softmax", axis=-1),
+        make("MatMul", [f"{p}/probs", f"{p}/v_t"], [f"{p}/context"], name=f"{name}/context"),
+        make("Transpose", [f"{p}/context"], [f"{p}/context_t"], name=f"{name}/context_t", perm=[0, 2, 1, 3]),
+        _const(f"{p}/merged", [0, 0, sizes[2]]),
+        make("Reshape", [f"{p}/context_t", f"{p}/merged"], [out], name=f"{name}/merge"),
+    ]
+    return nodes
+
+
+def _mask_bias(
+    mask_index: str, rank: int, data: str, filler: float, p: str, name: str
+) -> list[onnx.NodeProto]:
+    """``p``/bias (B, 1, 1, S): 0 where a key is attended, ``filler`` where masked, as onnxruntime's
+    kernel adds it: a lengths index masks the keys from each row's length on; a raw mask its zeros."""
+    make = helper.make_node
+    nodes: list[onnx.NodeProto] = []
+    if rank == 1:
+        nodes += [
+            make("Shape", [data], [f"{p}/shape"], name=f"{name}/mask_shape"),
+            _const(f"{p}/one", [1]),
+            _const(f"{p}/two", [2]),
+            make("Slice", [f"{p}/shape", f"{p}/one", f"{p}/two"], [f"{p}/keys_1d"], name=f"{name}/mask_keys"),
+            make("Squeeze", [f"{p}/keys_1d"], [f"{p}/keys64"], name=f"{name}/mask_keys_scalar"),
+            make(
+                "Cast",
+                [f"{p}/keys64"],
+                [f"{p}/keys"],
+                name=f"{name}/mask_keys_int32",
+                to=onnx.TensorProto.INT32,
+            ),
+            _const(f"{p}/zero", 0, np.int32),
+            _const(f"{p}/step", 1, np.int32),
+            make(
+                "Range",
+                [f"{p}/zero", f"{p}/keys", f"{p}/step"],
+                [f"{p}/positions"],
+                name=f"{name}/mask_range",
+            ),
+            make("Unsqueeze", [mask_index, f"{p}/one"], [f"{p}/lengths"], name=f"{name}/mask_lengths"),
+            make("Less", [f"{p}/positions", f"{p}/lengths"], [f"{p}/attended"], name=f"{name}/mask_attended"),
+        ]
+    else:
+        nodes += [
+            _const(f"{p}/zero_int", [0], np.int32),
+            make("Greater", [mask_index, f"{p}/zero_int"], [f"{p}/attended"], name=f"{name}/mask_attended"),
+        ]
+    nodes += [
+        _const(f"{p}/open", [0.0], np.float32),
+        _const(f"{p}/filler", [filler], np.float32),
+        make(
+            "Where",
+            [f"{p}/attended", f"{p}/open", f"{p}/filler"],
+            [f"{p}/keys_bias"],
+            name=f"{name}/mask_where",
+        ),
+        _const(f"{p}/axes", [1, 2]),
+        make("Unsqueeze", [f"{p}/keys_bias", f"{p}/axes"], [f"{p}/bias"], name=f"{name}/mask_bias"),
+    ]
+    return nodes
 
 
 def _name(node: onnx.NodeProto) -> str:

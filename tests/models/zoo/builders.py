@@ -412,13 +412,21 @@ def bert_like(folder: Path, length: int = 8) -> ZooModel:
 
 
 def hf_bert(
-    folder: Path, exporter: str, length: int = 8, width: int = 32, layers: int = 2, vocab: int = 100
+    folder: Path,
+    exporter: str,
+    length: int = 8,
+    width: int = 32,
+    layers: int = 2,
+    vocab: int = 100,
+    attention: str | None = None,
 ) -> ZooModel:
     """transformers' BertForSequenceClassification built from its config (random weights, no
     download; initializer_range 0.3 instead of 0.02, else the logits are ~0.01 and every verdict
     vacuous), exported as its users do: ``dynamo`` (torch.onnx.export's default exporter, from a
     two-row example) or ``legacy``. Heads of 64 floats (at least two) and a feed-forward twice the
-    width (BERT's is four times) keep the default tiny; bench/suite.py's text section asks for more."""
+    width (BERT's is four times) keep the default tiny; bench/suite.py's text section asks for more.
+    ``attention``: transformers' attention implementation (None: its default, sdpa; ``eager`` writes
+    the matrix products that onnxruntime's optimizer fuses into its Attention operator)."""
     from transformers import BertConfig, BertForSequenceClassification
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -426,7 +434,7 @@ def hf_bert(
     config = BertConfig(
         vocab_size=vocab, hidden_size=width, num_hidden_layers=layers, num_attention_heads=max(2, width // 64),
         intermediate_size=2 * width, max_position_embeddings=max(64, length), num_labels=3,
-        initializer_range=0.3,
+        initializer_range=0.3, **({} if attention is None else {"attn_implementation": attention}),
     )  # fmt: skip
     module = BertForSequenceClassification(config).eval()
     example = _bert_batch(2, length, vocab=vocab, seed=11)
@@ -454,14 +462,15 @@ def hf_bert_int8(folder: Path) -> ZooModel:
 
 
 def hf_bert_ort_optimized(folder: Path) -> ZooModel:
-    """:func:`hf_bert` from the dynamo exporter, then fused by onnxruntime's transformer optimizer as
-    CPU deployments run it: onnxruntime's own contrib operators (com.microsoft.SkipLayerNormalization,
-    BiasGelu), which the game runs as they are and the methods' graph as ONNX's own operators."""
+    """:func:`hf_bert` with eager attention from the legacy exporter, then fused by onnxruntime's
+    transformer optimizer as CPU deployments run it: onnxruntime's own contrib operators
+    (com.microsoft.EmbedLayerNormalization, Attention, SkipLayerNormalization, BiasGelu), which the
+    game runs as they are and the methods' graph as ONNX's own operators."""
     from dataclasses import replace
 
     from onnxruntime.transformers import optimizer
 
-    source = hf_bert(folder / "fp32", "dynamo")
+    source = hf_bert(folder / "fp32", "legacy", attention="eager")
     target = folder / "model.onnx"
     optimizer.optimize_model(
         str(source.model), model_type="bert", num_heads=2, hidden_size=32

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from clients.cli.main import main
@@ -173,9 +174,11 @@ def test_custom_models_inspect_and_audit(
         assert "DynamicQuantizeLinear" in reasons["integrated_gradients"]
     if name == "hf_bert_ort_optimized":  # onnxruntime's fused operators, written back for the methods
         assert "shapley_value" not in reasons and "occlusion_1" not in reasons
-        assert not {"integrated_gradients", "gradient_x_input", "lrp_epsilon", "lrp_alpha_beta"} & set(
-            reasons
-        )
+        runs = {"integrated_gradients", "gradient_x_input", "lrp_epsilon", "lrp_alpha_beta"}
+        assert not runs & set(reasons), reasons
+        fused = {n.op_type for n in onnx.load(str(zoo.model)).graph.node if n.domain == "com.microsoft"}
+        assert fused == {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization", "BiasGelu"}
+        assert check["embedding_tensor"]  # gradients at the written-back word lookup
     if name == "fixed_batch_cnn":  # declared (1, 3, 32, 32); the graph computes row by row
         assert check["fixed_batch"] == 1 and check["rebatched"]
         assert "integrated_gradients" not in reasons and "lrp_epsilon" not in reasons

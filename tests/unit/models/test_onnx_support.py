@@ -193,56 +193,6 @@ def test_onnxruntimes_contrib_operators_run_and_other_domains_are_refused() -> N
         parse_onnx(_contrib_model("com.evil").SerializeToString())
 
 
-def _fused_transformer_block(opset: int = 17, read_mean: bool = False) -> onnx.ModelProto:
-    """x (n, 4, 8) -> MatMul -> com.microsoft.SkipLayerNormalization(h, x, gamma, beta, bias), its
-    sum (output 3) read by an Add -> com.microsoft.BiasGelu -> com.microsoft.Gelu: what onnxruntime's
-    transformer optimizer writes for a BERT layer's residual, norm and feed-forward GELU."""
-    r = np.random.default_rng(4)
-    inits = [nh.from_array(r.standard_normal((8, 8)).astype(np.float32), name) for name in ("w",)] + [
-        nh.from_array(r.standard_normal(8).astype(np.float32), name) for name in ("gamma", "beta", "b1", "b2")
-    ]
-    mean = "mean" if read_mean else ""
-    nodes = [
-        oh.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
-        oh.make_node(
-            "SkipLayerNormalization", ["h", "x", "gamma", "beta", "b1"], ["n", mean, "", "sum"],
-            name="skip_ln", domain="com.microsoft", epsilon=1e-6,
-        ),
-        oh.make_node("Add", ["n", "sum"], ["a"], name="residual"),
-        oh.make_node("BiasGelu", ["a", "b2"], ["g"], name="bias_gelu", domain="com.microsoft"),
-        oh.make_node("Gelu", ["g"], ["y0"], name="gelu", domain="com.microsoft"),
-    ]  # fmt: skip
-    if read_mean:
-        nodes.append(oh.make_node("Add", ["y0", "mean"], ["y1"], name="uses_mean"))
-    nodes.append(oh.make_node("Flatten", ["y1" if read_mean else "y0"], ["y"], name="flat"))
-    model = _model(
-        nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 8])], ["n", 32], inits, opset
-    )
-    model.opset_import.append(oh.make_opsetid("com.microsoft", 1))
-    return model
-
-
-def test_onnxruntimes_fused_norm_and_gelu_convert_as_onnxs_own_operators() -> None:
-    """SkipLayerNormalization and BiasGelu (onnxruntime's transformer optimizer) are written back as
-    Add + LayerNormalization and the exact GELU (workers/models/ort_unfusion.py): the methods' graph
-    computes what onnxruntime computes, with layer norms where LRP's rules look for them."""
-    from workers.methods._fx_plan import _is_layer_norm
-
-    model = _fused_transformer_block()
-    x = RNG.standard_normal((3, 4, 8)).astype(np.float32)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    graph = onnx_to_torch(model)
-    np.testing.assert_allclose(
-        graph(torch.from_numpy(x)).detach().numpy(), session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5
-    )
-    kinds = [type(m).__name__ for m in graph.modules()]
-    assert sum(_is_layer_norm(m) for m in graph.modules()) == 1 and kinds.count("Gelu") == 2, kinds
-    # Left fused where it cannot be written back: the mean read, or no LayerNormalization (opset 16).
-    for unwritable in (_fused_transformer_block(read_mean=True), _fused_transformer_block(opset=16)):
-        with pytest.raises(InvalidModel, match=r"'com.microsoft.SkipLayerNormalization' \(node 'skip_ln'\)"):
-            onnx_to_torch(unwritable)
-
-
 def _external(tmp_path: Path) -> Path:
     model = _conv_model("initializer", pool="GlobalAveragePool", opset=17)
     path = tmp_path / "model.onnx"
