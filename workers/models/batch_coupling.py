@@ -17,6 +17,9 @@ from xaudit.contract.onnx_checks import graphs_within
 __all__ = ["rows_coupled_by"]
 
 _STANDARD = ("", "ai.onnx")
+# onnxruntime's contrib operators that quantize their float input with its own range, as
+# DynamicQuantizeLinear does (its quantizer writes them for MatMul and LSTM).
+_CONTRIB_DYNAMIC = ("DynamicQuantizeMatMul", "DynamicQuantizeLSTM")
 
 
 def rows_coupled_by(model: onnx.ModelProto) -> str | None:
@@ -24,9 +27,11 @@ def rows_coupled_by(model: onnx.ModelProto) -> str | None:
     None where no operator xaudit knows of does."""
     for graph in graphs_within(model.graph):
         for node in graph.node:
+            name = node.name or node.output[0]
+            if node.domain == "com.microsoft" and node.op_type in _CONTRIB_DYNAMIC:
+                return f"{node.op_type} (node '{name}') quantizes its input with the range of the whole batch"
             if node.domain not in _STANDARD:
                 continue
-            name = node.name or node.output[0]
             if node.op_type == "DynamicQuantizeLinear":
                 return (
                     f"DynamicQuantizeLinear (node '{name}') quantizes with the minimum and maximum of "

@@ -90,3 +90,30 @@ def test_a_batch_norm_couples_rows_in_training_mode_only() -> None:
     coupled = rows_coupled_by(_batch_norm_model(1))
     assert coupled is not None and coupled.startswith("BatchNormalization (node 'bn')")
     assert rows_coupled_by(_batch_norm_model(0)) is None
+
+
+def test_onnxruntimes_dynamically_quantized_matmul_couples_rows_and_is_named() -> None:
+    r = np.random.default_rng(0)
+    inits = [
+        nh.from_array(r.integers(-100, 100, (6, 4)).astype(np.int8), "B"),
+        nh.from_array(np.array(0.01, np.float32), "scale"),
+        nh.from_array(np.array(0, np.int8), "zero"),
+    ]
+    node = oh.make_node(
+        "DynamicQuantizeMatMul", ["x", "B", "scale", "zero"], ["y"], domain="com.microsoft", name="dq"
+    )
+    graph = oh.make_graph(
+        [node],
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    x = r.standard_normal((3, 6)).astype(np.float32)
+    x[2] *= 10  # one row with another range
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert np.abs(session.run(None, {"x": x})[0] - _alone(model.SerializeToString(), x)).max() > 1e-3
+    coupled = rows_coupled_by(model)
+    assert coupled is not None and coupled.startswith("DynamicQuantizeMatMul (node 'dq')")
