@@ -29,7 +29,7 @@ __all__ = ["unfuse_onnxruntime_ops"]
 
 _DOMAIN = "com.microsoft"
 _LAYER_NORM_OPSET = 17  # LayerNormalization joined ONNX at opset 17
-_SKIP_LAYER_NORM_EPSILON = 1e-12  # onnxruntime's default for SkipLayerNormalization
+_NORM_EPSILON = 1e-12  # onnxruntime's default for SkipLayerNormalization and EmbedLayerNormalization
 # The GELU's constants, as workers.models.gelu_fusion looks for them.
 _SCALARS = {"sqrt2": math.sqrt(2.0), "one": 1.0, "half": 0.5}
 
@@ -45,10 +45,11 @@ class _Graph:
 
 
 def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
-    """Rewrite ``model``'s main graph in place: SkipLayerNormalization, BiasGelu and onnxruntime's Gelu
-    as ONNX's own operators; returns how many were rewritten. A model below opset 17 (no
-    LayerNormalization), or a SkipLayerNormalization whose mean or inverse deviation is read, is left
-    as it is (the methods then name the operator they cannot convert)."""
+    """Rewrite ``model``'s main graph in place: EmbedLayerNormalization, Attention,
+    SkipLayerNormalization, BiasGelu and onnxruntime's Gelu as ONNX's own operators; returns how many
+    were rewritten. A model below opset 17 (no LayerNormalization), and an operator used in a way not
+    written back here (each rewrite says which), are left as they are: the methods then name the
+    operator they cannot convert."""
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if version < _LAYER_NORM_OPSET:
         return 0
@@ -104,7 +105,7 @@ def _skip_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodeProt
     nodes = [helper.make_node("Add", [data, skip], [summed], name=f"{name}/skip")]
     if bias:
         nodes.append(helper.make_node("Add", [summed, bias], [total], name=f"{name}/bias"))
-    epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), _SKIP_LAYER_NORM_EPSILON)
+    epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), _NORM_EPSILON)
     norm_inputs = [total, gamma, beta] if beta else [total, gamma]
     nodes.append(
         helper.make_node(
@@ -195,7 +196,7 @@ def _embed_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodePro
         summed = f"{p}/sum3"
     if total and total in read:
         nodes.append(make("Identity", [summed], [total], name=f"{name}/sum"))
-    epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), _SKIP_LAYER_NORM_EPSILON)
+    epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), _NORM_EPSILON)
     norm_inputs = [summed, gamma, beta] if beta else [summed, gamma]
     nodes.append(
         make("LayerNormalization", norm_inputs, [out], name=f"{name}/norm", axis=-1, epsilon=epsilon)
