@@ -28,8 +28,11 @@ from onnx import helper, numpy_helper
 __all__ = ["unfuse_onnxruntime_ops"]
 
 _DOMAIN = "com.microsoft"
-_LAYER_NORM_OPSET = 17  # LayerNormalization joined ONNX at opset 17
 _NORM_EPSILON = 1e-12  # onnxruntime's default for SkipLayerNormalization and EmbedLayerNormalization
+# The ONNX opset each rewrite needs: LayerNormalization joined at 17; the attention's Unsqueeze and
+# ReduceSum take their axes as inputs from 13; Clip its bounds from 11.
+_MIN_OPSET = {"SkipLayerNormalization": 17, "EmbedLayerNormalization": 17, "Attention": 13}
+_DEFAULT_MIN_OPSET = 11
 # The GELU's constants, as workers.models.gelu_fusion looks for them.
 _SCALARS = {"sqrt2": math.sqrt(2.0), "one": 1.0, "half": 0.5}
 
@@ -42,22 +45,21 @@ class _Graph:
     scalars: dict[str, str]  # the GELU's constants: key -> initializer name
     ranks: dict[str, int]  # tensor -> rank, where known
     dims: dict[str, list[int]]  # initializer -> its dims
+    opset: int  # the model's ONNX opset
 
 
 def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
     """Rewrite ``model``'s main graph in place: EmbedLayerNormalization, Attention,
-    SkipLayerNormalization, BiasGelu and onnxruntime's Gelu as ONNX's own operators; returns how many
-    were rewritten. A model below opset 17 (no LayerNormalization), and an operator used in a way not
-    written back here (each rewrite says which), are left as they are: the methods then name the
-    operator they cannot convert."""
+    SkipLayerNormalization, BiasGelu, onnxruntime's Gelu, FusedConv, FusedGemm and FusedMatMul as
+    ONNX's own operators; returns how many were rewritten. An operator whose rewrite the model's opset
+    cannot express (``_MIN_OPSET``), or used in a way not written back here (each rewrite says which),
+    is left as it is: the methods then name the operator they cannot convert."""
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if version < _LAYER_NORM_OPSET:
-        return 0
     graph = model.graph
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     taken = {t.name for t in graph.initializer} | {o for node in graph.node for o in node.output}
     scalars = {key: _fresh(f"xaudit_unfused_{key}", taken) for key in _SCALARS}
-    known = _Graph(read, scalars, _ranks(graph), {t.name: list(t.dims) for t in graph.initializer})
+    known = _Graph(read, scalars, _ranks(graph), {t.name: list(t.dims) for t in graph.initializer}, version)
     nodes: list[onnx.NodeProto] = []
     rewritten = 0
     for node in graph.node:
@@ -77,6 +79,14 @@ def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
 
 
 def _written(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | None:
+    if known.opset < _MIN_OPSET.get(node.op_type, _DEFAULT_MIN_OPSET):
+        return None
+    if node.op_type == "FusedConv":
+        return _fused(node, "Conv", ("activation", "activation_params"))
+    if node.op_type == "FusedGemm":
+        return _fused(node, "Gemm", ("activation", "activation_alpha", "activation_beta", "activation_gamma"))
+    if node.op_type == "FusedMatMul":
+        return _fused_matmul(node)
     if node.op_type == "SkipLayerNormalization":
         return _skip_layer_norm(node, known.read)
     if node.op_type == "EmbedLayerNormalization":
@@ -113,6 +123,69 @@ def _skip_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodeProt
         )
     )
     return nodes
+
+
+def _fused(node: onnx.NodeProto, op: str, own: tuple[str, ...]) -> list[onnx.NodeProto] | None:
+    """FusedConv (Conv, then a sum with its optional fourth input Z) and FusedGemm, which onnxruntime's
+    extended optimization writes (a saved ``optimized_model_filepath``): the operator with its own
+    attributes, then the activation it absorbed."""
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    kind = attributes.get("activation", b"")
+    kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+    params = list(attributes.get("activation_params", []))
+    if op == "Gemm":
+        params = [attributes[k] for k in ("activation_alpha", "activation_beta") if k in attributes]
+    name = _name(node)
+    out = node.output[0]
+    inputs = list(node.input)
+    extra = inputs[3] if op == "Conv" and len(inputs) > 3 and inputs[3] else ""
+    kept = [a for a in node.attribute if a.name not in own]
+    core = helper.make_node(op, inputs[:3], [f"{out}/{op.lower()}"], name=f"{name}/{op.lower()}")
+    core.attribute.extend(kept)
+    nodes = [core]
+    last = core.output[0]
+    if extra:
+        nodes.append(helper.make_node("Add", [last, extra], [f"{out}/sum"], name=f"{name}/sum"))
+        last = f"{out}/sum"
+    activation = _activation(kind, params, last, out, name)
+    return None if activation is None else [*nodes, *activation]
+
+
+def _activation(kind: str, params: list[float], x: str, y: str, name: str) -> list[onnx.NodeProto] | None:
+    """The activation onnxruntime fused, with its parameters; None for one not known here."""
+    make = helper.make_node
+    if kind in ("Relu", "Tanh", "Sigmoid"):
+        return [make(kind, [x], [y], name=f"{name}/{kind.lower()}")]
+    if kind == "LeakyRelu":
+        return [make(kind, [x], [y], name=f"{name}/leaky_relu", alpha=params[0] if params else 0.01)]
+    if kind == "HardSigmoid":
+        alpha, beta = (params + [0.2, 0.5][len(params) :])[:2]
+        return [make(kind, [x], [y], name=f"{name}/hard_sigmoid", alpha=alpha, beta=beta)]
+    if kind == "Clip" and len(params) == 2:
+        low, high = f"{y}/clip_min", f"{y}/clip_max"
+        return [
+            _const(low, params[0], np.float32),
+            _const(high, params[1], np.float32),
+            make("Clip", [x, low, high], [y], name=f"{name}/clip"),
+        ]
+    return None
+
+
+def _fused_matmul(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+    """FusedMatMul without batch transposes and without transposed operands: MatMul, then the scale
+    ``alpha`` (the attention scores' 1/sqrt(d), as exporters write it)."""
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if any(attributes.get(k, 0) for k in ("transA", "transB", "transBatchA", "transBatchB")):
+        return None
+    alpha = float(attributes.get("alpha", 1.0))
+    out, name = node.output[0], _name(node)
+    if alpha == 1.0:
+        return [helper.make_node("MatMul", list(node.input[:2]), [out], name=f"{name}/matmul")]
+    return [
+        helper.make_node("MatMul", list(node.input[:2]), [f"{out}/product"], name=f"{name}/matmul"),
+        _const(f"{out}/alpha", [alpha], np.float32),
+        helper.make_node("Mul", [f"{out}/product", f"{out}/alpha"], [out], name=f"{name}/alpha"),
+    ]
 
 
 def _gelu(x: str, y: str, name: str, scalars: dict[str, str]) -> list[onnx.NodeProto]:

@@ -5,6 +5,7 @@ written back stays fused and is named."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,9 @@ import torch
 from onnx import TensorProto
 from onnx import helper as oh
 from onnx import numpy_helper as nh
+from torch import nn
 
+from tests.models import to_onnx
 from workers.models.onnx_to_torch import onnx_to_torch
 from xaudit.contract.errors import InvalidModel
 
@@ -170,3 +173,67 @@ def test_embed_layer_norm_and_its_mask_index_are_written_back(
     ]  # fmt: skip
     graph = _matches_onnxruntime(_model(nodes, inputs, inits), feeds)
     assert "Gather" in "".join(type(m).__name__ for m in graph.modules())  # the lookups, where gradients go
+
+
+def _optimized_by_onnxruntime(data: bytes, folder: Path) -> onnx.ModelProto:
+    """``data`` as onnxruntime's extended optimization saves it (``optimized_model_filepath``), which
+    teams ship for faster start-up: Conv + activation become FusedConv, scaled MatMuls FusedMatMul."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(folder / "optimized.onnx")
+    ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    return onnx.load(str(folder / "optimized.onnx"))
+
+
+def test_onnxruntimes_fused_conv_and_gemm_are_written_back(tmp_path: Path) -> None:
+    """A CNN whose convolutions end in ReLU, LeakyReLU, Sigmoid and a clip, and a Gemm in tanh."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(4, 4, 3, padding=1), nn.LeakyReLU(0.2),
+        nn.Conv2d(4, 4, 3, padding=1), nn.Sigmoid(),
+        nn.Conv2d(4, 4, 3, padding=1), nn.Hardtanh(-1.0, 2.0),
+        nn.Flatten(), nn.Linear(4 * 6 * 6, 5), nn.Tanh(),
+    ).eval()  # fmt: skip
+    model = _optimized_by_onnxruntime(to_onnx(net, torch.randn(1, 3, 6, 6)), tmp_path)
+    fused = sorted(n.op_type for n in model.graph.node if n.domain == "com.microsoft")
+    assert fused.count("FusedConv") >= 3 and "FusedGemm" in fused, fused
+    x = np.random.default_rng(9).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    _matches_onnxruntime(model, {model.graph.input[0].name: x})
+
+
+def test_onnxruntimes_fused_matmul_of_attention_scores_is_written_back(tmp_path: Path) -> None:
+    """Attention laid out as transformers' BERT lays it out (keys permuted to (B, N, d, S) by one
+    Transpose): onnxruntime folds the scores' 1/2 into FusedMatMul's alpha. A FusedMatMul that also
+    transposes an operand (keys transposed by their last two axes) stays fused, its rank unknown in
+    the saved model, and is named."""
+
+    class Heads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(8, 24)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = (t.reshape(*x.shape[:2], 2, 4) for t in self.qkv(x).split(8, dim=-1))
+            q, k, v = q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1), v.permute(0, 2, 1, 3)
+            return (torch.softmax(q @ k / 2.0, dim=-1) @ v).flatten(1)
+
+    class Transposing(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(4, 12)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.qkv(x).split(4, dim=-1)
+            return torch.softmax(q @ k.transpose(-1, -2) / 2.0, dim=-1) @ v
+
+    torch.manual_seed(0)
+    x = np.random.default_rng(10).standard_normal((3, 5, 8)).astype(np.float32)
+    model = _optimized_by_onnxruntime(to_onnx(Heads().eval(), torch.randn(1, 5, 8)), tmp_path)
+    assert "FusedMatMul" in {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
+    graph = _matches_onnxruntime(model, {model.graph.input[0].name: x})
+    assert "Softmax" in {type(m).__name__ for m in graph.modules()}
+    transposing = _optimized_by_onnxruntime(to_onnx(Transposing().eval(), torch.randn(1, 5, 4)), tmp_path)
+    assert any(a.name == "transB" and a.i for n in transposing.graph.node for a in n.attribute)
+    with pytest.raises(InvalidModel, match=r"'com\.microsoft\.FusedMatMul'"):
+        onnx_to_torch(transposing)
