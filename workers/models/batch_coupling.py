@@ -6,7 +6,8 @@ it, batch included; a batch norm exported in training mode normalises with the b
 Evaluated many rows per call, as the game evaluates sub-inputs, a row's output then moves with its
 neighbours: the game's own check caught it (v(empty) apart from a plain evaluation by 4e-4 on a
 quantized CNN) and every verdict was inconclusive. Such a model is evaluated one row per call, as a
-service answering one request at a time runs it, and the report says why."""
+service answering one request at a time runs it, and the report says why (docs/science.md, "Checks
+that can fail": the game needs v(T) to depend on x_T alone)."""
 
 from __future__ import annotations
 
