@@ -63,7 +63,7 @@ def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
     nodes: list[onnx.NodeProto] = []
     rewritten = 0
     for node in graph.node:
-        written = _written(node, known) if node.domain == _DOMAIN else None
+        written = _guarded(node, known) if node.domain == _DOMAIN else None
         nodes.extend([node] if written is None else written)
         rewritten += written is not None
     if rewritten:
@@ -76,6 +76,15 @@ def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
             if name in used
         )
     return rewritten
+
+
+def _guarded(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | None:
+    """:func:`_written`, or None for a node whose attributes do not fit its operator (a model is
+    hostile until proven otherwise): it stays fused, and the methods name it."""
+    try:
+        return _written(node, known)
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError):
+        return None
 
 
 def _written(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | None:

@@ -128,7 +128,16 @@ def test_attention_is_written_back_as_onnxruntime_computes_it(mask_rank: int, at
     assert "Softmax" in {type(m).__name__ for m in graph.modules()}  # where LRP's rules look for it
 
 
-@pytest.mark.parametrize("attributes", [{"unidirectional": 1}, {"do_rotary": 1}])
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"unidirectional": 1},
+        {"do_rotary": 1},
+        {"num_heads": 0},  # malformed: a division by zero in the rewrite
+        {"num_heads": 5},  # malformed: 12 features do not split into 5 heads
+        {"qkv_hidden_sizes": [12]},  # malformed: one size for three parts
+    ],
+)
 def test_attention_that_is_not_written_back_is_named(attributes: dict) -> None:
     with pytest.raises(InvalidModel, match=r"'com.microsoft.Attention' \(node 'attention'\)"):
         onnx_to_torch(_attention_model(1, **attributes))
