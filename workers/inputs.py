@@ -171,7 +171,7 @@ def load_named(
     explained, given = _given(explain, graph, tensors)
     spec = graph.input(explained)
     inputs = _with_batch(explained, _checked(explained, given[explained], spec), spec)
-    if spec.fixed_batch == 1 and len(graph.inputs) == 1 and graph.rows_coupled_by is None:
+    if spec.fixed_batch == 1 and len(graph.inputs) == 1:
         from workers.models.rebatch import rebatched
 
         data = rebatched(graph.proto, explained, spec.dtype, inputs[:1], graph.session) or b""

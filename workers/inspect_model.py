@@ -151,12 +151,7 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
     check.explained = explained.name
     check.fixed_batch = explained.fixed_batch
     check.rows_coupled_by = graph.rows_coupled_by
-    if (
-        explained.fixed_batch == 1
-        and len(graph.inputs) == 1
-        and not explained.integer
-        and not check.rows_coupled_by
-    ):
+    if explained.fixed_batch == 1 and len(graph.inputs) == 1 and not explained.integer:
         from workers.models.rebatch import rebatched
 
         row = np.random.default_rng(0).standard_normal([1, *[d or 1 for d in explained.sample_shape or ()]])

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from workers.models.batch_coupling import rows_coupled_by
 from workers.models.ort_options import session_options
 
 __all__ = ["batch_pinned_by_outputs", "rebatched"]
@@ -61,10 +62,14 @@ def rebatched(
     sample: np.ndarray,
     original: ort.InferenceSession,
 ) -> bytes | None:
-    """``model`` with a symbolic batch, or None when the graph does not compute row by row.
+    """``model`` with a symbolic batch, or None when the graph does not compute row by row: it has
+    an operator known to couple a batch's rows (workers/models/batch_coupling.py; two rows may agree
+    within the check below and still be coupled), or its two-row check fails.
 
     ``sample`` is one row (1, ...) of the explained input; the only other inputs allowed are none.
     """
+    if rows_coupled_by(model) is not None:
+        return None
     declared = original.get_inputs()[0].shape[0]
     if len(original.get_inputs()) != 1 or (isinstance(declared, int) and declared != 1):
         return None  # a symbolic input batch comes with outputs pinned to 1 (batch_pinned_by_outputs)
