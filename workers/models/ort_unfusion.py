@@ -124,13 +124,7 @@ def _skip_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodeProt
     nodes = [helper.make_node("Add", [data, skip], [summed], name=f"{name}/skip")]
     if bias:
         nodes.append(helper.make_node("Add", [summed, bias], [total], name=f"{name}/bias"))
-    epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), _NORM_EPSILON)
-    norm_inputs = [total, gamma, beta] if beta else [total, gamma]
-    nodes.append(
-        helper.make_node(
-            "LayerNormalization", norm_inputs, [outputs[0]], name=f"{name}/norm", axis=-1, epsilon=epsilon
-        )
-    )
+    nodes.append(_layer_norm(node, total, gamma, beta, outputs[0]))
     return nodes
 
 
@@ -138,7 +132,7 @@ def _fused(node: onnx.NodeProto, op: str, own: tuple[str, ...]) -> list[onnx.Nod
     """FusedConv (Conv, then a sum with its optional fourth input Z) and FusedGemm, which onnxruntime's
     extended optimization writes (a saved ``optimized_model_filepath``): the operator with its own
     attributes, then the activation it absorbed."""
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attributes = _attributes(node)
     kind = attributes.get("activation", b"")
     kind = kind.decode() if isinstance(kind, bytes) else str(kind)
     params = list(attributes.get("activation_params", []))
@@ -183,7 +177,7 @@ def _activation(kind: str, params: list[float], x: str, y: str, name: str) -> li
 def _fused_matmul(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
     """FusedMatMul without batch transposes and without transposed operands: MatMul, then the scale
     ``alpha`` (the attention scores' 1/sqrt(d), as exporters write it)."""
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attributes = _attributes(node)
     if any(attributes.get(k, 0) for k in ("transA", "transB", "transBatchA", "transBatchB")):
         return None
     alpha = float(attributes.get("alpha", 1.0))
@@ -248,22 +242,8 @@ def _embed_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodePro
         nodes.append(
             make("Cast", [position_ids], [f"{p}/pos_ids"], name=f"{name}/pos_ids", to=onnx.TensorProto.INT64)
         )
-    else:  # 0 .. S-1, S from the ids' second axis
-        nodes += [
-            make("Shape", [f"{p}/ids"], [f"{p}/shape"], name=f"{name}/shape"),
-            _const(f"{p}/one", [1]),
-            _const(f"{p}/two", [2]),
-            make("Slice", [f"{p}/shape", f"{p}/one", f"{p}/two"], [f"{p}/length_1d"], name=f"{name}/length"),
-            make("Squeeze", [f"{p}/length_1d"], [f"{p}/length"], name=f"{name}/length_scalar"),
-            _const(f"{p}/zero_scalar", 0),
-            _const(f"{p}/one_scalar", 1),
-            make(
-                "Range",
-                [f"{p}/zero_scalar", f"{p}/length", f"{p}/one_scalar"],
-                [f"{p}/pos_ids"],
-                name=f"{name}/range",
-            ),
-        ]
+    else:
+        nodes += _positions(f"{p}/ids", f"{p}/pos_ids", name, np.int64)
     nodes += [
         make("Gather", [positions, f"{p}/pos_ids"], [f"{p}/positions"], name=f"{name}/positions"),
         make("Add", [f"{p}/words", f"{p}/positions"], [f"{p}/sum2"], name=f"{name}/add_positions"),
@@ -278,11 +258,7 @@ def _embed_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodePro
         summed = f"{p}/sum3"
     if total and total in read:
         nodes.append(make("Identity", [summed], [total], name=f"{name}/sum"))
-    epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), _NORM_EPSILON)
-    norm_inputs = [summed, gamma, beta] if beta else [summed, gamma]
-    nodes.append(
-        make("LayerNormalization", norm_inputs, [out], name=f"{name}/norm", axis=-1, epsilon=epsilon)
-    )
+    nodes.append(_layer_norm(node, summed, gamma, beta, out))
     if mask_index and mask_index in read:
         if mask:  # onnxruntime counts the ones of each row
             nodes += [
@@ -321,7 +297,7 @@ def _attention(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | No
     """softmax(scale Q K^T + mask) V per head, Q, K, V from one packed projection; the mask from a
     mask index of lengths (B: keys from the length on are masked) or a raw 0/1 mask (B, S). Past
     states, causal masks, rotary embeddings and other mask layouts stay fused."""
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attributes = _attributes(node)
     if (
         attributes.get("unidirectional", 0)
         or attributes.get("do_rotary", 0)
@@ -411,28 +387,10 @@ def _mask_bias(
     kernel adds it: a lengths index masks the keys from each row's length on; a raw mask its zeros."""
     make = helper.make_node
     nodes: list[onnx.NodeProto] = []
-    if rank == 1:
+    if rank == 1:  # key positions in int32, the index's type
         nodes += [
-            make("Shape", [data], [f"{p}/shape"], name=f"{name}/mask_shape"),
+            *_positions(data, f"{p}/positions", f"{name}/mask", np.int32),
             _const(f"{p}/one", [1]),
-            _const(f"{p}/two", [2]),
-            make("Slice", [f"{p}/shape", f"{p}/one", f"{p}/two"], [f"{p}/keys_1d"], name=f"{name}/mask_keys"),
-            make("Squeeze", [f"{p}/keys_1d"], [f"{p}/keys64"], name=f"{name}/mask_keys_scalar"),
-            make(
-                "Cast",
-                [f"{p}/keys64"],
-                [f"{p}/keys"],
-                name=f"{name}/mask_keys_int32",
-                to=onnx.TensorProto.INT32,
-            ),
-            _const(f"{p}/zero", 0, np.int32),
-            _const(f"{p}/step", 1, np.int32),
-            make(
-                "Range",
-                [f"{p}/zero", f"{p}/keys", f"{p}/step"],
-                [f"{p}/positions"],
-                name=f"{name}/mask_range",
-            ),
             make("Unsqueeze", [mask_index, f"{p}/one"], [f"{p}/lengths"], name=f"{name}/mask_lengths"),
             make("Less", [f"{p}/positions", f"{p}/lengths"], [f"{p}/attended"], name=f"{name}/mask_attended"),
         ]
@@ -454,6 +412,44 @@ def _mask_bias(
         make("Unsqueeze", [f"{p}/keys_bias", f"{p}/axes"], [f"{p}/bias"], name=f"{name}/mask_bias"),
     ]
     return nodes
+
+
+def _positions(of: str, out: str, name: str, dtype: type) -> list[onnx.NodeProto]:
+    """``out`` = 0, 1, ..., S-1 in ``dtype`` (int64 or int32), S the length of ``of``'s second axis
+    (the sequence), read at run time."""
+    make = helper.make_node
+    p = f"{out}/range"
+    nodes = [
+        make("Shape", [of], [f"{p}/shape"], name=f"{name}/shape"),
+        _const(f"{p}/one", [1]),
+        _const(f"{p}/two", [2]),
+        make("Slice", [f"{p}/shape", f"{p}/one", f"{p}/two"], [f"{p}/length_1d"], name=f"{name}/length"),
+        make("Squeeze", [f"{p}/length_1d"], [f"{p}/length"], name=f"{name}/length_scalar"),
+    ]
+    length = f"{p}/length"
+    if dtype is not np.int64:
+        to = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        nodes.append(make("Cast", [length], [f"{p}/length_cast"], name=f"{name}/length_cast", to=to))
+        length = f"{p}/length_cast"
+    return [
+        *nodes,
+        _const(f"{p}/zero", 0, dtype),
+        _const(f"{p}/step", 1, dtype),
+        make("Range", [f"{p}/zero", length, f"{p}/step"], [out], name=f"{name}/range"),
+    ]
+
+
+def _layer_norm(node: onnx.NodeProto, x: str, gamma: str, beta: str, out: str) -> onnx.NodeProto:
+    """ONNX's LayerNormalization over the last axis, with the contrib node's epsilon."""
+    epsilon = float(_attributes(node).get("epsilon", _NORM_EPSILON))
+    inputs = [x, gamma, beta] if beta else [x, gamma]
+    return helper.make_node(
+        "LayerNormalization", inputs, [out], name=f"{_name(node)}/norm", axis=-1, epsilon=epsilon
+    )
+
+
+def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _name(node: onnx.NodeProto) -> str:
