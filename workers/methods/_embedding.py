@@ -26,8 +26,7 @@ import onnx.utils
 from workers.methods._base import AttributionContext, Method
 from workers.models.base import ModelAdapter
 from workers.models.named import NamedOnnxModel, OnnxGraph
-from workers.models.onnx_dims import negative_dims_unknown
-from workers.models.ort_unfusion import unfuse_onnxruntime_ops
+from workers.models.onnx_to_torch import methods_copy
 from workers.players import Players
 from xaudit.contract.errors import InvalidInput, NotApplicable
 
@@ -129,11 +128,7 @@ class EmbeddingView:
 
 def attach_embedding(model: NamedOnnxModel, tensor: str, ids_values: np.ndarray) -> None:
     """Cut ``model``'s graph at the embedding output and attach the two halves to it."""
-    typed = onnx.ModelProto()
-    typed.CopyFrom(model.graph.proto)
-    negative_dims_unknown(typed)  # shape inference aborts the process on them (workers/models/onnx_dims.py)
-    unfuse_onnxruntime_ops(typed)  # a fused embedding lookup, written back (workers/models/ort_unfusion.py)
-    proto = onnx.shape_inference.infer_shapes(typed)
+    proto = onnx.shape_inference.infer_shapes(methods_copy(model.graph.proto))  # a fused lookup written back
     ids = model.explained.name
     produced = {o for n in proto.graph.node for o in n.output}
     name = tensor or find_embedding(proto, ids)

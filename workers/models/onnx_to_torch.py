@@ -38,7 +38,7 @@ from workers.models.onnx_converters import registered  # noqa: E402  (importing 
 from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
 from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
 
-__all__ = ["method_graph", "onnx_to_torch", "unconvertible_nodes"]
+__all__ = ["method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,16 +156,25 @@ def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
     return list(found.values())
 
 
-def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
-    """A torch.fx GraphModule equivalent to ``model``, in eval mode, float32."""
+def methods_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` that the methods' graph is built from and onnx's shape inference may read:
+    negative declared dimensions read as unknown (workers/models/onnx_dims.py: shape inference aborts
+    the process on them) and onnxruntime's fused operators written back as ONNX's own
+    (workers/models/ort_unfusion.py). The game runs ``model`` itself."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    unfuse_onnxruntime_ops(copy)  # onnxruntime's fused operators as ONNX's own (before the check)
+    negative_dims_unknown(copy)
+    unfuse_onnxruntime_ops(copy)
+    return copy
+
+
+def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
+    """A torch.fx GraphModule equivalent to ``model``, in eval mode, float32."""
+    copy = methods_copy(model)  # the fused operators written back before the converters are looked up
     missing = unconvertible_nodes(copy)
     if missing:
         raise InvalidModel(f"no torch conversion for operator {', '.join(missing)}")
     try:
-        negative_dims_unknown(copy)  # before onnx2torch's shape inference: workers/models/onnx_dims.py
         _lift_constants(copy)
         _finite_constants(copy)
         fuse_gelu(copy)
