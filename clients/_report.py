@@ -124,7 +124,9 @@ def settings_line(
         if background_given is not None and background_given > used:
             text += f" ({used} of the {background_given} given, a seeded subset)"
         parts.append(text)
-    parts.append(f"baseline {config.get('baseline', '?')}, target {config.get('target', '?')}")
+    output = _section(report, "model").get("output_name")
+    of = f" of output '{output}'" if isinstance(output, str) else ""  # which output: docs/science.md 2
+    parts.append(f"baseline {config.get('baseline', '?')}, target {config.get('target', '?')}{of}")
     return "settings: " + "; ".join(parts)
 
 

@@ -41,7 +41,8 @@ def needs_named_model(
 ) -> bool:
     """Whether a job needs :class:`NamedOnnxModel`: named inputs, a named output, or an ONNX model
     whose one input is not a float tensor, has a fixed batch (declared, or pinned by the outputs),
-    or that has several inputs, or whose operators couple a batch's rows (one row per call)."""
+    or that has several inputs, several outputs or one without scores (workers.models.onnx_outputs),
+    or whose operators couple a batch's rows (one row per call)."""
     if explain or target_output or held_inputs(tensors):
         return True
     import onnx
@@ -55,11 +56,12 @@ def needs_named_model(
     except Exception:
         return False  # the plain loader says what is wrong with it
     from workers.models.batch_coupling import rows_coupled_by
+    from workers.models.onnx_outputs import needs_output_choice
     from workers.models.rebatch import batch_pinned_by_outputs
 
     initializers = {i.name for i in proto.graph.initializer}
     graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
-    if len(graph_inputs) != 1:
+    if len(graph_inputs) != 1 or needs_output_choice(proto):
         return True
     tensor_type = graph_inputs[0].type.tensor_type
     dims = tensor_type.shape.dim

@@ -29,6 +29,8 @@ _HEAD_ADVICE = {
     "--target prob or logodds would take a softmax of them again",
     "Sigmoid": "its values are probabilities, which the default target (logit) reads as they are; "
     "--target prob or logodds would take a sigmoid or softmax of them again",
+    "ZipMap": "the class probabilities it held, read as a (rows, classes) tensor; the default target "
+    "reads them as they are; --target prob or logodds would take a softmax of them again",
     "LogSoftmax": "its values are log-probabilities; --target prob reads the probabilities (a softmax "
     "of log-probabilities gives them back)",
 }
@@ -42,9 +44,10 @@ class ModelCheck:
     opsets: dict[str, int] = field(default_factory=dict)
     methods: dict[str, str] = field(default_factory=dict)  # name -> "runs: ..." | "not applicable: ..."
     explained: str = ""
+    explained_output: str = ""  # the output the audit explains (workers/models/onnx_outputs.py)
     embedding_tensor: str = ""
     fixed_batch: int | None = None
-    output_head: str = ""  # the op making the first output when it gives probabilities (Softmax, Sigmoid...)
+    output_head: str = ""  # the op making the explained output when it gives probabilities (Softmax, Sigmoid...)
     rebatched: bool = False  # a fixed batch of 1 that the graph lets us widen (checked on two rows)
     rows_coupled_by: str | None = None  # an operator that couples a batch's rows: one row per call
     command: str = ""
@@ -80,10 +83,11 @@ class ModelCheck:
             lines.append(f"  gradients on token ids are taken at '{self.embedding_tensor}'")
         lines.append("outputs:")
         for o in self.outputs:
-            lines.append(f"  {o['name']}: {o['dtype']} {o['shape']}")
+            mark = "  <- explained" if o["name"] == self.explained_output and len(self.outputs) > 1 else ""
+            lines.append(f"  {o['name']}: {o['dtype']} {o['shape']}{mark}")
         if self.output_head:
             lines.append(
-                f"  {self.outputs[0]['name']} comes out of a {self.output_head}: {_HEAD_ADVICE[self.output_head]}"
+                f"  {self.explained_output} comes out of a {self.output_head}: {_HEAD_ADVICE[self.output_head]}"
             )
         lines.append("methods:")
         width = max(len(m) for m in self.methods)
@@ -143,6 +147,7 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
 
     from workers.models import resolve_device
     from workers.models.named import _ORT_DTYPES, NamedOnnxModel, OnnxGraph, batch_axis
+    from workers.models.onnx_outputs import explained_output
 
     graph = OnnxGraph(data, hashlib.sha256(data).hexdigest(), resolve_device("cpu"))
     check = ModelCheck("onnx", opsets={o.domain: o.version for o in graph.proto.opset_import})
@@ -172,9 +177,12 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
         check.outputs.append(
             {"name": name, "dtype": str(_ORT_DTYPES.get(arg.type, arg.type)), "shape": _shape(dims)}
         )
+    check.explained_output = explained_output(graph.proto)
     producer = {out: node.op_type for node in graph.proto.graph.node for out in node.output}
-    if producer.get(graph.outputs[0]) in _HEAD_ADVICE:
-        check.output_head = producer[graph.outputs[0]]
+    if producer.get(check.explained_output) in _HEAD_ADVICE:
+        check.output_head = producer[check.explained_output]
+    if check.explained_output in graph.unzipped:
+        check.output_head = "ZipMap"
     # Example held values (zeros, one sample) to bind the graph the way an audit binds it.
     fixed = {}
     for spec in graph.inputs:

@@ -311,6 +311,7 @@ def provenance_section(report: Mapping[str, Any], status: SignatureStatus) -> st
                 ("sha256", model.get("sha256")),
                 ("format", model.get("format")),
                 ("input name", model.get("input_name")),
+                ("output explained", model.get("output_name")),
             ],
             table_id="model-table",
         )

@@ -452,6 +452,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
             "sha256": prep.model.info.sha256,
             "format": prep.model.info.format,
             "input_name": prep.model.info.input_name,
+            "output_name": prep.model.info.output_name,
         },
         inputs={
             "sha256": tensor_digest(prep.inputs),

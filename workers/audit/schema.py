@@ -44,6 +44,7 @@ def v2_schema() -> dict[str, Any]:
     s["title"] = "xaudit criterion-audit report, schema xaudit.report/v2"
     props, defs = s["properties"], s["$defs"]
     props["schema"] = {"const": "xaudit.report/v2"}
+    props["model"]["properties"]["output_name"] = {"type": "string"}  # the output explained
     config = props["config"]["properties"]
     config["background_given"] = {"type": "integer", "minimum": 0}
     config["max_unaudited_share"] = {"type": "number", "minimum": 0, "maximum": 1}

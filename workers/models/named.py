@@ -26,6 +26,7 @@ from workers.metrics import count_forward
 from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
 from workers.models.batch_coupling import rows_coupled_by
 from workers.models.onnx_model import _session
+from workers.models.onnx_outputs import explained_output, maps_as_tensors
 from workers.models.onnx_to_torch import method_graph
 from workers.models.rebatch import batch_pinned_by_outputs
 from xaudit.contract.errors import InvalidInput, InvalidModel, NotApplicable
@@ -96,6 +97,10 @@ class OnnxGraph:
 
     def __init__(self, data: bytes, sha256: str, device: torch.device, proto: onnx.ModelProto | None = None):
         self.proto = proto if proto is not None else parse_onnx(data)
+        # A classifier's probabilities behind a ZipMap, read as a tensor (workers/models/onnx_outputs.py).
+        self.unzipped = maps_as_tensors(self.proto)
+        if self.unzipped:
+            data = self.proto.SerializeToString()
         self.sha256 = sha256
         self.device = device
         self.session: ort.InferenceSession = _session(data, device)
@@ -107,8 +112,7 @@ class OnnxGraph:
         if self.rows_coupled_by is not None:
             self.inputs = tuple(replace(spec, fixed_batch=1) for spec in self.inputs)
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.session.get_outputs())
-        self._torch: torch.nn.Module | None = None
-        self._torch_error: InvalidModel | None = None
+        self._torch: dict[str, torch.nn.Module | InvalidModel] = {}
 
     def input(self, name: str) -> InputSpec:
         for spec in self.inputs:
@@ -120,16 +124,17 @@ class OnnxGraph:
     def input_names(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.inputs)
 
-    def torch_graph(self) -> torch.nn.Module:
-        if self._torch_error is not None:  # converted once: every gradient method gets the same answer
-            raise self._torch_error
-        if self._torch is None:
+    def torch_graph(self, output: str) -> torch.nn.Module:
+        """The methods' graph of ``output`` alone (one tensor out: workers.models.onnx_outputs)."""
+        if output not in self._torch:  # converted once: every gradient method gets the same answer
             try:
-                self._torch = method_graph(self.proto, self.device)
+                self._torch[output] = method_graph(self.proto, self.device, output)
             except InvalidModel as exc:
-                self._torch_error = exc
-                raise
-        return self._torch
+                self._torch[output] = exc
+        graph = self._torch[output]
+        if isinstance(graph, InvalidModel):
+            raise graph
+        return graph
 
 
 def _spec(arg: ort.NodeArg) -> InputSpec:
@@ -298,9 +303,7 @@ class NamedOnnxModel(ModelAdapter):
         self.explained = graph.input(explained)
         self.fixed = dict(fixed)
         self.axes = {name: batch_axis(graph.input(name), self.explained) for name in self.fixed}
-        if output is not None and output not in graph.outputs:
-            raise InvalidInput(f"the model has no output '{output}' (outputs: {', '.join(graph.outputs)})")
-        self.output = output or graph.outputs[0]
+        self.output = explained_output(graph.proto, output)
         self.device = graph.device
         self.batch_size = batch_size
         self.sample = sample
@@ -364,8 +367,8 @@ class NamedOnnxModel(ModelAdapter):
             for name in self.fixed
         }
         return _Feed(
-            self.graph.torch_graph(), self.graph.input_names, self.explained.name, fixed,
-            self.graph.outputs.index(self.output), self.axes, self.explained.fixed_batch,
+            self.graph.torch_graph(self.output), self.graph.input_names, self.explained.name, fixed,
+            0, self.axes, self.explained.fixed_batch,
         )  # fmt: skip
 
     def torch_differentiable(self) -> torch.nn.Module:
@@ -376,10 +379,10 @@ class NamedOnnxModel(ModelAdapter):
         return self.explained.fixed_batch
 
     def torch_hookable(self, method: str, row_by_row: bool = False) -> torch.nn.Module:
-        plain = not self.fixed and len(self.graph.inputs) == 1 and self.output == self.graph.outputs[0]
+        plain = not self.fixed and len(self.graph.inputs) == 1
         one_row = row_by_row and self.explained.fixed_batch == 1
         if plain and (self.explained.fixed_batch is None or one_row):
-            return self.graph.torch_graph()  # the plain fx graph: rule-based methods can plan it
+            return self.graph.torch_graph(self.output)  # the plain fx graph: rule-based methods can plan it
         if self.explained.fixed_batch is not None:
             # Hooks see one chunk per graph call: a layer's activations for all rows never exist at once.
             raise NotApplicable(
@@ -392,5 +395,4 @@ class NamedOnnxModel(ModelAdapter):
         feed = self._feed_module(method)
         if not isinstance(feed.graph, torch.fx.GraphModule):
             return feed
-        outputs = self.graph.outputs.index(self.output)
-        return _bound_graph(feed.graph, feed.order, feed.explained, feed.fixed, outputs, self.axes)
+        return _bound_graph(feed.graph, feed.order, feed.explained, feed.fixed, 0, self.axes)

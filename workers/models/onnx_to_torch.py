@@ -36,6 +36,7 @@ from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
+from workers.models.onnx_outputs import only_output  # noqa: E402
 from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
 
 __all__ = ["method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
@@ -156,21 +157,25 @@ def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
     return list(found.values())
 
 
-def methods_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.ModelProto:
     """A copy of ``model`` that the methods' graph is built from and onnx's shape inference may read:
-    negative declared dimensions read as unknown (workers/models/onnx_dims.py: shape inference aborts
-    the process on them) and onnxruntime's fused operators written back as ONNX's own
-    (workers/models/ort_unfusion.py). The game runs ``model`` itself."""
+    ``output`` alone where one is named (workers/models/onnx_outputs.py), negative declared dimensions
+    read as unknown (workers/models/onnx_dims.py: shape inference aborts the process on them) and
+    onnxruntime's fused operators written back as ONNX's own (workers/models/ort_unfusion.py). The
+    game runs ``model`` itself."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    if output is not None:
+        only_output(copy, output)
     negative_dims_unknown(copy)
     unfuse_onnxruntime_ops(copy)
     return copy
 
 
-def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
-    """A torch.fx GraphModule equivalent to ``model``, in eval mode, float32."""
-    copy = methods_copy(model)  # the fused operators written back before the converters are looked up
+def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn.Module:
+    """A torch.fx GraphModule equivalent to ``model`` (to its ``output`` alone where one is named), in
+    eval mode, float32."""
+    copy = methods_copy(model, output)  # the fused operators written back before the converters are looked up
     missing = unconvertible_nodes(copy)
     if missing:
         raise InvalidModel(f"no torch conversion for operator {', '.join(missing)}")
@@ -190,11 +195,11 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.nn.Module:
     return module.eval().float()
 
 
-def method_graph(model: onnx.ModelProto, device: torch.device) -> torch.nn.Module:
-    """The graph the gradient and rule methods run on, for every model adapter: ``model`` converted,
-    on ``device``, its parameters frozen, and small convolutions' input gradients as dense products
-    (workers.models.dense_conv)."""
-    graph = dense_gradients(onnx_to_torch(model)).to(device)
+def method_graph(model: onnx.ModelProto, device: torch.device, output: str | None = None) -> torch.nn.Module:
+    """The graph the gradient and rule methods run on, for every model adapter: ``model`` converted
+    (its ``output`` alone where one is named), on ``device``, its parameters frozen, and small
+    convolutions' input gradients as dense products (workers.models.dense_conv)."""
+    graph = dense_gradients(onnx_to_torch(model, output)).to(device)
     for p in graph.parameters():
         p.requires_grad_(False)
     return graph

@@ -76,7 +76,8 @@ def test_converted_graphs_take_the_dense_gradient_with_the_same_result(fmt: str)
     elif fmt == "named":
         from workers.models.named import OnnxGraph
 
-        graph = OnnxGraph(data, "sha", torch.device("cpu")).torch_graph()
+        onnx_graph = OnnxGraph(data, "sha", torch.device("cpu"))
+        graph = onnx_graph.torch_graph(onnx_graph.outputs[0])
     else:
         scripted = load_model(to_torchscript(module, example), "torchscript", "cpu")
         scripted.check_sample(example.numpy())  # the example the audit-time export traces

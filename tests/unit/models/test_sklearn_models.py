@@ -1,0 +1,98 @@
+"""Tabular models as other teams export them: scikit-learn pipelines through skl2onnx with its
+defaults (label first, probabilities in a ZipMap), and a torch model with a second output.
+
+Before workers/models/onnx_outputs.py the audit explained a classifier's first output, the int64
+label: a step function of the input, audited as if it were a score. The references here are
+scikit-learn's own ``predict_proba``."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from skl2onnx import to_onnx
+from sklearn.ensemble import GradientBoostingClassifier
+
+from workers.audit import run_audit
+from workers.inspect_model import inspect_model
+from workers.prepare import Prepared, prepare
+from xaudit.contract.errors import InvalidInput
+from xaudit.contract.spec import JobSpec
+
+
+def _data(features: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    r = np.random.default_rng(0)
+    x = r.normal(loc=3.0, scale=2.0, size=(300, features)).astype(np.float32)
+    y = (x[:, 0] - 0.5 * x[:, 1] * (x[:, 2] > 3) + r.normal(size=300) > 3).astype(np.int64)
+    return x, y
+
+
+def _exported(estimator: object, x: np.ndarray) -> bytes:
+    return to_onnx(estimator, x[:1]).SerializeToString()  # skl2onnx's defaults: ZipMap included
+
+
+def _prepared(
+    data: bytes, x: np.ndarray, methods: tuple[str, ...] = ("shapley_value",), target: str = "predicted"
+) -> Prepared:
+    spec = JobSpec(players="features", methods=methods, target=target, device="cpu")
+    return prepare(spec, data, None, {"inputs": x[:4]})
+
+
+def test_tree_ensemble_is_audited_on_its_probabilities_and_gradients_say_why_not() -> None:
+    x, y = _data()
+    trees = GradientBoostingClassifier(n_estimators=20, max_depth=3, random_state=0).fit(x, y)
+    data = _exported(trees, x)
+    prep = _prepared(data, x, ("shapley_value", "gradient_x_input"))
+    np.testing.assert_allclose(prep.full_outputs, trees.predict_proba(x[:4]), rtol=1e-5, atol=1e-6)
+    report = run_audit(prep).report
+    game = next(c for c in report["game"]["checks"] if c["name"] == "full")
+    np.testing.assert_allclose(game["game"], trees.predict_proba(x[:4]).max(axis=1), rtol=1e-5)
+    verdicts = {m["name"]: m for m in report["methods"]}
+    assert verdicts["shapley_value"]["verdict"] == "reliable"
+    assert verdicts["gradient_x_input"]["verdict"] == "not_applicable"
+    assert "TreeEnsembleClassifier" in verdicts["gradient_x_input"]["reason"]
+    with pytest.raises(InvalidInput, match=r"'output_label' \(int64\) holds no scores.*'output_probability'"):
+        _prepared(data, x, target="output:output_label")
+
+
+class _TwoOutputs(torch.nn.Module):
+    """Logits and the features before them, as models that also serve embeddings return."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden, self.head = torch.nn.Linear(6, 16), torch.nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.relu(self.hidden(x))
+        return self.head(h), h
+
+
+def test_a_second_output_no_longer_breaks_the_gradient_methods() -> None:
+    """The first output is explained, by the game and by the methods alike (before, the methods' graph
+    returned both outputs: "'list' object has no attribute 'reshape'")."""
+    torch.manual_seed(0)
+    buffer = io.BytesIO()
+    torch.onnx.export(
+        _TwoOutputs().eval(), (torch.zeros(2, 6),), buffer, dynamo=False, input_names=["x"],
+        output_names=["logits", "features"], dynamic_axes={"x": {0: "n"}},
+    )  # fmt: skip
+    data = buffer.getvalue()
+    x, _ = _data()
+    default = run_audit(_prepared(data, x, ("gradient_x_input", "shapley_value"))).report
+    named = run_audit(
+        _prepared(data, x, ("gradient_x_input", "shapley_value"), target="output:logits")
+    ).report
+    assert default["model"]["output_name"] == "logits"
+    assert [m["verdict"] for m in default["methods"]] == [m["verdict"] for m in named["methods"]]
+    assert default["methods"][0]["verdict"] != "not_applicable", default["methods"][0]
+
+
+def test_inspect_names_the_explained_output_and_what_can_run() -> None:
+    x, y = _data()
+    trees = inspect_model(_exported(GradientBoostingClassifier(n_estimators=5).fit(x, y), x))
+    assert trees.explained_output == "output_probability"
+    assert trees.output_head == "ZipMap"
+    assert "output_probability: float32 (N, 2)  <- explained" in trees.text()
+    assert "TreeEnsembleClassifier" in trees.methods["gradient_x_input"]
