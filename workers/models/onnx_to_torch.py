@@ -34,6 +34,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
+from workers.models.ml_ops import ml_ops_as_onnx  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
 from workers.models.onnx_outputs import only_output  # noqa: E402
@@ -160,15 +161,16 @@ def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
 def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.ModelProto:
     """A copy of ``model`` that the methods' graph is built from and onnx's shape inference may read:
     ``output`` alone where one is named (workers/models/onnx_outputs.py), negative declared dimensions
-    read as unknown (workers/models/onnx_dims.py: shape inference aborts the process on them) and
-    onnxruntime's fused operators written back as ONNX's own (workers/models/ort_unfusion.py). The
-    game runs ``model`` itself."""
+    read as unknown (workers/models/onnx_dims.py: shape inference aborts the process on them),
+    onnxruntime's fused operators written back as ONNX's own (workers/models/ort_unfusion.py) and so
+    are ONNX-ML's linear operators (workers/models/ml_ops.py). The game runs ``model`` itself."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     if output is not None:
         only_output(copy, output)
     negative_dims_unknown(copy)
     unfuse_onnxruntime_ops(copy)
+    ml_ops_as_onnx(copy)
     return copy
 
 

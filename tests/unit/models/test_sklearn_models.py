@@ -2,8 +2,9 @@
 defaults (label first, probabilities in a ZipMap), and a torch model with a second output.
 
 Before workers/models/onnx_outputs.py the audit explained a classifier's first output, the int64
-label: a step function of the input, audited as if it were a score. The references here are
-scikit-learn's own ``predict_proba``."""
+label: a step function of the input, audited as if it were a score. Before workers/models/ml_ops.py
+no gradient or rule method ran on a scikit-learn linear model. The references here are
+scikit-learn's own ``predict_proba``/``predict`` and the logistic model's closed-form gradient."""
 
 from __future__ import annotations
 
@@ -14,12 +15,24 @@ import pytest
 import torch
 from skl2onnx import to_onnx
 from sklearn.ensemble import GradientBoostingClassifier
+from sklearn.impute import SimpleImputer
+from sklearn.linear_model import LinearRegression, LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from workers.audit import run_audit
 from workers.inspect_model import inspect_model
 from workers.prepare import Prepared, prepare
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.spec import JobSpec
+
+_GRADIENT = (
+    "gradient_x_input",
+    "integrated_gradients",
+    "deeplift_rescale",
+    "deeplift_revealcancel",
+    "lrp_epsilon",
+)
 
 
 def _data(features: int = 6) -> tuple[np.ndarray, np.ndarray]:
@@ -38,6 +51,58 @@ def _prepared(
 ) -> Prepared:
     spec = JobSpec(players="features", methods=methods, target=target, device="cpu")
     return prepare(spec, data, None, {"inputs": x[:4]})
+
+
+def test_logistic_pipeline_explains_probabilities_and_its_gradient_is_the_closed_form() -> None:
+    x, y = _data()
+    pipeline = make_pipeline(StandardScaler(), LogisticRegression()).fit(x, y)
+    prep = _prepared(_exported(pipeline, x), x)
+    assert prep.model.info.output_name == "output_probability"  # not output_label
+    np.testing.assert_allclose(prep.full_outputs, pipeline.predict_proba(x[:4]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(prep.classes, pipeline.predict(x[:4]))
+    # The methods' graph is the pipeline, derivative included: d p1/dx = p1 (1 - p1) w / scale.
+    rows = torch.from_numpy(x[:4]).requires_grad_(True)
+    graph = prep.model.torch_differentiable()
+    (grad,) = torch.autograd.grad(graph(rows)[:, 1].sum(), rows)
+    scaler, logistic = pipeline[0], pipeline[1]
+    p = pipeline.predict_proba(x[:4])[:, 1:]
+    expected = p * (1 - p) * logistic.coef_ / scaler.scale_
+    np.testing.assert_allclose(grad.numpy(), expected, rtol=1e-4, atol=1e-7)
+
+
+def test_logistic_pipeline_every_gradient_and_rule_method_is_judged() -> None:
+    x, y = _data()
+    pipeline = make_pipeline(StandardScaler(), LogisticRegression()).fit(x, y)
+    report = run_audit(_prepared(_exported(pipeline, x), x, _GRADIENT)).report
+    verdicts = {m["name"]: (m["verdict"], m.get("reason", "")) for m in report["methods"]}
+    assert all(v != "not_applicable" for v, _ in verdicts.values()), verdicts
+    # A logistic model of independent features: IG and RevealCancel on it are exact on the game.
+    assert verdicts["integrated_gradients"][0] == "reliable"
+    assert report["model"]["output_name"] == "output_probability"
+
+
+def test_multinomial_and_imputed_regression_match_scikit_learn() -> None:
+    x, _ = _data()
+    three = np.digitize(x[:, 0], [2.0, 4.0])
+    multinomial = make_pipeline(StandardScaler(), LogisticRegression()).fit(x, three)
+    prep = _prepared(_exported(multinomial, x), x)
+    graph = prep.model.torch_differentiable()
+    np.testing.assert_allclose(
+        graph(torch.from_numpy(x[:4])).detach().numpy(),
+        multinomial.predict_proba(x[:4]),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    holes = x.copy()
+    holes[::7, 2] = np.nan  # fitted with missing values; the audited rows are complete
+    regression = make_pipeline(SimpleImputer(), StandardScaler(), LinearRegression()).fit(
+        holes, x[:, 0] * 2 - x[:, 3]
+    )
+    prep = _prepared(_exported(regression, holes), x)
+    graph = prep.model.torch_differentiable()
+    np.testing.assert_allclose(
+        graph(torch.from_numpy(x[:4])).detach().numpy()[:, 0], regression.predict(x[:4]), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_tree_ensemble_is_audited_on_its_probabilities_and_gradients_say_why_not() -> None:
@@ -91,8 +156,10 @@ def test_a_second_output_no_longer_breaks_the_gradient_methods() -> None:
 
 def test_inspect_names_the_explained_output_and_what_can_run() -> None:
     x, y = _data()
+    logistic = inspect_model(_exported(make_pipeline(StandardScaler(), LogisticRegression()).fit(x, y), x))
+    assert logistic.explained_output == "output_probability"
+    assert logistic.output_head == "ZipMap"
+    assert all(logistic.methods[name].startswith("runs") for name in _GRADIENT), logistic.methods
+    assert "output_probability: float32 (N, 2)  <- explained" in logistic.text()
     trees = inspect_model(_exported(GradientBoostingClassifier(n_estimators=5).fit(x, y), x))
-    assert trees.explained_output == "output_probability"
-    assert trees.output_head == "ZipMap"
-    assert "output_probability: float32 (N, 2)  <- explained" in trees.text()
     assert "TreeEnsembleClassifier" in trees.methods["gradient_x_input"]
