@@ -47,7 +47,7 @@ class ModelCheck:
     explained_output: str = ""  # the output the audit explains (workers/models/onnx_outputs.py)
     embedding_tensor: str = ""
     fixed_batch: int | None = None
-    output_head: str = ""  # the op making the explained output when it gives probabilities (Softmax, Sigmoid...)
+    output_head: str = ""  # the op making the explained output when it gives probabilities (Softmax...)
     rebatched: bool = False  # a fixed batch of 1 that the graph lets us widen (checked on two rows)
     rows_coupled_by: str | None = None  # an operator that couples a batch's rows: one row per call
     command: str = ""
