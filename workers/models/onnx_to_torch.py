@@ -33,6 +33,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 )
 
 from workers.models.dense_conv import dense_gradients  # noqa: E402
+from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
 from workers.models.ml_ops import ml_ops_as_onnx  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
@@ -185,6 +186,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         _lift_constants(copy)
         _finite_constants(copy)
         fuse_gelu(copy)
+        fuse_dense_layers(copy)
         module = convert(copy)
     except InvalidModel:
         raise

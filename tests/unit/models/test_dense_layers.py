@@ -1,0 +1,105 @@
+"""Dense layers written as MatMul + Add after a no-op Cast (skl2onnx's MLPs, tf2onnx's Dense) made one
+Gemm for the methods' graph (workers/models/dense_layers.py): the same outputs as onnxruntime and
+scikit-learn, and the rule methods plan the graph; what cannot be told to be a matrix stays."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+from skl2onnx import to_onnx
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from workers.inspect_model import inspect_model
+from workers.models.dense_layers import fuse_dense_layers
+from workers.models.onnx_to_torch import onnx_to_torch
+
+_RULES = ("lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_rescale", "deeplift_revealcancel")
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("classes", [2, 3])
+def test_scikit_learn_mlp_is_linear_layers_with_its_own_probabilities(classes: int) -> None:
+    """Two classes: [1 - sigmoid(z), sigmoid(z)] becomes one two-column layer and a sigmoid."""
+    r = np.random.default_rng(0)
+    x = r.normal(size=(200, 5)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(int) + (classes == 3) * (x[:, 1] > 0.5).astype(int)
+    pipeline = make_pipeline(StandardScaler(), MLPClassifier((8,), max_iter=200, random_state=0)).fit(x, y)
+    data = to_onnx(pipeline, x[:1]).SerializeToString()
+    check = inspect_model(data)
+    assert all(check.methods[name].startswith("runs: torch graph; xaudit") or name == "deeplift_revealcancel"
+               for name in _RULES), check.methods  # fmt: skip
+    assert check.methods["deeplift_revealcancel"].startswith("runs"), check.methods
+    from workers.models.named import OnnxGraph
+
+    graph = OnnxGraph(data, "sha", torch.device("cpu")).torch_graph("output_probability")
+    kinds = {type(m).__name__ for m in graph.modules()} - {"GraphModule", "GraphModuleImpl"}
+    assert kinds <= {"Linear", "ReLU", "Sigmoid", "Softmax", "OnnxCopyIdentity", "Identity"}, kinds
+    got = graph(torch.from_numpy(x[:16])).detach().numpy()
+    np.testing.assert_allclose(got, pipeline.predict_proba(x[:16]), rtol=1e-5, atol=1e-6)
+
+
+def _model(nodes: list, shape: list, inits: list) -> onnx.ModelProto:
+    graph = oh.make_graph(
+        nodes, "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _dense(shape: list) -> onnx.ModelProto:
+    r = np.random.default_rng(1)
+    inits = [
+        nh.from_array(r.standard_normal((4, 3)).astype(np.float32), "w"),
+        nh.from_array(r.standard_normal((1, 3)).astype(np.float32), "b"),
+    ]
+    nodes = [
+        oh.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+        oh.make_node("MatMul", ["xf", "w"], ["h"]),
+        oh.make_node("Add", ["h", "b"], ["y"]),
+    ]
+    return _model(nodes, shape, inits)
+
+
+@pytest.mark.parametrize(("shape", "fused"), [(["N", 4], True), (["N", "S", 4], False)])
+def test_only_a_product_of_matrices_becomes_a_gemm(shape: list, fused: bool) -> None:
+    """Rank 2: one Gemm and no Cast, as onnxruntime computes it; rank 3 (a transformer's activations):
+    MatMul and Add as they were, where a Gemm would be undefined."""
+    model = _dense(shape)
+    x = np.random.default_rng(2).standard_normal([3, 4] if len(shape) == 2 else [3, 5, 4]).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    fuse_dense_layers(copy)
+    ops = [n.op_type for n in copy.graph.node]
+    assert ops == (["Identity", "Gemm"] if fused else ["Identity", "MatMul", "Add"])
+    rewritten = ort.InferenceSession(copy.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(rewritten, want, rtol=1e-6, atol=1e-6)
+    got = onnx_to_torch(model)(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_cast_that_changes_the_type_stays() -> None:
+    model = _model(
+        [
+            oh.make_node("Cast", ["x"], ["i"], to=TensorProto.INT64),
+            oh.make_node("Cast", ["i"], ["y"], to=TensorProto.FLOAT),
+        ],
+        ["N", 4],
+        [],
+    )
+    assert fuse_dense_layers(model) == 0
+    assert [n.op_type for n in model.graph.node] == ["Cast", "Cast"]

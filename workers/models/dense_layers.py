@@ -1,0 +1,225 @@
+"""Dense layers as exporters other than torch's write them, made one ``Gemm`` for the methods' graph.
+
+skl2onnx writes an MLP's layers as ``MatMul`` by the weight matrix then ``Add`` of the bias, after
+a ``Cast`` of the standardised input to the float type it already has; tf2onnx writes Keras'
+``Dense`` the same way. The rule methods' planners (LRP, Deep Taylor, DeepLIFT's own pass,
+RevealCancel) have rules for a Linear layer but none for a MatMul, a bias added after it or a Cast,
+so they were not applicable on such a model. Here, for the methods' graph only:
+
+- a ``Cast`` to the type its input is known to have is an ``Identity`` (ONNX defines it so);
+- ``MatMul(A, W)`` then ``Add(., b)``, with ``W`` a constant matrix, ``b`` a constant vector and
+  ``A`` known to have rank 2, is ``Gemm(A, W, b)``: the same sums (the bias added once per output),
+  which the torch conversion makes an ``nn.Linear``. A rank it cannot tell (a transformer's
+  (batch, sequence, width) activations) leaves the pair as it is: ``Gemm`` is defined on matrices;
+- a binary classifier's ``Concat(1 - sigmoid(z), sigmoid(z))`` over a one-column layer is one
+  two-column layer and its sigmoid (``_two_class_sigmoids``).
+
+Types and ranks are read from the graph's inputs, weights and declared value infos, and carried
+through the operators listed below; anything else is unknown, and an unknown never fuses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+__all__ = ["fuse_dense_layers"]
+
+# Operators whose output has the element type of their first input.
+_SAME_TYPE = {
+    "Abs", "Add", "BatchNormalization", "Clip", "Concat", "Div", "Dropout", "Elu", "Exp", "Flatten",
+    "Gemm", "Identity", "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max", "Min",
+    "Mul", "Neg", "Pow", "Relu", "Reshape", "Selu", "Sigmoid", "Softmax", "Sqrt", "Squeeze", "Sub",
+    "Tanh", "Transpose", "Unsqueeze",
+}  # fmt: skip
+# Elementwise operators: the output's rank is the largest of their inputs' (broadcasting).
+_ELEMENTWISE = {
+    "Abs", "Add", "Cast", "Clip", "Div", "Dropout", "Elu", "Exp", "Identity", "LeakyRelu", "Log", "Max",
+    "Min", "Mul", "Neg", "Pow", "Relu", "Selu", "Sigmoid", "Softmax", "LogSoftmax", "Sqrt", "Sub", "Tanh",
+}  # fmt: skip
+
+
+def fuse_dense_layers(model: onnx.ModelProto) -> int:
+    """Rewrite ``model``'s main graph in place (module docstring); returns how many Casts, MatMul+Add
+    pairs and two-class sigmoids were rewritten."""
+    graph = model.graph
+    weights = {t.name: t for t in graph.initializer}
+    types, ranks = _known(graph, weights)
+    nodes = [_copied(node) for node in graph.node]  # objects of our own: identities stay fixed
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    count, dropped = 0, set()
+    for node in nodes:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Cast":
+            if types.get(node.input[0]) == next((a.i for a in node.attribute if a.name == "to"), None):
+                node.op_type = "Identity"
+                del node.attribute[:]
+                count += 1
+        elif node.op_type == "MatMul":
+            add = _bias_after(node, readers, weights, outputs)
+            matrix = weights.get(node.input[1])
+            if add is None or matrix is None or len(matrix.dims) != 2 or ranks.get(node.input[0]) != 2:
+                continue
+            bias = _as_vector(
+                graph, weights, weights[next(name for name in add.input if name != node.output[0])]
+            )
+            node.op_type = "Gemm"
+            node.input.append(bias)
+            node.output[0] = add.output[0]
+            dropped.add(id(add))
+            count += 1
+    count += _two_class_sigmoids(graph, nodes, weights, readers, dropped)
+    if count:
+        del graph.node[:]
+        graph.node.extend(node for node in nodes if id(node) not in dropped)
+    return count
+
+
+def _copied(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    return copy
+
+
+def _two_class_sigmoids(
+    graph: onnx.GraphProto,
+    nodes: list[onnx.NodeProto],
+    weights: dict[str, onnx.TensorProto],
+    readers: dict[str, list[onnx.NodeProto]],
+    dropped: set[int],
+) -> int:
+    """``Concat(1 - sigmoid(z), sigmoid(z))`` of a one-column ``z = Gemm(A, w, b)`` (skl2onnx's
+    binary MLP) as ``sigmoid(Gemm(A, [-w, w], [-b, b]))``: the same probabilities (1 - sigmoid(z) =
+    sigmoid(-z)), from a Linear layer and a Sigmoid output, which the planners know, where a
+    subtraction from a constant and a concatenation of it are not activations they have rules for."""
+    producer = {name: node for node in nodes if id(node) not in dropped for name in node.output}
+    count = 0
+    for concat in nodes:
+        if concat.op_type != "Concat" or len(concat.input) != 2 or id(concat) in dropped:
+            continue
+        axis = next((a.i for a in concat.attribute if a.name == "axis"), None)
+        complement, chance = (producer.get(name) for name in concat.input)
+        sigmoid = chance
+        if axis not in (1, -1) or sigmoid is None or sigmoid.op_type != "Sigmoid" or complement is None:
+            continue
+        gemm = producer.get(sigmoid.input[0])
+        one = weights.get(complement.input[0]) if complement.op_type == "Sub" else None
+        if (
+            gemm is None
+            or gemm.op_type != "Gemm"
+            or one is None
+            or complement.input[1] != sigmoid.output[0]
+            or numpy_helper.to_array(one).size != 1
+            or float(numpy_helper.to_array(one).reshape(())) != 1.0
+            or {id(n) for n in readers.get(sigmoid.output[0], [])} != {id(complement), id(concat)}
+            or len(readers.get(complement.output[0], [])) != 1
+            or len(readers.get(gemm.output[0], [])) != 1
+        ):
+            continue
+        doubled = _doubled(graph, weights, gemm)
+        if doubled is None:
+            continue
+        gemm.input[1], gemm.input[2] = doubled
+        sigmoid.output[0] = concat.output[0]
+        dropped.update({id(complement), id(concat)})
+        count += 1
+    return count
+
+
+def _doubled(
+    graph: onnx.GraphProto, weights: dict[str, onnx.TensorProto], gemm: onnx.NodeProto
+) -> tuple[str, str] | None:
+    """A one-column Gemm's weight and bias as two columns, negated then as they are."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in gemm.attribute}
+    if (
+        len(gemm.input) != 3
+        or attrs.get("transA", 0)
+        or attrs.get("alpha", 1.0) != 1.0
+        or attrs.get("beta", 1.0) != 1.0
+    ):
+        return None
+    w, b = weights.get(gemm.input[1]), weights.get(gemm.input[2])
+    if w is None or b is None:
+        return None
+    matrix, bias = numpy_helper.to_array(w), numpy_helper.to_array(b).reshape(-1)
+    column = matrix.T if attrs.get("transB", 0) else matrix  # (inputs, outputs)
+    if column.ndim != 2 or column.shape[1] != 1 or bias.size != 1:
+        return None
+    both = numpy_helper.from_array(np.concatenate([-column, column], axis=1), f"{w.name}/two_classes")
+    if attrs.get("transB", 0):
+        both = numpy_helper.from_array(
+            np.concatenate([-column, column], axis=1).T.copy(), f"{w.name}/two_classes"
+        )
+    shifts = numpy_helper.from_array(np.concatenate([-bias, bias]), f"{b.name}/two_classes")
+    graph.initializer.extend([both, shifts])
+    return both.name, shifts.name
+
+
+def _as_vector(graph: onnx.GraphProto, weights: dict[str, onnx.TensorProto], bias: onnx.TensorProto) -> str:
+    """The name of ``bias`` as a vector (skl2onnx stores it (1, width)): one that the torch
+    conversion makes a Linear layer's bias."""
+    if len(bias.dims) == 1:
+        return bias.name
+    vector = numpy_helper.from_array(numpy_helper.to_array(bias).reshape(-1), f"{bias.name}/vector")
+    graph.initializer.append(vector)
+    weights[vector.name] = vector
+    return vector.name
+
+
+def _bias_after(
+    matmul: onnx.NodeProto,
+    readers: dict[str, list[onnx.NodeProto]],
+    weights: dict[str, onnx.TensorProto],
+    outputs: set[str],
+) -> onnx.NodeProto | None:
+    """The Add that is the only reader of ``matmul``'s output and adds a constant vector to it."""
+    product = matmul.output[0]
+    users = readers.get(product, [])
+    if product in outputs or len(users) != 1 or users[0].op_type != "Add" or len(users[0].input) != 2:
+        return None
+    add = users[0]
+    other = weights.get(add.input[1] if add.input[0] == product else add.input[0])
+    matrix = weights.get(matmul.input[1])
+    if other is None or matrix is None or add.input[0] == add.input[1]:
+        return None
+    width = matrix.dims[-1] if matrix.dims else None
+    size = 1
+    for d in other.dims:
+        size *= d
+    return add if len(other.dims) <= 2 and other.dims[-1:] == [width] and size == width else None
+
+
+def _known(
+    graph: onnx.GraphProto, weights: dict[str, onnx.TensorProto]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Element types and ranks of the main graph's tensors, where they can be told."""
+    types: dict[str, int] = {}
+    ranks: dict[str, int] = {}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tensor is not None and tensor.elem_type:
+            types[value.name] = tensor.elem_type
+        if tensor is not None and tensor.HasField("shape"):
+            ranks[value.name] = len(tensor.shape.dim)
+    for tensor in weights.values():
+        types[tensor.name], ranks[tensor.name] = tensor.data_type, len(tensor.dims)
+    for node in graph.node:  # nodes come in topological order
+        if not node.input or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+            continue
+        out, first = node.output[0], node.input[0]
+        if node.op_type == "Cast":
+            types.setdefault(out, next((a.i for a in node.attribute if a.name == "to"), 0))
+        elif node.op_type in _SAME_TYPE and first in types:
+            types.setdefault(out, types[first])
+        known = [ranks.get(name) for name in node.input if name]
+        if node.op_type in _ELEMENTWISE and known and None not in known:
+            ranks.setdefault(out, max(r for r in known if r is not None))
+        elif node.op_type == "Gemm" or (node.op_type == "MatMul" and known == [2, 2]):
+            ranks.setdefault(out, 2)
+    return types, ranks
