@@ -17,6 +17,7 @@ from workers.models.gelu_fusion import DOMAIN as GELU_DOMAIN
 
 _light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
 from onnx2torch.node_converters import slice as _onnx2torch_slice  # noqa: E402
+from onnx2torch.node_converters.cumsum import OnnxCumSum  # noqa: E402
 from onnx2torch.node_converters.pad import _ONNX_TO_TORCH_MODE, OnnxPadDynamic, _onnx_to_torch_mode  # noqa: E402
 from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes  # noqa: E402
 from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter  # noqa: E402
@@ -361,6 +362,15 @@ def _flatten(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     return OperationConverterResult(FlattenAt(axis), onnx_mapping_from_node(node))
 
 
+def _cumsum(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """onnx2torch's CumSum with ONNX's defaults: onnx2torch reads a missing ``reverse`` as 1, so a
+    model that leaves it out (the legacy exporter's RoBERTa, whose position ids are a running count
+    of its tokens) summed from the end: its torch graph gave other logits than the model."""
+    exclusive = bool(node.attributes.get("exclusive", 0))
+    reverse = bool(node.attributes.get("reverse", 0))
+    return OperationConverterResult(OnnxCumSum(exclusive, reverse), onnx_mapping_from_node(node))
+
+
 # (operator, since-version) -> converter; what this module adds to onnx2torch.
 _ADDED: dict[tuple[str, int], Any] = {
     ("GlobalMaxPool", 1): _global_max_pool,
@@ -387,6 +397,7 @@ _REPLACED: dict[tuple[str, int], Any] = {
     ("Reshape", 14): _reshape_14,
     **{("Flatten", version): _flatten for version in (9, 11, 13)},
     **{("ScatterND", version): _scatter_nd for version in (11, 13, 16)},
+    **{("CumSum", version): _cumsum for version in (11, 14)},
 }
 
 

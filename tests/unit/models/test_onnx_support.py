@@ -548,3 +548,19 @@ def test_recurrent_layers_convert_and_match_onnxruntime(kind: str, bidirectional
     reference = x.clone().requires_grad_(True)
     module(reference, h0).sum().backward()
     np.testing.assert_allclose(xg.grad.numpy(), reference.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "attrs", [{}, {"reverse": 1}, {"exclusive": 1}, {"exclusive": 1, "reverse": 1}, {"reverse": 0}]
+)
+@pytest.mark.parametrize("axis", [1, -1, 2])
+def test_cumsum_with_onnx_defaults_matches_onnxruntime(attrs: dict, axis: int) -> None:
+    """onnx2torch read a missing ``reverse`` as 1: the legacy exporter's RoBERTa, which leaves it out of
+    its position ids' running count, converted to a graph with other logits than the model."""
+    inits = [oh.make_tensor("axis", TensorProto.INT32, [], [axis])]
+    nodes = [oh.make_node("CumSum", ["x", "axis"], ["y"], **attrs)]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, inits, 14)
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(
+        graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), rtol=1e-5, atol=1e-5
+    )
