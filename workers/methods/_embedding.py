@@ -24,6 +24,7 @@ import onnx.shape_inference
 import onnx.utils
 
 from workers.methods._base import AttributionContext, Method
+from workers.methods._conversion_check import check_graph_matches_model
 from workers.models.base import ModelAdapter
 from workers.models.named import NamedOnnxModel, OnnxGraph
 from workers.models.onnx_to_torch import methods_copy
@@ -213,11 +214,15 @@ def _attribute(
     method: Method, ctx: AttributionContext, inputs: np.ndarray, baselines: np.ndarray, classes: np.ndarray
 ) -> np.ndarray:
     view = getattr(ctx.model, "embedding", None)
+    converted = method.capabilities.gradients or method.capabilities.hooks  # runs on the torch graph
     if view is None or not method.capabilities.gradients:
+        if converted:
+            check_graph_matches_model(method.name, ctx.model, inputs)
         return method.attribute(ctx, inputs, baselines, classes)
     if not isinstance(view, EmbeddingView):  # pragma: no cover - only attach_embedding sets it
         raise NotApplicable(method.name, "the token input has no embedding to attribute at")
     emb_x, emb_b = view.embeddings(inputs), view.embeddings(baselines)
+    check_graph_matches_model(method.name, view.head, emb_x)
     sub = AttributionContext(
         view.head, _spread_players(ctx.players, emb_x.shape[-1]), ctx.target, ctx.params, ctx.seed
     )

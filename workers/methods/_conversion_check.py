@@ -1,0 +1,57 @@
+"""The methods' torch graph must compute what the model computes, or the methods explain another function.
+
+Gradient and rule methods run on a torch graph converted from the ONNX model (onnx2torch, xaudit's
+own converters and rewrites), while the game runs the model itself on onnxruntime. A converter that
+computes something else gives maps of another function, which the audit would then judge against
+the model's game as if they were the model's: onnx2torch's CumSum read a missing ``reverse`` as 1,
+and RoBERTa from the legacy exporter converted to a graph with other logits. Before a gradient or
+rule method runs, its graph is evaluated on a few of the rows it explains and compared with the
+model's own outputs there; where they differ beyond float32 rounding of a different summation
+order (and a float16 model's, which the methods run in float32), the method is not applicable and
+says by how much.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from workers.models.base import ModelAdapter
+from xaudit.contract.errors import NotApplicable, XauditError
+
+__all__ = ["check_graph_matches_model"]
+
+_ROWS = 2  # compared rows: the check must cost next to nothing beside a method's passes
+_RELATIVE = 1e-2  # of the outputs' largest magnitude: float16 models round to about 1e-3 of it
+_ABSOLUTE = 1e-5
+
+
+def check_graph_matches_model(method: str, model: ModelAdapter, rows: np.ndarray) -> None:
+    """Raise NotApplicable naming ``method`` where ``model``'s torch graph, on the first rows of
+    ``rows``, gives other outputs than ``model`` itself. ONNX models only (a TorchScript module is
+    its own graph); a model without a torch graph is left to the method, which says why."""
+    if model.info.format != "onnx" or not len(rows):
+        return
+    sample = np.ascontiguousarray(rows[:_ROWS], dtype=np.float32)
+    try:
+        graph = model.torch_differentiable()
+    except XauditError:
+        return
+    with torch.no_grad():
+        got = graph(torch.from_numpy(sample).to(model.device)).reshape(len(sample), -1).float().cpu().numpy()
+    want = model.predict(sample)
+    if got.shape != want.shape:
+        raise NotApplicable(
+            method,
+            f"its torch graph (the model converted for gradients) gives outputs of shape {got.shape[1:]} "
+            f"where the model gives {want.shape[1:]}",
+        )
+    scale = float(np.abs(want).max())
+    worst = float(np.abs(got.astype(np.float64) - want).max())
+    if not worst <= _RELATIVE * scale + _ABSOLUTE:
+        raise NotApplicable(
+            method,
+            f"its torch graph (the model converted for gradients) computes other outputs than the model "
+            f"on the rows it explains (largest difference {worst:.3g} on outputs up to {scale:.3g}): its "
+            "attributions would explain another function",
+        )
