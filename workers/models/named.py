@@ -202,16 +202,14 @@ class _Feed(torch.nn.Module):
         order: Sequence[str],
         explained: str,
         fixed: Mapping[str, torch.Tensor],
-        output: int,
         axes: Mapping[str, int | None],
         fixed_batch: int | None = None,
     ) -> None:
         super().__init__()
-        self.graph = graph
+        self.graph = graph  # of one output (OnnxGraph.torch_graph)
         self.order = tuple(order)
         self.explained = explained
         self.fixed = dict(fixed)
-        self.output = output
         self.axes = dict(axes)
         self.fixed_batch = fixed_batch
 
@@ -224,9 +222,7 @@ class _Feed(torch.nn.Module):
     def _call(self, x: torch.Tensor) -> torch.Tensor:
         k = x.shape[0]
         args = [x if n == self.explained else _held_value(self.fixed[n], k, self.axes[n]) for n in self.order]
-        out = self.graph(*args)
-        if isinstance(out, (tuple, list)):
-            out = out[self.output]
+        out: torch.Tensor = self.graph(*args)
         return out.reshape(k, -1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -247,7 +243,6 @@ def _bound_graph(
     order: Sequence[str],
     explained: str,
     fixed: Mapping[str, torch.Tensor],
-    output: int,
     axes: Mapping[str, int | None],
 ) -> torch.fx.GraphModule:
     """``graph`` with its held inputs replaced by constants of one sample: one placeholder left, so
@@ -273,10 +268,7 @@ def _bound_graph(
             for part in str(node.target).split("."):
                 value = getattr(value, part)
             attrs[str(node.target)] = value
-    result = new.graph_copy(graph.graph, values)
-    if isinstance(result, (tuple, list)):
-        result = result[output]
-    new.output(result)
+    new.output(new.graph_copy(graph.graph, values))  # one output: OnnxGraph.torch_graph
     return torch.fx.GraphModule(attrs, new)
 
 
@@ -368,7 +360,7 @@ class NamedOnnxModel(ModelAdapter):
         }
         return _Feed(
             self.graph.torch_graph(self.output), self.graph.input_names, self.explained.name, fixed,
-            0, self.axes, self.explained.fixed_batch,
+            self.axes, self.explained.fixed_batch,
         )  # fmt: skip
 
     def torch_differentiable(self) -> torch.nn.Module:
@@ -395,4 +387,4 @@ class NamedOnnxModel(ModelAdapter):
         feed = self._feed_module(method)
         if not isinstance(feed.graph, torch.fx.GraphModule):
             return feed
-        return _bound_graph(feed.graph, feed.order, feed.explained, feed.fixed, 0, self.axes)
+        return _bound_graph(feed.graph, feed.order, feed.explained, feed.fixed, self.axes)
