@@ -106,6 +106,26 @@ def _extract(proto: onnx.ModelProto, inputs: list[str], output: str) -> bytes:
     return sub.SerializeToString()
 
 
+def _batch_named_like_ids(
+    proto: onnx.ModelProto, name: str, ids_dims: tuple[int | str | None, ...] | None
+) -> None:
+    """Name the embedding tensor's first axis as the ids' batch axis is named where shape inference
+    left it unnamed (transformers' GPT-2 from the legacy exporter: ``unk__0``): a lookup's rows
+    follow its ids, and the head finds the batch axis of the inputs it holds (the ids, the mask) by
+    that name. Unnamed, they were held with one row while the embeddings came in many, and every
+    gradient method failed ("index 8 is out of bounds for dimension 0 with size 8")."""
+    batch = ids_dims[0] if ids_dims else None
+    value = next((v for v in proto.graph.value_info if v.name == name), None)
+    if not isinstance(batch, str) or value is None or not value.type.HasField("tensor_type"):
+        return
+    shape = value.type.tensor_type.shape
+    if not shape.dim:
+        return
+    first = shape.dim[0]
+    if not first.HasField("dim_value") and (not first.dim_param or first.dim_param.startswith("unk__")):
+        first.dim_param = batch
+
+
 @dataclass(frozen=True)
 class EmbeddingView:
     """``embed``: ids -> E (rows of one sample); ``head``: E -> output; ``tensor``: E's name;
@@ -138,6 +158,7 @@ def attach_embedding(model: NamedOnnxModel, tensor: str, ids_values: np.ndarray)
     known = {v.name for v in proto.graph.value_info}
     if name not in known:  # shape inference could not type it: float of unknown shape
         proto.graph.value_info.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    _batch_named_like_ids(proto, name, model.explained.dims)
     embed_inputs = _inputs_needed(proto, name, stop="")
     head_inputs = _inputs_needed(proto, model.output, stop=name)
     if ids not in embed_inputs:
