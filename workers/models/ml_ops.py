@@ -12,6 +12,7 @@ kernels compute (tests/unit/models/test_ml_ops.py):
   inputs are checked, and baselines and paths between finite points are finite);
 - ``LinearRegressor`` (no post transform): X W^T + b;
 - ``Normalizer``: X over its rows' L1 or L2 norm or largest value;
+- ``ArrayFeatureExtractor`` with constant column indices: a Gather of those columns;
 - ``LinearClassifier``'s scores (its label output unread): X W^T + b, then the post transform as
   onnxruntime applies it: with one coefficient row and two classes the scores are [1 - t, t] for
   t = sigmoid(s) (LOGISTIC) or t = s (every other transform, SOFTMAX included), and with several
@@ -43,11 +44,14 @@ def ml_ops_as_onnx(model: onnx.ModelProto) -> int:
     graph = model.graph
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), _OPSET)
+    ranks = {t.name: list(t.dims) for t in graph.initializer}  # constant tensors' shapes
     nodes: list[onnx.NodeProto] = []
     constants: list[onnx.TensorProto] = []
     count = 0
     for node in graph.node:
         rewrite = _REWRITES.get(node.op_type) if node.domain == _DOMAIN else None
+        if node.op_type == "ArrayFeatureExtractor" and len(ranks.get(node.input[-1], [])) != 1:
+            rewrite = None  # indices computed at run time (a label's lookup), or not one list of columns
         written = rewrite(node, read, opset) if rewrite is not None else None
         if written is None:
             nodes.append(node)
@@ -214,7 +218,18 @@ def _normalizer(node: onnx.NodeProto, read: set[str], opset: int) -> Written | N
     return nodes, constants
 
 
+def _feature_extractor(node: onnx.NodeProto, read: set[str], opset: int) -> Written | None:
+    """``ArrayFeatureExtractor(X, indices)`` with constant one-dimensional indices: the columns of the
+    last axis they name, a Gather (scikit-learn's PolynomialFeatures picks its factors so)."""
+    return [
+        helper.make_node(
+            "Gather", [node.input[0], node.input[1]], [node.output[0]], name=_prefix(node), axis=-1
+        )
+    ], []
+
+
 _REWRITES = {
+    "ArrayFeatureExtractor": _feature_extractor,
     "Normalizer": _normalizer,
     "Scaler": _scaler,
     "Imputer": _imputer,

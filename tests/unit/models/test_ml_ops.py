@@ -133,3 +133,12 @@ def test_normalizer_divides_as_onnxruntime_does(norm: str, opset: int) -> None:
     model = _model(node, [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
     model.opset_import[1].version = opset
     _written_like_onnxruntime(model)
+
+
+@pytest.mark.parametrize("columns", [[2], [0, 2], [1, 1]])
+def test_feature_extractor_with_constant_columns_gathers_them(columns: list[int]) -> None:
+    """scikit-learn's PolynomialFeatures picks each product's factors so."""
+    node = oh.make_node("ArrayFeatureExtractor", ["x", "columns"], ["y"], domain="ai.onnx.ml")
+    model = _model(node, [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["N", len(columns)])])
+    model.graph.initializer.append(oh.make_tensor("columns", TensorProto.INT64, [len(columns)], columns))
+    _written_like_onnxruntime(model)

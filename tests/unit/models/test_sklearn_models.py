@@ -16,9 +16,9 @@ import torch
 from skl2onnx import to_onnx
 from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.impute import SimpleImputer
-from sklearn.linear_model import LinearRegression, LogisticRegression
+from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
 from workers.audit import run_audit
 from workers.inspect_model import inspect_model
@@ -81,7 +81,7 @@ def test_logistic_pipeline_every_gradient_and_rule_method_is_judged() -> None:
     assert report["model"]["output_name"] == "output_probability"
 
 
-def test_multinomial_and_imputed_regression_match_scikit_learn() -> None:
+def test_multinomial_polynomial_and_imputed_regression_match_scikit_learn() -> None:
     x, _ = _data()
     three = np.digitize(x[:, 0], [2.0, 4.0])
     multinomial = make_pipeline(StandardScaler(), LogisticRegression()).fit(x, three)
@@ -92,6 +92,11 @@ def test_multinomial_and_imputed_regression_match_scikit_learn() -> None:
         multinomial.predict_proba(x[:4]),
         rtol=1e-5,
         atol=1e-6,
+    )
+    polynomial = make_pipeline(PolynomialFeatures(2), StandardScaler(), Ridge()).fit(x, x[:, 0] * x[:, 1])
+    graph = _prepared(_exported(polynomial, x), x).model.torch_differentiable()
+    np.testing.assert_allclose(
+        graph(torch.from_numpy(x[:4])).detach().numpy()[:, 0], polynomial.predict(x[:4]), rtol=1e-4, atol=1e-4
     )
     holes = x.copy()
     holes[::7, 2] = np.nan  # fitted with missing values; the audited rows are complete
