@@ -23,7 +23,14 @@ from xaudit.contract.errors import InvalidInput, InvalidModel
 
 __all__ = ["explained_output", "maps_as_tensors", "needs_output_choice", "only_output"]
 
-_SCORES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+# An output whose element type is not declared (UNDEFINED) may be scores: onnxruntime says at run time.
+_SCORES = {
+    TensorProto.FLOAT,
+    TensorProto.DOUBLE,
+    TensorProto.FLOAT16,
+    TensorProto.BFLOAT16,
+    TensorProto.UNDEFINED,
+}
 _ML_DOMAIN = "ai.onnx.ml"
 
 
