@@ -140,7 +140,15 @@ class OnnxGraph:
 def _spec(arg: ort.NodeArg) -> InputSpec:
     dtype = _ORT_DTYPES.get(arg.type)
     if dtype is None:
-        raise InvalidModel(f"model input '{arg.name}' has type {arg.type}, which is not supported")
+        # skl2onnx's export of a pandas DataFrame: one input per column, categories as strings.
+        advice = (
+            "; a scikit-learn pipeline exported from a DataFrame has one input per column: xaudit "
+            "explains the units of one input, so export it from one numeric array holding every feature "
+            "(categories encoded as numbers)"
+            if arg.type == "tensor(string)"
+            else ""
+        )
+        raise InvalidModel(f"model input '{arg.name}' has type {arg.type}, which is not supported{advice}")
     shape = arg.shape
     sample = tuple(d if isinstance(d, int) else None for d in shape[1:]) if shape else None
     fixed = shape[0] if shape and isinstance(shape[0], int) else None

@@ -23,7 +23,7 @@ from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 from workers.audit import run_audit
 from workers.inspect_model import inspect_model
 from workers.prepare import Prepared, prepare
-from xaudit.contract.errors import InvalidInput
+from xaudit.contract.errors import InvalidInput, InvalidModel
 from xaudit.contract.spec import JobSpec
 
 _GRADIENT = (
@@ -168,3 +168,18 @@ def test_inspect_names_the_explained_output_and_what_can_run() -> None:
     assert "output_probability: float32 (N, 2)  <- explained" in logistic.text()
     trees = inspect_model(_exported(GradientBoostingClassifier(n_estimators=5).fit(x, y), x))
     assert "TreeEnsembleClassifier" in trees.methods["gradient_x_input"]
+
+
+def test_a_dataframe_export_with_a_string_column_is_refused_with_what_to_do() -> None:
+    """skl2onnx makes one input per DataFrame column, categories as tensor(string)."""
+    import pandas as pd
+    from sklearn.compose import ColumnTransformer
+    from sklearn.preprocessing import OneHotEncoder
+
+    x, y = _data()
+    frame = pd.DataFrame({"age": x[:, 0], "bp": x[:, 1], "sex": np.where(y == 1, "m", "f")})
+    columns = ColumnTransformer([("num", StandardScaler(), ["age", "bp"]), ("cat", OneHotEncoder(), ["sex"])])
+    pipeline = make_pipeline(columns, LogisticRegression()).fit(frame, y)
+    data = to_onnx(pipeline, frame[:1]).SerializeToString()
+    with pytest.raises(InvalidModel, match=r"'sex' has type tensor\(string\).*one input per column"):
+        inspect_model(data)
