@@ -163,7 +163,9 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
         widened = rebatched(graph.proto, explained.name, explained.dtype, row, graph.session)
         if widened is not None:
             check.rebatched = True
+            unzipped = graph.unzipped  # the widened model is written from the rewritten one
             graph = OnnxGraph(widened, graph.sha256, graph.device)
+            graph.unzipped = unzipped
             explained = graph.input(explained.name)
     for spec in graph.inputs:
         axis = batch_axis(spec, explained)

@@ -38,7 +38,8 @@ def maps_as_tensors(model: onnx.ModelProto) -> list[str]:
     """Rewrite in place every graph output made by a ZipMap into the (rows, classes) float tensor
     the ZipMap takes, renamed to the output's name (so that the output is that tensor, as an
     operator's output the methods' planners can recognise); the names of the outputs rewritten. A
-    ZipMap that another node reads is left as it is (no such export is known)."""
+    ZipMap that another node reads, or whose tensor is an output itself, is left as it is (no such
+    export is known)."""
     graph = model.graph
     outputs = {o.name: o for o in graph.output}
     read = {name for node in graph.node for name in node.input}
@@ -46,7 +47,7 @@ def maps_as_tensors(model: onnx.ModelProto) -> list[str]:
         node
         for node in graph.node
         if node.op_type == "ZipMap" and node.domain == _ML_DOMAIN and len(node.output) == 1
-        and node.output[0] in outputs and node.output[0] not in read
+        and node.output[0] in outputs and node.output[0] not in read and node.input[0] not in outputs
     ]  # fmt: skip
     for zipmap in zipmaps:
         scores, name = zipmap.input[0], zipmap.output[0]
