@@ -20,9 +20,13 @@ through the operators listed below; anything else is unknown, and an unknown nev
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
+
+from workers.models.onnx_nodes import attributes, declared_ranks
 
 __all__ = ["fuse_dense_layers"]
 
@@ -57,7 +61,7 @@ def fuse_dense_layers(model: onnx.ModelProto) -> int:
         if node.domain not in ("", "ai.onnx"):
             continue
         if node.op_type == "Cast":
-            if types.get(node.input[0]) == next((a.i for a in node.attribute if a.name == "to"), None):
+            if types.get(node.input[0]) == attributes(node).get("to"):
                 node.op_type = "Identity"
                 del node.attribute[:]
                 count += 1
@@ -136,7 +140,7 @@ def _doubled(
     graph: onnx.GraphProto, weights: dict[str, onnx.TensorProto], gemm: onnx.NodeProto
 ) -> tuple[str, str] | None:
     """A one-column Gemm's weight and bias as two columns, negated then as they are."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in gemm.attribute}
+    attrs = attributes(gemm)
     if (
         len(gemm.input) != 3
         or attrs.get("transA", 0)
@@ -151,11 +155,10 @@ def _doubled(
     column = matrix.T if attrs.get("transB", 0) else matrix  # (inputs, outputs)
     if column.ndim != 2 or column.shape[1] != 1 or bias.size != 1:
         return None
-    both = numpy_helper.from_array(np.concatenate([-column, column], axis=1), f"{w.name}/two_classes")
-    if attrs.get("transB", 0):
-        both = numpy_helper.from_array(
-            np.concatenate([-column, column], axis=1).T.copy(), f"{w.name}/two_classes"
-        )
+    doubled = np.concatenate([-column, column], axis=1)  # (inputs, 2), laid out as the Gemm reads it
+    both = numpy_helper.from_array(
+        doubled.T.copy() if attrs.get("transB", 0) else doubled, f"{w.name}/two_classes"
+    )
     shifts = numpy_helper.from_array(np.concatenate([-bias, bias]), f"{b.name}/two_classes")
     graph.initializer.extend([both, shifts])
     return both.name, shifts.name
@@ -189,24 +192,20 @@ def _bias_after(
     if other is None or matrix is None or add.input[0] == add.input[1]:
         return None
     width = matrix.dims[-1] if matrix.dims else None
-    size = 1
-    for d in other.dims:
-        size *= d
-    return add if len(other.dims) <= 2 and other.dims[-1:] == [width] and size == width else None
+    fits = other.dims[-1:] == [width] and math.prod(other.dims) == width  # (width,) or (1, width)
+    return add if len(other.dims) <= 2 and fits else None
 
 
 def _known(
     graph: onnx.GraphProto, weights: dict[str, onnx.TensorProto]
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Element types and ranks of the main graph's tensors, where they can be told."""
-    types: dict[str, int] = {}
-    ranks: dict[str, int] = {}
-    for value in (*graph.input, *graph.value_info, *graph.output):
-        tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
-        if tensor is not None and tensor.elem_type:
-            types[value.name] = tensor.elem_type
-        if tensor is not None and tensor.HasField("shape"):
-            ranks[value.name] = len(tensor.shape.dim)
+    types = {
+        value.name: value.type.tensor_type.elem_type
+        for value in (*graph.input, *graph.value_info, *graph.output)
+        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type
+    }
+    ranks = declared_ranks(graph)
     for tensor in weights.values():
         types[tensor.name], ranks[tensor.name] = tensor.data_type, len(tensor.dims)
     for node in graph.node:  # nodes come in topological order
@@ -214,7 +213,7 @@ def _known(
             continue
         out, first = node.output[0], node.input[0]
         if node.op_type == "Cast":
-            types.setdefault(out, next((a.i for a in node.attribute if a.name == "to"), 0))
+            types.setdefault(out, attributes(node).get("to", 0))
         elif node.op_type in _SAME_TYPE and first in types:
             types.setdefault(out, types[first])
         known = [ranks.get(name) for name in node.input if name]

@@ -25,6 +25,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from workers.models.onnx_nodes import attributes, declared_ranks
+
 __all__ = ["unfuse_onnxruntime_ops"]
 
 _DOMAIN = "com.microsoft"
@@ -132,12 +134,12 @@ def _fused(node: onnx.NodeProto, op: str, own: tuple[str, ...]) -> list[onnx.Nod
     """FusedConv (Conv, then a sum with its optional fourth input Z) and FusedGemm, which onnxruntime's
     extended optimization writes (a saved ``optimized_model_filepath``): the operator with its own
     attributes, then the activation it absorbed."""
-    attributes = _attributes(node)
-    kind = attributes.get("activation", b"")
+    attrs = attributes(node)
+    kind = attrs.get("activation", b"")
     kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-    params = list(attributes.get("activation_params", []))
+    params = list(attrs.get("activation_params", []))
     if op == "Gemm":
-        params = [attributes[k] for k in ("activation_alpha", "activation_beta") if k in attributes]
+        params = [attrs[k] for k in ("activation_alpha", "activation_beta") if k in attrs]
     name = _name(node)
     out = node.output[0]
     inputs = list(node.input)
@@ -177,10 +179,10 @@ def _activation(kind: str, params: list[float], x: str, y: str, name: str) -> li
 def _fused_matmul(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
     """FusedMatMul without batch transposes and without transposed operands: MatMul, then the scale
     ``alpha`` (the attention scores' 1/sqrt(d), as exporters write it)."""
-    attributes = _attributes(node)
-    if any(attributes.get(k, 0) for k in ("transA", "transB", "transBatchA", "transBatchB")):
+    attrs = attributes(node)
+    if any(attrs.get(k, 0) for k in ("transA", "transB", "transBatchA", "transBatchB")):
         return None
-    alpha = float(attributes.get("alpha", 1.0))
+    alpha = float(attrs.get("alpha", 1.0))
     out, name = node.output[0], _name(node)
     if alpha == 1.0:
         return [helper.make_node("MatMul", list(node.input[:2]), [out], name=f"{name}/matmul")]
@@ -206,11 +208,7 @@ def _gelu(x: str, y: str, name: str, scalars: dict[str, str]) -> list[onnx.NodeP
 def _ranks(graph: onnx.GraphProto) -> dict[str, int]:
     """Tensor name -> rank, where the graph declares it, and 1 for EmbedLayerNormalization's mask index
     (its lengths, one per row)."""
-    ranks = {
-        info.name: len(info.type.tensor_type.shape.dim)
-        for info in (*graph.input, *graph.value_info, *graph.output)
-        if info.type.tensor_type.HasField("shape")
-    }
+    ranks = declared_ranks(graph)
     for node in graph.node:
         if node.domain == _DOMAIN and node.op_type == "EmbedLayerNormalization" and len(node.output) > 1:
             ranks[node.output[1]] = 1
@@ -297,12 +295,8 @@ def _attention(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | No
     """softmax(scale Q K^T + mask) V per head, Q, K, V from one packed projection; the mask from a
     mask index of lengths (B: keys from the length on are masked) or a raw 0/1 mask (B, S). Past
     states, causal masks, rotary embeddings and other mask layouts stay fused."""
-    attributes = _attributes(node)
-    if (
-        attributes.get("unidirectional", 0)
-        or attributes.get("do_rotary", 0)
-        or "past_present_share_buffer" in attributes
-    ):
+    attrs = attributes(node)
+    if attrs.get("unidirectional", 0) or attrs.get("do_rotary", 0) or "past_present_share_buffer" in attrs:
         return None
     if any(node.input[4:]) or any(name in known.read for name in node.output[1:]):
         return None
@@ -311,9 +305,9 @@ def _attention(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | No
     mask_rank = known.ranks.get(mask_index) if mask_index else 0
     if mask_rank not in (0, 1, 2):
         return None
-    heads = int(attributes["num_heads"])
-    filler = float(attributes.get("mask_filter_value", -10000.0))
-    sizes = [int(v) for v in attributes.get("qkv_hidden_sizes", [])]
+    heads = int(attrs["num_heads"])
+    filler = float(attrs.get("mask_filter_value", -10000.0))
+    sizes = [int(v) for v in attrs.get("qkv_hidden_sizes", [])]
     weight = known.dims.get(weights)
     if not sizes:
         if weight is None:
@@ -322,7 +316,7 @@ def _attention(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | No
     if sizes[0] != sizes[1] or any(size % heads for size in sizes):
         return None
     head = sizes[0] // heads
-    scale = float(attributes.get("scale", 1.0 / math.sqrt(head)))
+    scale = float(attrs.get("scale", 1.0 / math.sqrt(head)))
     out = node.output[0]
     name = _name(node)
     p = f"{out}/unfused"
@@ -441,15 +435,11 @@ def _positions(of: str, out: str, name: str, dtype: type) -> list[onnx.NodeProto
 
 def _layer_norm(node: onnx.NodeProto, x: str, gamma: str, beta: str, out: str) -> onnx.NodeProto:
     """ONNX's LayerNormalization over the last axis, with the contrib node's epsilon."""
-    epsilon = float(_attributes(node).get("epsilon", _NORM_EPSILON))
+    epsilon = float(attributes(node).get("epsilon", _NORM_EPSILON))
     inputs = [x, gamma, beta] if beta else [x, gamma]
     return helper.make_node(
         "LayerNormalization", inputs, [out], name=f"{_name(node)}/norm", axis=-1, epsilon=epsilon
     )
-
-
-def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _name(node: onnx.NodeProto) -> str:
