@@ -26,10 +26,13 @@ as given.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from workers.models.onnx_nodes import attributes
 
 __all__ = ["ml_ops_as_onnx"]
 
@@ -42,17 +45,17 @@ def ml_ops_as_onnx(model: onnx.ModelProto) -> int:
     """Rewrite ``model``'s main graph in place (module docstring); returns how many nodes were
     rewritten. An operator used in a way not written here is left as it is."""
     graph = model.graph
-    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), _OPSET)
-    ranks = {t.name: list(t.dims) for t in graph.initializer}  # constant tensors' shapes
+    known = _Graph(
+        read={name for node in graph.node for name in node.input} | {o.name for o in graph.output},
+        opset=next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), _OPSET),
+        dims={t.name: list(t.dims) for t in graph.initializer},
+    )
     nodes: list[onnx.NodeProto] = []
     constants: list[onnx.TensorProto] = []
     count = 0
     for node in graph.node:
         rewrite = _REWRITES.get(node.op_type) if node.domain == _DOMAIN else None
-        if node.op_type == "ArrayFeatureExtractor" and len(ranks.get(node.input[-1], [])) != 1:
-            rewrite = None  # indices computed at run time (a label's lookup), or not one list of columns
-        written = rewrite(node, read, opset) if rewrite is not None else None
+        written = rewrite(node, known) if rewrite is not None else None
         if written is None:
             nodes.append(node)
             continue
@@ -69,11 +72,16 @@ def ml_ops_as_onnx(model: onnx.ModelProto) -> int:
     return count
 
 
+@dataclass(frozen=True)
+class _Graph:
+    """What a rewrite reads of the whole graph."""
+
+    read: set[str]  # tensors some node or the graph's output reads
+    opset: int  # the model's ONNX opset
+    dims: dict[str, list[int]]  # initializer -> its dims
+
+
 Written = tuple[list[onnx.NodeProto], list[onnx.TensorProto]]
-
-
-def _attributes(node: onnx.NodeProto) -> dict[str, object]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _constant(name: str, values: object) -> onnx.TensorProto:
@@ -84,10 +92,10 @@ def _prefix(node: onnx.NodeProto) -> str:
     return f"xaudit_ml/{node.name or node.output[0]}"
 
 
-def _scaler(node: onnx.NodeProto, read: set[str], opset: int) -> Written | None:
+def _scaler(node: onnx.NodeProto, known: _Graph) -> Written | None:
     """A Gemm with the diagonal matrix diag(scale) and bias -offset * scale: one affine layer, which
     every rule method has a rule for (a subtraction of a constant has none)."""
-    attrs = _attributes(node)
+    attrs = attributes(node)
     offset = np.asarray(attrs.get("offset", [0.0]), dtype=np.float32)
     scale = np.asarray(attrs.get("scale", [1.0]), dtype=np.float32)
     features = max(offset.size, scale.size)
@@ -108,12 +116,12 @@ def _scaler(node: onnx.NodeProto, read: set[str], opset: int) -> Written | None:
     return [gemm], [weights, bias]
 
 
-def _imputer(node: onnx.NodeProto, read: set[str], opset: int) -> Written | None:
-    attrs = _attributes(node)
-    values = list(attrs.get("imputed_value_floats", []))  # type: ignore[call-overload]
+def _imputer(node: onnx.NodeProto, known: _Graph) -> Written | None:
+    attrs = attributes(node)
+    values = list(attrs.get("imputed_value_floats", []))
     if not values:  # integer imputation: integer inputs have no gradient anyway
         return None
-    replaced = float(attrs.get("replaced_value_float", 0.0))  # type: ignore[arg-type]
+    replaced = float(attrs.get("replaced_value_float", 0.0))
     p = _prefix(node)
     if math.isnan(replaced):
         return [helper.make_node("Identity", [node.input[0]], [node.output[0]], name=p)], []
@@ -148,26 +156,30 @@ def _coefficients(attrs: dict[str, object], rows: int) -> tuple[np.ndarray, np.n
     return coefficients.reshape(rows, -1), intercepts if intercepts.size else np.zeros(rows, np.float32)
 
 
-def _transform(attrs: dict[str, object]) -> str:
-    value = attrs.get("post_transform", b"NONE")
+def _text(value: object) -> str:
+    """A string attribute's value (onnx gives bytes)."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _linear_regressor(node: onnx.NodeProto, read: set[str], opset: int) -> Written | None:
-    attrs = _attributes(node)
-    fitted = _coefficients(attrs, int(attrs.get("targets", 1)))  # type: ignore[call-overload]
+def _transform(attrs: dict[str, object]) -> str:
+    return _text(attrs.get("post_transform", b"NONE"))
+
+
+def _linear_regressor(node: onnx.NodeProto, known: _Graph) -> Written | None:
+    attrs = attributes(node)
+    fitted = _coefficients(attrs, int(attrs.get("targets", 1)))
     if _transform(attrs) != "NONE" or fitted is None:
         return None
     return _affine(node, *fitted, node.output[0])
 
 
-def _linear_classifier(node: onnx.NodeProto, read: set[str], opset: int) -> Written | None:
-    attrs = _attributes(node)
-    if len(node.output) < 2 or node.output[0] in read:  # the label is read: left to onnxruntime
+def _linear_classifier(node: onnx.NodeProto, known: _Graph) -> Written | None:
+    attrs = attributes(node)
+    if len(node.output) < 2 or node.output[0] in known.read:  # the label is read: left to onnxruntime
         return None
     transform = _transform(attrs)
-    labels = len(attrs.get("classlabels_ints", []) or attrs.get("classlabels_strings", []))  # type: ignore[arg-type]
-    rows = len(attrs.get("intercepts", [])) or labels  # type: ignore[arg-type]
+    labels = len(attrs.get("classlabels_ints", []) or attrs.get("classlabels_strings", []))
+    rows = len(attrs.get("intercepts", [])) or labels
     fitted = _coefficients(attrs, rows)
     if fitted is None:
         return None
@@ -194,17 +206,17 @@ def _linear_classifier(node: onnx.NodeProto, read: set[str], opset: int) -> Writ
 _TRANSFORMS = {"NONE": "", "LOGISTIC": "Sigmoid", "SOFTMAX": "Softmax"}
 
 
-def _normalizer(node: onnx.NodeProto, read: set[str], opset: int) -> Written | None:
+def _normalizer(node: onnx.NodeProto, known: _Graph) -> Written | None:
     """X divided by its rows' L1 or L2 norm or, for MAX, their largest value: onnxruntime's kernel
     takes the signed maximum, where the onnx reference takes the largest magnitude (scikit-learn's
     one-vs-rest classifiers normalise their probabilities, which are positive, with L1)."""
-    norm = _transform({"post_transform": _attributes(node).get("norm", b"MAX")})
+    norm = _text(attributes(node).get("norm", b"MAX"))
     reduce = {"L1": "ReduceL1", "L2": "ReduceL2", "MAX": "ReduceMax"}.get(norm)
     if reduce is None:
         return None
     p = _prefix(node)
     source, nodes, constants = node.input[0], [], []
-    if opset >= 18:  # the reductions take their axes as an input from opset 18
+    if known.opset >= 18:  # the reductions take their axes as an input from opset 18
         axes = numpy_helper.from_array(np.array([1], dtype=np.int64), f"{p}/axes")
         constants.append(axes)
         nodes.append(
@@ -218,9 +230,12 @@ def _normalizer(node: onnx.NodeProto, read: set[str], opset: int) -> Written | N
     return nodes, constants
 
 
-def _feature_extractor(node: onnx.NodeProto, read: set[str], opset: int) -> Written | None:
+def _feature_extractor(node: onnx.NodeProto, known: _Graph) -> Written | None:
     """``ArrayFeatureExtractor(X, indices)`` with constant one-dimensional indices: the columns of the
-    last axis they name, a Gather (scikit-learn's PolynomialFeatures picks its factors so)."""
+    last axis they name, a Gather (scikit-learn's PolynomialFeatures picks its factors so). Indices
+    computed at run time (a label's lookup), or not one list of columns, stay."""
+    if len(known.dims.get(node.input[-1], [])) != 1:
+        return None
     return [
         helper.make_node(
             "Gather", [node.input[0], node.input[1]], [node.output[0]], name=_prefix(node), axis=-1
