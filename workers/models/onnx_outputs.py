@@ -34,21 +34,27 @@ _SCORES = {
 _ML_DOMAIN = "ai.onnx.ml"
 
 
-def maps_as_tensors(model: onnx.ModelProto) -> list[str]:
-    """Rewrite in place every graph output made by a ZipMap into the (rows, classes) float tensor
-    the ZipMap takes, renamed to the output's name (so that the output is that tensor, as an
-    operator's output the methods' planners can recognise); the names of the outputs rewritten. A
-    ZipMap that another node reads, or whose tensor is an output itself, is left as it is (no such
-    export is known)."""
-    graph = model.graph
-    outputs = {o.name: o for o in graph.output}
+def _score_maps(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The ZipMaps that make a graph output of their own: read by no node, and their tensor no output
+    itself (no other export is known)."""
+    outputs = {o.name for o in graph.output}
     read = {name for node in graph.node for name in node.input}
-    zipmaps = [
+    return [
         node
         for node in graph.node
         if node.op_type == "ZipMap" and node.domain == _ML_DOMAIN and len(node.output) == 1
         and node.output[0] in outputs and node.output[0] not in read and node.input[0] not in outputs
     ]  # fmt: skip
+
+
+def maps_as_tensors(model: onnx.ModelProto) -> list[str]:
+    """Rewrite in place every graph output made by a ZipMap (:func:`_score_maps`) into the (rows,
+    classes) float tensor the ZipMap takes, renamed to the output's name (so that the output is that
+    tensor, as an operator's output the methods' planners can recognise); the names of the outputs
+    rewritten."""
+    graph = model.graph
+    outputs = {o.name: o for o in graph.output}
+    zipmaps = _score_maps(graph)
     for zipmap in zipmaps:
         scores, name = zipmap.input[0], zipmap.output[0]
         labels = next(
@@ -81,7 +87,7 @@ def needs_output_choice(model: onnx.ModelProto) -> bool:
     outputs = model.graph.output
     if len(outputs) != 1:
         return True
-    zipped = {o for n in model.graph.node if n.op_type == "ZipMap" for o in n.output}
+    zipped = {node.output[0] for node in _score_maps(model.graph)}
     return outputs[0].name not in zipped and _elem_type(outputs[0]) not in _SCORES
 
 
