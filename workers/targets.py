@@ -25,7 +25,7 @@ class Target:
     kind: TargetKind = "logit"
     fixed_class: int | None = None
     spec: str = "predicted"
-    # A named model output to read instead of the first one (``output:NAME[INDEX]``).
+    # A named model output to read instead of the first floating-point one (``output:NAME[INDEX]``).
     output: str | None = None
 
     def resolve_classes(self, outputs: np.ndarray) -> np.ndarray:

@@ -105,7 +105,8 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         "--target",
         default="predicted",
         help="predicted (logit of the predicted class, or a scalar output as is), class:K, prob[:K], logodds[:K], "
-        "output:NAME[INDEX]",
+        "output:NAME[INDEX]; read from the model's first floating-point output (never a class label) "
+        "unless output:NAME names another",
     )
     parser.add_argument(
         "--methods", default="all", help="all (the fourteen), all+extras, or a comma-separated list"
