@@ -300,3 +300,26 @@ def test_stabilizer_is_zennits_bit_for_bit() -> None:
     z = torch.cat([torch.tensor([0.0, -0.0, 1e-7, -1e-7, 3.0, -3.0]), torch.randn(100)])
     for eps in (1e-6, 0.25):
         assert torch.equal(stabilize(z, eps), zennit_stabilize(z, eps))
+
+
+@pytest.mark.parametrize("used", ["both", "positive", "negative"])
+def test_signed_parts_have_the_clamps_gradient_bit_for_bit(used: str) -> None:
+    """alpha-beta's parts a+ and a- of a signed input: torch's clamp gradient (0 at +0.0 and -0.0)
+    without its masks, for either part alone too."""
+    from workers.methods._lrp_rules import _signed_parts
+
+    gen = torch.Generator().manual_seed(3)
+    a = torch.cat([torch.tensor([0.0, -0.0, 1e-30, -1e-30]), torch.randn(60, generator=gen)]).reshape(8, 8)
+    g_pos, g_neg = torch.randn(2, 8, 8, generator=gen)
+    weights = {"both": (g_pos, g_neg), "positive": (g_pos, None), "negative": (None, g_neg)}[used]
+
+    def gradient(parts: list[torch.Tensor], at: torch.Tensor) -> torch.Tensor:
+        total = sum((p * w).sum() for p, w in zip(parts, weights, strict=True) if w is not None)
+        (grad,) = torch.autograd.grad(total, at)
+        return grad
+
+    ours_at, theirs_at = a.clone().requires_grad_(True), a.clone().requires_grad_(True)
+    ours = _signed_parts(ours_at)
+    theirs = [theirs_at.clamp(min=0), theirs_at.clamp(max=0)]
+    assert all(torch.equal(o, t) for o, t in zip(ours, theirs, strict=True))
+    assert torch.equal(gradient(ours, ours_at), gradient(theirs, theirs_at))
