@@ -92,7 +92,9 @@ def parse_players(text: str) -> PlayerSpec:
         try:
             rows, cols = (_index(v) for v in arg.lower().split("x"))
         except ValueError:
-            raise InvalidInput(f"player spec '{_short(spec)}': expected grid:RxC, e.g. grid:2x4") from None
+            raise InvalidInput(
+                f"player spec '{_short(spec)}': expected grid:RxC, e.g. grid:2x4 (a series: windows:K)"
+            ) from None
         if not (1 <= rows <= MAX_GRID_SIDE and 1 <= cols <= MAX_GRID_SIDE):
             raise InvalidInput(f"player spec '{_short(spec)}': R and C must be between 1 and {MAX_GRID_SIDE}")
         return PlayerSpec(spec, "grid", rows=rows, cols=cols)
