@@ -508,13 +508,14 @@ _ONE_PASS_MODELS = (
         _efficientnet_b0,
         "torchvision efficientnet_b0, built and exported the same way, the same rows and floor: SiLU and\n"
         "squeeze-and-excitation gates (LRP holds them constant), signed activations (alpha-beta and\n"
-        "Deep Taylor multiply both parts of each), and DeepLIFT on Captum's path (no rule for the gates).",
+        "Deep Taylor multiply both parts of each), and DeepLIFT as Captum computes it (no rule for the gates),\n"
+        "each reference evaluated once (workers/methods/_deeplift_hooks.py).",
     ),
     (
         _vit_ti,
         "A ViT-Ti-sized torchvision VisionTransformer at 32x32 (8x8 patches), random weights, from the\n"
         "legacy exporter, the same rows and floor: layer norms, attention and GELU, which LRP holds\n"
-        "constant; DeepLIFT on Captum's path (no rule for them).",
+        "constant; DeepLIFT as Captum computes it (no rule for them), each reference evaluated once.",
     ),
 )
 

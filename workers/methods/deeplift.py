@@ -48,9 +48,22 @@ def _captum(
 
     from workers.device_budget import equal_parts
     from workers.methods._captum_deeplift import RowwiseDeepLift
+    from workers.methods._deeplift_hooks import ModuleCalledTwice, ReferenceOnceDeepLift
     from workers.methods._passes import rows_per_pass
 
     model = ctx.target.wrap(graph)
+    once = ReferenceOnceDeepLift.for_graph(model, graph)
+    if once is not None:
+        hooked = once  # bound for the closure (mypy: not None)
+
+        def at_rows(c: torch.Tensor, x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+            return hooked.attributions(x, x0, c)
+
+        try:
+            with torch.enable_grad():
+                return in_row_chunks(rows_per_pass(inputs, graph), at_rows, classes, inputs, baselines)
+        except ModuleCalledTwice:
+            pass  # Captum itself, which refuses the graph with its own message
     explainer = RowwiseDeepLift(model, multiply_by_inputs=True)
     # Captum runs each row beside its reference, twice the rows in one pass: half a pass's rows per
     # call. All at once, 256 rows of a BERT at 128 tokens held 8 GB.
@@ -86,9 +99,16 @@ def _implementation(model: ModelAdapter, method: str) -> str | None:
         if any(corrected(m) for m in graph.modules())
         else ""
     )
+    from workers.methods._deeplift_hooks import ReferenceOnceDeepLift
+
+    once = (
+        "; computed with Captum's rules and hooks, each reference evaluated once (docs/science.md 5.8)"
+        if ReferenceOnceDeepLift.covers(graph)
+        else ""
+    )
     return (
         f"Captum's DeepLift: xaudit's Rescale pass has no rule for this graph ({refusal}); Captum "
-        f"passes the gradient through operators it has no DeepLIFT rule for, and the verdict judges that{softmax}"
+        f"passes the gradient through operators it has no DeepLIFT rule for, and the verdict judges that{softmax}{once}"
     )
 
 
