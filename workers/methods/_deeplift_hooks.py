@@ -9,8 +9,9 @@ replaces that tensor's whole gradient) and with Captum's rule for ReLU, ELU, Lea
 Tanh, Softplus and Softmax, ``where(|dx| < eps, grad_input, grad_output * dy / dx)`` (Softmax's as
 :class:`~workers.methods._captum_deeplift.RowwiseDeepLift` takes it), against the recorded values.
 Everything else passes its gradient at the rows, as in Captum's doubled batch (rows do not meet in
-an eval-mode graph). The same attributions as RowwiseDeepLift (tests/unit/methods/test_deeplift_hooks.py)
-for half the rows per pass; the audit's sub-inputs of one sample share one reference. Captum's
+an eval-mode graph). The same attributions as RowwiseDeepLift (tests/unit/methods/test_deeplift_hooks.py),
+with a whole pass of rows where Captum fits half a pass beside their references, and one reference
+row where the audit's sub-inputs of a sample share it. Captum's
 max-pool rule needs both halves in one call: graphs with a MaxPool module stay on Captum, and so do
 graphs that call a hooked module twice (Captum refuses them).
 """
