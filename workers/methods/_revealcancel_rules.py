@@ -173,12 +173,14 @@ def reveal_cancel(z0: torch.Tensor, split: Split, tolerance: float | None = None
         up, scratch = split.total.abs(), z.abs()
         near = torch.minimum(up, scratch, out=up).add_(split.spread, alpha=-tolerance)
         unresolved = near.reshape(len(near), -1).amin(dim=1) < 0  # a float reduction: fast
-    y_pos = torch.add(z0, pos, out=scratch).relu_()  # c: f(z0 + dz+)
-    torch.minimum(pos, y_pos, out=up).add_(torch.minimum(pos, z.relu_(), out=z))  # b: 2 dy+
-    down = torch.maximum(neg, -torch.relu(z0), out=z)  # a
-    down.add_(torch.maximum(neg, y_pos.neg_(), out=scratch))  # a: 2 dy-
-    delta = torch.lerp(up, down, 0.5, out=scratch)  # c
+    # Each bracket in one clamp: min(d, relu(a + d)) = clamp(a + d, 0, d) for d >= 0, and
+    # max(d, -relu(a)) = clamp(-a, d, 0) for d <= 0.
     zero = up.new_zeros(())
+    at_pos = torch.add(z0, pos, out=scratch)  # c: z0 + dz+
+    torch.clamp(at_pos, min=zero, max=pos, out=up).add_(torch.clamp(z, min=zero, max=pos, out=z))  # b: 2 dy+
+    down = torch.maximum(neg, -torch.relu(z0), out=z)  # a
+    down.add_(at_pos.neg_().clamp_(min=neg, max=zero))  # a: 2 dy-
+    delta = torch.lerp(up, down, 0.5, out=scratch)  # c
     m_pos = torch.addcdiv(zero, up, pos, value=0.5, out=up).nan_to_num_(nan=0.0)  # 0/0: absent part
     m_neg = torch.addcdiv(zero, down, neg, value=0.5, out=down).nan_to_num_(nan=0.0)
     mean = torch.lerp(m_pos, m_neg, 0.5)
