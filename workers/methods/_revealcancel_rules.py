@@ -145,7 +145,41 @@ class Reveal:
     unresolved: torch.Tensor | None
 
 
+# Bytes per tensor of one block of rows in :func:`reveal_cancel` on a CPU: its four buffers and the
+# split's four parts then stay in a core's L2 cache (2 MiB here) across the rule's dozen passes. On
+# the digits CNN's first layer (1,024 rows of 512 values) the rule took 3.39 ms whole and 2.6 ms in
+# blocks of 128 to 256 rows (the whole RevealCancel call: 15.5 -> 14.9 ms).
+_BLOCK_BYTES = 2**18
+
+
 def reveal_cancel(z0: torch.Tensor, split: Split, tolerance: float | None = None) -> Reveal:
+    """:func:`_reveal_cancel` in blocks of rows that stay in cache, written into whole tensors (on a
+    GPU whole: more kernel launches there buy nothing)."""
+    rows, row = len(split.total), split.total[0]
+    step = max(1, _BLOCK_BYTES // max(1, row.numel() * row.element_size()))
+    if rows <= step or row.device.type != "cpu":
+        return _reveal_cancel(z0, split, tolerance)
+    delta, mean, half_diff = (torch.empty_like(split.total) for _ in range(3))
+    unresolved = None if tolerance is None else torch.empty(rows, dtype=torch.bool, device=delta.device)
+    for start in range(0, rows, step):
+        block = slice(start, start + step)
+        part = _reveal_cancel(
+            z0 if len(z0) == 1 else z0[block],
+            Split(split.pos[block], split.neg[block], split.total[block], split.spread[block]),
+            tolerance,
+            (delta[block], mean[block], half_diff[block]),
+        )
+        if unresolved is not None and part.unresolved is not None:
+            unresolved[block] = part.unresolved
+    return Reveal(delta, mean, half_diff, unresolved)
+
+
+def _reveal_cancel(
+    z0: torch.Tensor,
+    split: Split,
+    tolerance: float | None = None,
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> Reveal:
     """Multipliers (m+, m-) of y = relu(z) at reference pre-activation ``z0`` by the RevealCancel rule:
 
     dy+ = 1/2 (f(z0 + dz+) - f(z0)) + 1/2 (f(z0 + dz- + dz+) - f(z0 + dz-))
@@ -180,11 +214,14 @@ def reveal_cancel(z0: torch.Tensor, split: Split, tolerance: float | None = None
     torch.clamp(at_pos, min=zero, max=pos, out=up).add_(torch.clamp(z, min=zero, max=pos, out=z))  # b: 2 dy+
     down = torch.maximum(neg, -torch.relu(z0), out=z)  # a
     down.add_(at_pos.neg_().clamp_(min=neg, max=zero))  # a: 2 dy-
-    delta = torch.lerp(up, down, 0.5, out=scratch)  # c
+    delta = torch.lerp(up, down, 0.5, out=scratch if out is None else out[0])  # c
     m_pos = torch.addcdiv(zero, up, pos, value=0.5, out=up).nan_to_num_(nan=0.0)  # 0/0: absent part
     m_neg = torch.addcdiv(zero, down, neg, value=0.5, out=down).nan_to_num_(nan=0.0)
-    mean = torch.lerp(m_pos, m_neg, 0.5)
-    return Reveal(delta, mean, m_pos.sub_(mean), unresolved)
+    if out is None:
+        mean = torch.lerp(m_pos, m_neg, 0.5)
+        return Reveal(delta, mean, m_pos.sub_(mean), unresolved)
+    mean = torch.lerp(m_pos, m_neg, 0.5, out=out[1])
+    return Reveal(delta, mean, torch.sub(m_pos, mean, out=out[2]), unresolved)
 
 
 def reveal_cancel_clipped(

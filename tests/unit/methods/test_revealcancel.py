@@ -279,3 +279,31 @@ def test_differences_float32_cannot_resolve_are_redone_in_float64() -> None:
     flat, flat0 = x.numpy().astype(np.float64), x0.numpy().astype(np.float64)
     want = np.stack([revealcancel_ref(layers, flat[k], flat0[k], 0) for k in range(16)])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("per_row_reference", [False, True])
+@pytest.mark.parametrize("tolerance", [None, 1e-3])
+def test_the_relu_rule_in_blocks_of_rows_is_the_rule_whole(
+    per_row_reference: bool, tolerance: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks that do not divide the rows evenly, a shared and a per-row reference, the rows flagged
+    as unresolved: the same tensors as one call over all rows."""
+    import workers.methods._revealcancel_rules as rules
+
+    gen = torch.Generator().manual_seed(4)
+    total = torch.randn(37, 3, 4, 4, generator=gen)
+    total[5] = 0.0  # a row with no difference at all
+    spread = total.abs() + torch.rand(37, 3, 4, 4, generator=gen)
+    pos = torch.lerp(total, spread, 0.5)
+    split = rules.Split(pos, total - pos, total, spread)
+    z0 = torch.randn(37 if per_row_reference else 1, 3, 4, 4, generator=gen) * 0.1
+    whole = rules.reveal_cancel(z0, split, tolerance)
+    monkeypatch.setattr(rules, "_BLOCK_BYTES", 5 * 48 * 4)  # blocks of 5 rows of 48 floats
+    blocked = rules.reveal_cancel(z0, split, tolerance)
+    for field in ("delta", "mean", "half_diff"):
+        assert torch.equal(getattr(blocked, field), getattr(whole, field))
+    if tolerance is None:
+        assert blocked.unresolved is None and whole.unresolved is None
+    else:
+        assert whole.unresolved is not None and 0 < int(whole.unresolved.sum()) < 37
+        assert blocked.unresolved is not None and torch.equal(blocked.unresolved, whole.unresolved)
