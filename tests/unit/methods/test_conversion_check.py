@@ -70,3 +70,29 @@ def test_a_conversion_that_computes_another_function_makes_the_methods_not_appli
         assert "computes other outputs than the model" in verdicts[name]["reason"]
     assert verdicts["shapley_value"]["verdict"] != "not_applicable"  # the game runs the model itself
     assert onnx.load_from_string(_running_count_model()).graph.node[0].attribute == []
+
+
+@pytest.mark.usefixtures("onnx2torch_cumsum_bug")
+def test_rows_are_compared_once_per_model_and_the_finding_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An audit's methods explain the same sub-inputs: the second method with the same rows runs
+    neither graph again, and is refused with the same finding under its own name; other rows are
+    compared anew."""
+    from workers.methods._conversion_check import check_graph_matches_model
+    from workers.models import load_model
+    from xaudit.contract.errors import NotApplicable
+
+    model = load_model(_running_count_model(), "onnx", "cpu")
+    calls: list[int] = []
+    predict = model.predict
+    monkeypatch.setattr(model, "predict", lambda x: calls.append(len(x)) or predict(x))
+    rows = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)
+    reasons = []
+    for method in ("gradient_x_input", "integrated_gradients"):
+        with pytest.raises(NotApplicable) as refused:
+            check_graph_matches_model(method, model, rows)
+        assert refused.value.method == method
+        reasons.append(refused.value.reason)
+    assert calls == [2] and reasons[0] == reasons[1] and "computes other outputs" in reasons[0]
+    with pytest.raises(NotApplicable):
+        check_graph_matches_model("gradient_x_input", model, rows[2:])
+    assert calls == [2, 2]
