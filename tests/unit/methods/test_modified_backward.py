@@ -326,3 +326,20 @@ def test_signed_parts_have_the_clamps_gradient_bit_for_bit(used: str) -> None:
     theirs = [theirs_at.clamp(min=0), theirs_at.clamp(max=0)]
     assert all(torch.equal(o, t) for o, t in zip(ours, theirs, strict=True))
     assert torch.equal(gradient(ours, ours_at), gradient(theirs, theirs_at))
+
+
+@pytest.mark.parametrize(
+    "activation", [torch.nn.GELU(), torch.nn.SiLU(), torch.nn.Hardswish(), torch.nn.Tanh(), torch.nn.ReLU6()]
+)
+def test_passed_activations_scale_by_value_over_input_and_zero_at_zero(activation: torch.nn.Module) -> None:
+    """Relevance passed through an activation: the gradient is activation(z) / z, 0 at +0.0 and -0.0
+    (no NaN from 0 / 0), bit for bit, subnormal inputs included."""
+    from workers.methods._modified_backward import _passed
+
+    special = torch.tensor([0.0, -0.0, 1e-38, -1e-38, 1e-45, -1e-45, 7.0, -7.0])
+    z = torch.cat([special, torch.randn(120, generator=torch.Generator().manual_seed(2)) * 5]).reshape(2, -1)
+    z.requires_grad_(True)
+    y = activation(z).detach()
+    (grad,) = torch.autograd.grad(_passed(activation, z).sum(), z)
+    assert torch.equal(grad, torch.where(z.detach() != 0, y / z.detach(), torch.zeros_like(y)))
+    assert bool(torch.isfinite(grad).all())
