@@ -25,10 +25,9 @@ import torch
 from torch import nn
 
 from workers.methods._base import distinct_references
+from workers.methods._rescale_graph import EPS  # Captum's DeepLift eps, as xaudit's own pass takes it
 
-__all__ = ["EPS", "RULED", "ModuleCalledTwice", "ReferenceOnceDeepLift"]
-
-EPS = 1e-10  # Captum's DeepLift eps
+__all__ = ["RULED", "ModuleCalledTwice", "ReferenceOnceDeepLift"]
 # The modules Captum's DeepLift gives its nonlinear rule (captum.attr._core.deep_lift.SUPPORTED_NON_LINEAR;
 # Softmax with RowwiseDeepLift's row-by-row rule, which is the same formula), by exact type as Captum
 # keys them; its max-pool rule reads both halves of its doubled batch at once.

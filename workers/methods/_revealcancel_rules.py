@@ -217,11 +217,9 @@ def _reveal_cancel(
     delta = torch.lerp(up, down, 0.5, out=scratch if out is None else out[0])  # c
     m_pos = torch.addcdiv(zero, up, pos, value=0.5, out=up).nan_to_num_(nan=0.0)  # 0/0: absent part
     m_neg = torch.addcdiv(zero, down, neg, value=0.5, out=down).nan_to_num_(nan=0.0)
-    if out is None:
-        mean = torch.lerp(m_pos, m_neg, 0.5)
-        return Reveal(delta, mean, m_pos.sub_(mean), unresolved)
-    mean = torch.lerp(m_pos, m_neg, 0.5, out=out[1])
-    return Reveal(delta, mean, torch.sub(m_pos, mean, out=out[2]), unresolved)
+    mean = torch.lerp(m_pos, m_neg, 0.5, out=None if out is None else out[1])
+    half_diff = torch.sub(m_pos, mean, out=m_pos if out is None else out[2])
+    return Reveal(delta, mean, half_diff, unresolved)
 
 
 def reveal_cancel_clipped(
