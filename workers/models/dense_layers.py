@@ -107,7 +107,7 @@ def _two_class_sigmoids(
     for concat in nodes:
         if concat.op_type != "Concat" or len(concat.input) != 2 or id(concat) in dropped:
             continue
-        axis = next((a.i for a in concat.attribute if a.name == "axis"), None)
+        axis = attributes(concat).get("axis")
         complement, chance = (producer.get(name) for name in concat.input)
         sigmoid = chance
         if axis not in (1, -1) or sigmoid is None or sigmoid.op_type != "Sigmoid" or complement is None:
