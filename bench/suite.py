@@ -972,15 +972,16 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["XAUDIT_THREADS"] = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    import platform
 
+    from workers.hardware import processors
     from workers.threads import current
 
     policy = current()
+    cpu = processors("cpu")
     print("# xaudit benchmark suite")
     print()
     print(
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; threads: {policy.threads} "
+        f"{cpu['cpu']} ({cpu['cpu_kernels']} kernels), {os.cpu_count()} CPUs; threads: {policy.threads} "
         f"({policy.source}); repeats: {args.repeats} (median, workloads interleaved); "
         f"load average at start: {os.getloadavg()[0]:.1f}"
     )

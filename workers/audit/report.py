@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from workers.denormals import current as current_denormals
+from workers.hardware import processors
 from workers.threads import current as current_threads
 
 __all__ = ["SCHEMA", "canonical_bytes", "environment", "jsonable"]
@@ -43,6 +44,7 @@ def environment(device: str, providers: list[str]) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
         "device": device,
+        "processors": processors(device),  # CPU model and kernels, GPU model: workers/hardware.py
         "execution_providers": providers,
         "threads": current_threads().as_dict(),
         "denormals": current_denormals(),  # subnormal floats flushed or kept: workers/denormals.py
