@@ -122,11 +122,12 @@ _MAXPOOL = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
 # Sums and concatenations of activations (onnx2torch's Add and Concat; torch's own in traced graphs).
 _CONCAT_NAMES = {"OnnxConcat", "cat", "concat"}
 _MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
-# Data movement: a permutation, a slice, the parts of a split (ShuffleNet's channel shuffle and split).
+# Data movement: a permutation, a slice, the parts of a split (ShuffleNet's channel shuffle and split),
+# and a gather at constant indices (_moves_data).
 _MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSplit13", "Split", "getitem"}
 SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean"
 MERGES = "Add and Concat of activations"
-MOVES = "Transpose, Slice, Split"
+MOVES = "Transpose, Slice, Split, Gather and GatherND at constant indices"
 SCALES = "BatchNorm"
 FOLDED_SCALES = "BatchNorm right after a Linear/Conv layer"
 CLIPS = "ReLU6"
@@ -134,7 +135,7 @@ GATES = "SiLU, Hardswish, GELU, tanh, sigmoid gates (squeeze-and-excitation), at
 SELF_GATES = "SiLU, Hardswish"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
 NORMS = "LayerNorm (its scale held constant)"
-CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants, Gather at a constant index, zero Pad"
+CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants, Gather(ND) at constant indices, zero Pad"
 _HEAD_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax, nn.LogSoftmax, nn.Sigmoid)
 _HEAD_NAMES = {"OnnxSoftmaxV1V11"}
 # A gate's value is in [0, 1]; onnx2torch writes HardSigmoid as its own module.
@@ -151,7 +152,9 @@ _WHERE_NAMES = {"OnnxWhere"}
 _ADD_NAMES = {"OnnxBinaryMathOperation[add]", "add"}
 _SUB_NAMES = {"OnnxBinaryMathOperation[sub]", "sub"}
 _DIV_NAMES = {"OnnxBinaryMathOperation[_onnx_div]", "truediv"}
-_GATHER_NAMES = {"OnnxGather"}
+# torch's dynamo exporter writes an adaptive average pooling whose output size does not divide its
+# input's (VGG's 7x7 pool on a small image's 1x1 map) as Transpose -> GatherND -> Transpose -> ReduceMean.
+_GATHER_NAMES = {"OnnxGather", "OnnxGatherND"}
 _PAD_NAMES = {"OnnxPadDynamic", "OnnxPadStatic", "PadAxes"}
 # nn.LayerNorm, and workers.models.onnx_converters' LayerNorm of the same name (sizes at run time).
 _NORM_NAMES = {"LayerNorm"}
@@ -438,7 +441,7 @@ def plan_graph(
             active.add(node)
             continue
         kind = _kind(module, name) if len(inputs) == 1 else None
-        if kind is None and moves and len(inputs) == 1 and name in _MOVE_NAMES:
+        if kind is None and moves and len(inputs) == 1 and _moves_data(node, name, inputs[0]):
             kind = "move"
         foldable = folded_scales and len(inputs) == 1 and _folds_into(graph, inputs[0])
         if kind is None and (scales or foldable) and len(inputs) == 1 and _is_scale(module):
@@ -763,6 +766,13 @@ def _with_constants(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.
     if name in _PAD_NAMES and first is source and _pads_with_zeros(graph, node):
         return "move"
     return None
+
+
+def _moves_data(node: fx.Node, name: str, source: fx.Node) -> bool:
+    """Data movement of the activation ``source``: a move by name, or a gather of its values at
+    constant indices (not an embedding lookup, where the activation is the index)."""
+    first = node.args[0] if node.args else None
+    return name in _MOVE_NAMES or (name in _GATHER_NAMES and first is source)
 
 
 def _pads_with_zeros(graph: fx.GraphModule, node: fx.Node) -> bool:

@@ -24,9 +24,14 @@ def context(
     fmt: str = "onnx",
     params: Mapping[str, Any] | None = None,
     target: Target | None = None,
+    dynamo: bool = False,
 ) -> AttributionContext:
-    """A context over ``module`` exported as ``fmt`` (onnx | torchscript) and loaded on CPU."""
-    data = to_onnx(module, example) if fmt == "onnx" else to_torchscript(module, example)
+    """A context over ``module`` exported as ``fmt`` (onnx | torchscript; ``dynamo``: torch's dynamo
+    ONNX exporter at opset 18 instead of the legacy one) and loaded on CPU."""
+    if fmt == "onnx":
+        data = to_onnx(module, example, opset=18, dynamo=True) if dynamo else to_onnx(module, example)
+    else:
+        data = to_torchscript(module, example)
     model = load_model(data, fmt, "cpu")
     model.check_sample(example.numpy())
     players = parse_players("features" if example.ndim == 2 else "grid:2x2", tuple(example.shape[1:]))
@@ -37,7 +42,8 @@ Dense = tuple[np.ndarray, np.ndarray, bool]  # W (in, out) with z_j = sum_i a_i 
 
 
 def dense_layers(model: nn.Sequential, sample_shape: tuple[int, ...]) -> list[Dense]:
-    """Every affine layer of a Sequential of Linear/Conv/AvgPool/ReLU/Flatten as a dense float64 matrix.
+    """Every affine layer of a Sequential of Linear/Conv/(Adaptive)AvgPool/ReLU/Flatten as a dense float64
+    matrix.
 
     Convolution and average pooling are affine maps; the matrix is read off by probing with unit inputs.
     """
@@ -50,7 +56,7 @@ def dense_layers(model: nn.Sequential, sample_shape: tuple[int, ...]) -> list[De
                 layers[-1] = (w, b, True)
             elif isinstance(module, nn.Flatten):
                 shape = (int(np.prod(shape)),)
-            elif isinstance(module, nn.Linear | nn.Conv1d | nn.Conv2d | nn.AvgPool2d):
+            elif isinstance(module, nn.Linear | nn.Conv1d | nn.Conv2d | nn.AvgPool2d | nn.AdaptiveAvgPool2d):
                 size = int(np.prod(shape))
                 basis = torch.eye(size, dtype=torch.float64).reshape(size, *shape)
                 double = module.double()
