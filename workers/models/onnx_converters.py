@@ -17,6 +17,7 @@ from workers.models.gelu_fusion import DOMAIN as GELU_DOMAIN
 
 _light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
 from onnx2torch.node_converters import slice as _onnx2torch_slice  # noqa: E402
+from onnx2torch.node_converters.clip import _create_torch_module as _clip_module  # noqa: E402
 from onnx2torch.node_converters.cumsum import OnnxCumSum  # noqa: E402
 from onnx2torch.node_converters.pad import _ONNX_TO_TORCH_MODE, OnnxPadDynamic, _onnx_to_torch_mode  # noqa: E402
 from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes  # noqa: E402
@@ -80,6 +81,25 @@ def _average_pool_19(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResu
     if dilations is not None and any(int(d) != 1 for d in dilations):
         raise NotImplementedError(f"AveragePool with dilations {list(dilations)} (node '{node.name}')")
     return registered("AveragePool", 11)(node, graph)
+
+
+def _clip(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """Clip (opset 11 on) with constant bounds, an empty input name taken as an absent bound. The
+    legacy exporter writes F.normalize's clamp(min=eps) as Clip(x, eps, ""), in torchvision's
+    swin_v2_t, and onnx2torch looked up "" as a bound computed at run time and refused the model."""
+    bounds: list[float | None] = []
+    for name in (*node.input_values[1:3], "", "")[:2]:
+        if not name:
+            bounds.append(None)
+            continue
+        try:
+            bounds.append(float(get_const_value(name, graph)))
+        except KeyError:
+            raise NotImplementedError(f"Clip with bounds computed at run time (node '{node.name}')") from None
+    return OperationConverterResult(
+        torch_module=_clip_module(min_val=bounds[0], max_val=bounds[1]),
+        onnx_mapping=OnnxMapping(inputs=(node.input_values[0],), outputs=node.output_values),
+    )
 
 
 class Split(nn.Module):
@@ -394,6 +414,7 @@ _ADDED: dict[tuple[str, int], Any] = {
 # onnx2torch's converters that this module replaces (a bug on models exported today).
 _REPLACED: dict[tuple[str, int], Any] = {
     ("LayerNormalization", 17): _layer_norm_17,
+    **{("Clip", version): _clip for version in (11, 12, 13)},
     ("Reshape", 14): _reshape_14,
     **{("Flatten", version): _flatten for version in (9, 11, 13)},
     **{("ScatterND", version): _scatter_nd for version in (11, 13, 16)},

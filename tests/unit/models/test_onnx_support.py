@@ -564,3 +564,22 @@ def test_cumsum_with_onnx_defaults_matches_onnxruntime(attrs: dict, axis: int) -
     np.testing.assert_allclose(
         graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize(
+    ("bounds", "module"), [(["lo", ""], "OnnxClip"), (["", "hi"], "OnnxClip"), (["zero", "six"], "ReLU6")]
+)
+def test_clip_with_an_empty_bound_matches_onnxruntime(bounds: list[str], module: str) -> None:
+    """The legacy exporter writes F.normalize's clamp(min=eps) as Clip(x, eps, "") (torchvision's
+    swin_v2_t); onnx2torch took "" for a bound computed at run time, and no gradient method ran."""
+    consts = {"lo": -0.3, "hi": 0.4, "zero": 0.0, "six": 6.0}
+    nodes = [
+        oh.make_node("Constant", [], [name], value=nh.from_array(np.array(consts[name], np.float32), name))
+        for name in bounds
+        if name
+    ]
+    nodes.append(oh.make_node("Clip", ["x", *bounds], ["y"], name="clip"))
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, [], 13)
+    graph = onnx_to_torch(model)
+    assert module in {type(m).__name__ for m in graph.modules()}
+    np.testing.assert_allclose(graph(torch.from_numpy(X * 5)).detach().numpy(), _ort(model, X * 5))
