@@ -84,12 +84,18 @@ class _Blocks:
 
 
 def _blocks(module: nn.Module, rows: list[list[torch.Tensor]], bias: torch.Tensor | None) -> _Blocks:
+    if getattr(module, "groups", 1) != 1:  # grouped convolutions do not stack
+        return _Blocks(rows, bias, None)
     with torch.no_grad():
-        grouped = getattr(module, "groups", 1) != 1  # grouped convolutions do not stack
-        weight = (
-            None if grouped else torch.cat([torch.cat(row, 1) if len(row) > 1 else row[0] for row in rows])
-        )
-    return _Blocks(rows, bias, weight)
+        weight = torch.cat([torch.cat(row, 1) if len(row) > 1 else row[0] for row in rows])
+    # The rows kept as views of the stacked weight, not beside it: on VGG's 102M-weight Linear the
+    # copies held another 0.8 GB for as long as the model lived.
+    outputs = torch.split(weight, [row[0].shape[0] for row in rows])
+    views = [
+        list(torch.split(block, [w.shape[1] for w in row], 1))
+        for block, row in zip(outputs, rows, strict=True)
+    ]
+    return _Blocks(views, bias, weight)
 
 
 _DERIVED: weakref.WeakKeyDictionary[nn.Module, dict[Hashable, _Blocks]] = weakref.WeakKeyDictionary()

@@ -134,7 +134,12 @@ class RevealCancelGraph:
             if step.kind in _SPLIT_SOURCES:
                 assert step.module is not None
                 self.maps[step.node] = affine_maps(step.module, dtype)
-                self._exact[step.node] = affine_maps(step.module, torch.float64).full
+                exact = (
+                    self.maps[step.node]
+                    if dtype == torch.float64
+                    else affine_maps(step.module, torch.float64)
+                )
+                self._exact[step.node] = exact.full  # one float64 copy of the weights, not two
             elif step.kind == "scale":
                 assert step.module is not None
                 scale, shift = scale_and_shift(step.module)

@@ -94,3 +94,26 @@ def test_float64_maps_compute_w_da_in_float64_and_the_rest_in_float32(
         got = transpose(g, x)
         assert got.dtype == torch.float64
         torch.testing.assert_close(got.float(), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer", [nn.Linear(6, 4), nn.Conv2d(2, 3, 3, padding=1)], ids=["linear", "conv"])
+def test_magnitudes_are_made_when_a_product_reads_them(
+    layer: nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A float64 plan's |W| comes from its float32 maps, and the reference pass reads only the layer
+    itself: a float64 |W| made up front is memory no product reads (VGG: 2 GB)."""
+    made: list[torch.dtype] = []
+    original = torch.Tensor.abs
+
+    def counted(self: torch.Tensor) -> torch.Tensor:
+        made.append(self.dtype)
+        return original(self)
+
+    monkeypatch.setattr(torch.Tensor, "abs", counted)
+    maps = affine_maps(layer, torch.float64)
+    x = torch.randn(2, 6) if isinstance(layer, nn.Linear) else torch.randn(2, 2, 5, 5)
+    maps.full(x.double())
+    maps.linear(x.double())
+    assert made == []
+    maps.magnitude(x.double().clamp(min=0))  # |da| >= 0
+    assert made[-1] == torch.float32 and torch.float64 not in made
