@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
@@ -18,6 +19,9 @@ from workers.models.ort_options import session_options
 from workers.precision import CUDA_PROVIDER_OPTIONS
 from xaudit.contract.errors import InvalidModel
 from xaudit.contract.onnx_checks import parse_onnx
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["OnnxModel", "cuda_fallback_reason", "parse_onnx", "session_providers"]
 
@@ -77,7 +81,7 @@ def _joined(outs: list[np.ndarray], rows: int) -> np.ndarray:
 
 class OnnxModel(ModelAdapter):
     def __init__(self, data: bytes, sha256: str, device: torch.device, batch_size: int = DEFAULT_BATCH_SIZE):
-        self._proto = parse_onnx(data)
+        self._proto: onnx.ModelProto | None = parse_onnx(data)  # until the torch graph is built
         self._session = _session(data, device)
         self.device = device
         self.batch_size = batch_size
@@ -146,11 +150,17 @@ class OnnxModel(ModelAdapter):
         if self._torch_error is not None:  # converted once: every gradient method gets the same answer
             raise self._torch_error
         if self._torch is None:
+            assert self._proto is not None
             try:
                 self._torch = method_graph(self._proto, self.device)
             except InvalidModel as exc:
                 self._torch_error = exc
                 raise
+            finally:
+                # Converted, or refused for good: the parsed model, weights and all (VGG's: 0.5 GB),
+                # is not needed again.
+                if self._torch is not None or self._torch_error is not None:
+                    self._proto = None
         return self._torch
 
     def torch_differentiable(self) -> torch.nn.Module:
