@@ -21,7 +21,15 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 from torch import nn
 
-__all__ = ["CUSTOM", "IMAGE_ARCHS", "LIGHT_ARCHS", "ZooModel", "export_image_model", "image_model"]
+__all__ = [
+    "CUSTOM",
+    "DYNAMO_ARCHS",
+    "IMAGE_ARCHS",
+    "LIGHT_ARCHS",
+    "ZooModel",
+    "export_image_model",
+    "image_model",
+]
 
 IMAGE = (3, 32, 32)
 
@@ -106,10 +114,14 @@ IMAGE_ARCHS: dict[str, Callable[[], nn.Module]] = {
     "densenet121": _tv("densenet121"),
     "shufflenet_v2_x0_5": _tv("shufflenet_v2_x0_5"),  # dynamo: Split with num_outputs (opset 18)
     "swin_t": _tv("swin_t"),  # LayerNorm over symbolic sizes; dynamo: Pad-19, ScatterND-18
+    "swin_v2_t": _tv("swin_v2_t"),  # legacy: F.normalize's clamp as Clip(x, eps, "")
     "vit_b_16": _vit,
 }
 # Lighter stand-ins for checks where the operators matter, not the size (CI's opset 18-21 checks).
 LIGHT_ARCHS: dict[str, Callable[[], nn.Module]] = {"vit_tiny": _vit_tiny}
+# Architectures the legacy exporter cannot export at 32x32: VGG's adaptive pool to 7x7 on a 1x1 map
+# ("output size that are not factor of input size"); the dynamo exporter writes it as a GatherND.
+DYNAMO_ARCHS: dict[str, Callable[[], nn.Module]] = {"vgg11_bn": _tv("vgg11_bn")}
 
 
 def _calibrate_batch_norms(model: nn.Module) -> None:
@@ -133,7 +145,7 @@ def _calibrate_batch_norms(model: nn.Module) -> None:
 
 def image_model(arch: str) -> nn.Module:
     torch.manual_seed(0)
-    model = {**IMAGE_ARCHS, **LIGHT_ARCHS}[arch]()
+    model = {**IMAGE_ARCHS, **LIGHT_ARCHS, **DYNAMO_ARCHS}[arch]()
     _calibrate_batch_norms(model)
     return model.eval()
 

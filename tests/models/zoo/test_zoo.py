@@ -4,7 +4,8 @@
 Exports are built once per session (tests/models/zoo/builders.py). CI's share (under 80 s on 2
 shared cores, one thread; 4.3 GB peak memory): every custom model; every torchvision architecture
 exported by the legacy exporter at opset 17, vit_b_16 the real one (86M parameters, random
-weights; 30 s); resnet18 also by the dynamo exporter (external data) and as TorchScript; opsets
+weights; 30 s); vgg11_bn by the dynamo exporter (the legacy one cannot export its adaptive pool at
+32x32); resnet18 also by the dynamo exporter (external data) and as TorchScript; opsets
 18-21 loaded, inspected and compared with torch for resnet18 at 18 and 21 and for vit_tiny,
 vit_b_16's class and operators (Gelu-20, Equal-19) at 2 layers of width 32 (the real one at four
 opsets adds 90 s and 1.3 GB of exports); vit_tiny also from the dynamo exporter with ``Dim.AUTO``
@@ -26,7 +27,14 @@ import onnx
 import pytest
 
 from clients.cli.main import main
-from tests.models.zoo.builders import CUSTOM, IMAGE_ARCHS, ZooModel, export_image_model, image_model
+from tests.models.zoo.builders import (
+    CUSTOM,
+    DYNAMO_ARCHS,
+    IMAGE_ARCHS,
+    ZooModel,
+    export_image_model,
+    image_model,
+)
 from workers.audit import verdict
 
 pytestmark = pytest.mark.slow
@@ -44,6 +52,7 @@ AUDITED = (
     # The dynamo exporter's operators that onnx2torch lacks (workers/models/onnx_converters.py).
     + ([] if FULL else [("shufflenet_v2_x0_5", "dynamo"), ("swin_t", "dynamo_batch2")])
     + [("vit_tiny", "dynamo_auto"), ("vit_tiny", "dynamo_batch2")]
+    + [(a, e) for a in sorted(DYNAMO_ARCHS) for e in ("dynamo", "torchscript") if FULL or e == "dynamo"]
     + ([("vit_b_16", "dynamo_auto"), ("vit_b_16", "dynamo_batch2")] if FULL else [])
 )
 OPSETS = [
@@ -218,12 +227,19 @@ def test_torchvision_models_audit(
     if arch == "mobilenet_v2":  # ReLU6: LRP passes relevance through it, RevealCancel's rule applies
         rules = {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_revealcancel"}
         assert not rules & set(reasons), reasons
-    transformer = arch in ("swin_t", "vit_b_16", "vit_tiny") and exporter in ("legacy", "dynamo_batch2")
+    # swin_v2_t from the legacy exporter: its Clip(x, eps, "") converts (workers/models/onnx_converters.py)
+    transformer = arch in ("swin_t", "swin_v2_t", "vit_b_16", "vit_tiny") and exporter in (
+        "legacy",
+        "dynamo_batch2",
+    )
     if transformer:  # layer norms, attention and GELU: LRP's held-constant rules (docs/science.md 5.8)
         assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor"} & set(reasons), reasons
     if arch in ("efficientnet_b0", "mobilenet_v3_small"):  # SiLU/Hardswish and SE gates: LRP's gate rule
         assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor"} & set(reasons), reasons
         assert "deeplift_revealcancel" in reasons  # no RevealCancel rule for a gate
+    if arch == "vgg11_bn":  # its adaptive pool as a GatherND: data movement has rules too
+        rules = {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_revealcancel"}
+        assert not rules & set(reasons), reasons
     if arch == "shufflenet_v2_x0_5":  # channel split and shuffle: data movement has rules too
         rules = {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_revealcancel"}
         assert not rules & set(reasons), reasons
