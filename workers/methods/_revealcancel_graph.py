@@ -139,7 +139,7 @@ class RevealCancelGraph:
                     if dtype == torch.float64
                     else affine_maps(step.module, torch.float64)
                 )
-                self._exact[step.node] = exact.full  # one float64 copy of the weights, not two
+                self._exact[step.node] = exact.full  # one float64 copy of the weights, not two (VGG11: 1 GB)
             elif step.kind == "scale":
                 assert step.module is not None
                 scale, shift = scale_and_shift(step.module)
