@@ -425,7 +425,7 @@ def plan_graph(
         module = _module(graph, node)
         name = _operator_name(node, module)
         # x.shape / x.size() / Shape read an activation but give the same value at every input.
-        if not inputs or name in _SHAPE_READERS or node.target == "size" or node.target is getattr:
+        if not inputs or _reads_shape(graph, node):
             steps.append(Step(node, "static", module, None))
             continue
         if node in branch_nodes:
@@ -609,15 +609,47 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
         if not _is_gate_op(graph, node, module, every) or not node.users:
             continue
         own_input = node.args[0] if node.args else None
+        users, reshaped = _through_reshapes(graph, node) if every else (list(node.users), [])
         products = [
-            _leaves((user.args, user.kwargs)) for user in node.users if _is_product(graph, user, matrix=every)
+            _leaves((user.args, user.kwargs)) for user in users if _is_product(graph, user, matrix=every)
         ]
-        if len(products) != len(node.users) or any(len(factors) != 2 for factors in products):
+        if len(products) != len(users) or any(len(factors) != 2 for factors in products):
             continue
         if every or all(own_input in factors for factors in products):
             assert module is not None
             found[node] = module
+            # the weights reshaped are the same gate (the plan evaluates them from the held weights)
+            found.update(dict.fromkeys(reshaped, module))
     return found
+
+
+def _through_reshapes(graph: fx.GraphModule, node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
+    """The nodes that use ``node``'s values, followed through reshapes with one such use each, and
+    those reshapes. DeBERTa reshapes its softmax weights to one axis of rows and heads before the
+    product with the values (and the legacy exporter reads their shape for it)."""
+    users: list[fx.Node] = []
+    reshaped: list[fx.Node] = []
+    for user in _value_users(graph, node):
+        while len(after := _value_users(graph, user)) == 1 and _is_reshape(graph, user):
+            reshaped.append(user)
+            user = after[0]
+        users.append(user)
+    return users, reshaped
+
+
+def _value_users(graph: fx.GraphModule, node: fx.Node) -> list[fx.Node]:
+    """``node``'s users but those that read only its shape (the same at every input)."""
+    return [user for user in node.users if not _reads_shape(graph, user)]
+
+
+def _reads_shape(graph: fx.GraphModule, node: fx.Node) -> bool:
+    name = _operator_name(node, _module(graph, node))
+    return name in _SHAPE_READERS or node.target == "size" or node.target is getattr
+
+
+def _is_reshape(graph: fx.GraphModule, node: fx.Node) -> bool:
+    module = _module(graph, node)
+    return _kind(module, _operator_name(node, module)) == "shape"
 
 
 def _is_sigmoid_gate(module: nn.Module | None) -> bool:

@@ -53,9 +53,9 @@ class _Held(nn.Module):
 
 
 class _Block(nn.Module):
-    def __init__(self, dim: int, heads: int, bias: bool) -> None:
+    def __init__(self, dim: int, heads: int, bias: bool, flat_heads: bool = False) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.flat_heads = heads, flat_heads
         self.ln1, self.ln2 = nn.LayerNorm(dim, bias=bias), nn.LayerNorm(dim, bias=bias)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=bias), nn.Linear(dim, dim, bias=bias)
         self.fc1, self.fc2 = nn.Linear(dim, 2 * dim, bias=bias), nn.Linear(2 * dim, dim, bias=bias)
@@ -68,12 +68,18 @@ class _Block(nn.Module):
         qkv = self.qkv(h).reshape(rows, tokens, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
         weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dim // self.heads), -1)
+        if self.flat_heads:  # DeBERTa's layout: rows and heads as one batch axis, weights reshaped by
+            # their own size (the legacy exporter reads it with a Shape of the softmax)
+            weights = weights.reshape(-1, weights.size(-2), weights.size(-1))
+            v = v.reshape(rows * self.heads, tokens, dim // self.heads)
         if twin:
             held = weights.detach()
             self.held["attend"].fn = lambda values: held @ values
             attended = self.held["attend"](v)
         else:
             attended = weights @ v
+        if self.flat_heads:
+            attended = attended.reshape(rows, self.heads, tokens, dim // self.heads)
         x = self._sum(x, self.proj(attended.transpose(1, 2).reshape(rows, tokens, dim)), "sum1", twin)
         h = self.fc1(self._norm(self.ln2, x, "ln2", twin))
         if twin:
@@ -108,14 +114,21 @@ class _TinyViT(nn.Module):
     """A vision transformer (torchvision's layout: pre-norm blocks, class token or mean pooling), 4
     patches of 4x4; ``twin``: the reference's forward."""
 
-    def __init__(self, bias: bool = True, class_token: bool = True, depth: int = 2, dim: int = 16) -> None:
+    def __init__(
+        self,
+        bias: bool = True,
+        class_token: bool = True,
+        depth: int = 2,
+        dim: int = 16,
+        flat_heads: bool = False,
+    ) -> None:
         super().__init__()
         torch.manual_seed(11)
         self.twin = False
         self.patch = nn.Conv2d(3, dim, 4, 4, bias=bias)
         self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.5) if class_token else None
         self.pos = nn.Parameter(torch.randn(1, 4 + class_token, dim) * 0.5) if bias else None
-        self.blocks = nn.ModuleList([_Block(dim, 2, bias) for _ in range(depth)])
+        self.blocks = nn.ModuleList([_Block(dim, 2, bias, flat_heads) for _ in range(depth)])
         self.ln, self.head = nn.LayerNorm(dim, bias=bias), nn.Linear(dim, 3, bias=bias)
         self.held = nn.ModuleDict({k: _Held() for k in ("pos", "ln", "pool")})
 
@@ -185,6 +198,16 @@ CASES = lrp_cases(LAYERS)
 def test_transformer_equals_zennit_with_held_norms_and_attention(name: str, dynamo: bool) -> None:
     model = _TinyViT().eval()
     ctx = _context(model, CASES[name][0], dynamo)
+    assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
+
+
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta"])
+def test_attention_weights_reshaped_before_the_values_are_held_too(name: str) -> None:
+    """DeBERTa (transformers' DebertaV2) multiplies its softmax weights with the values over one axis
+    of rows and heads: a Reshape between the softmax and the product, which used to hide the
+    weights from the gate rule (LRP refused the MatMul of the query-key branch)."""
+    model = _TinyViT(flat_heads=True).eval()
+    ctx = _context(model, CASES[name][0])
     assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
 
 
