@@ -386,29 +386,37 @@ def _bert_batch(rows: int, length: int, vocab: int, seed: int) -> tuple[torch.Te
     return ids, mask, types
 
 
-def _export_bert(module: nn.Module, example: tuple[torch.Tensor, ...], path: Path, exporter: str) -> None:
-    """``dynamo`` (batch and sequence dynamic) or ``legacy`` (opset 17, dynamic axes)."""
-    names = list(_BERT_INPUTS)
+def _export_bert(
+    module: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    path: Path,
+    exporter: str,
+    names: tuple[str, ...] = _BERT_INPUTS,
+) -> None:
+    """``dynamo`` (batch and sequence dynamic) or ``legacy`` (opset 17, dynamic axes); the inputs
+    ``names``, one per tensor of ``example``."""
+    names = tuple(names[: len(example)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "dynamo":
             batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
             torch.onnx.export(
-                module, example, str(path), dynamo=True, input_names=names,
-                output_names=["logits"], dynamic_shapes=({0: batch, 1: sequence},) * 3, verbose=False,
+                module, example, str(path), dynamo=True, input_names=list(names),
+                output_names=["logits"], dynamic_shapes=({0: batch, 1: sequence},) * len(names), verbose=False,
             )  # fmt: skip
         else:
             torch.onnx.export(
-                module, example, str(path), dynamo=False, opset_version=17, input_names=names,
+                module, example, str(path), dynamo=False, opset_version=17, input_names=list(names),
                 output_names=["logits"], dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "logits": {0: "batch"}},
             )  # fmt: skip
 
 
 def _bert_zoo(path: Path, example: tuple[torch.Tensor, ...], expected: np.ndarray) -> ZooModel:
     """The exported model with its example's first row, explained on the token ids."""
-    inputs = {name: t[:1].numpy() for name, t in zip(_BERT_INPUTS, example, strict=True)}
+    names = _BERT_INPUTS[: len(example)]
+    inputs = {name: t[:1].numpy() for name, t in zip(names, example, strict=True)}
     return ZooModel(
-        path, inputs, "input_ids", dict.fromkeys(_BERT_INPUTS, 0), expected, players="tokens",
+        path, inputs, "input_ids", dict.fromkeys(names, 0), expected, players="tokens",
         extra=("--baseline", "token:0"),
     )  # fmt: skip
 
@@ -450,6 +458,27 @@ def hf_bert(
     )  # fmt: skip
     module = BertForSequenceClassification(config).eval()
     example = _bert_batch(2, length, vocab=vocab, seed=11)
+    with torch.no_grad():
+        expected = module(*(t[:1] for t in example)).logits.numpy()
+    _export_bert(module, example, folder / "model.onnx", exporter)
+    return _bert_zoo(folder / "model.onnx", example, expected)
+
+
+def hf_deberta(folder: Path, exporter: str, length: int = 8) -> ZooModel:
+    """transformers' DebertaV2ForSequenceClassification (DeBERTa-v3's class) built from its config as
+    :func:`hf_bert` is, on token ids and the attention mask (its token types are off by default):
+    it multiplies attention weights and values over one axis of rows and heads, the weights
+    reshaped by their own size in between."""
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    config = DebertaV2Config(
+        vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+        max_position_embeddings=64, num_labels=3, initializer_range=0.3,
+    )  # fmt: skip
+    module = DebertaV2ForSequenceClassification(config).eval()
+    example = _bert_batch(2, length, vocab=100, seed=12)[:2]
     with torch.no_grad():
         expected = module(*(t[:1] for t in example)).logits.numpy()
     _export_bert(module, example, folder / "model.onnx", exporter)
@@ -499,5 +528,7 @@ CUSTOM: dict[str, Callable[[Path], ZooModel]] = {
     "hf_bert_dynamo": lambda folder: hf_bert(folder, "dynamo"),
     "hf_bert_legacy": lambda folder: hf_bert(folder, "legacy"),
     "hf_bert_int8": hf_bert_int8,
+    "hf_deberta_dynamo": lambda folder: hf_deberta(folder, "dynamo"),
+    "hf_deberta_legacy": lambda folder: hf_deberta(folder, "legacy"),
     "hf_bert_ort_optimized": hf_bert_ort_optimized,
 }

@@ -164,7 +164,8 @@ def test_custom_models_inspect_and_audit(
         assert "integrated_gradients" not in reasons and "hard_sigmoid" in reasons["lrp_epsilon"]
     if name == "bert_like":
         assert check["embedding_tensor"] == "/word/Gather_output_0" and "integrated_gradients" not in reasons
-    if name in ("bert_like", "hf_bert_dynamo", "hf_bert_legacy"):  # LRP's norm and attention rules
+    transformers = ("bert_like", "hf_bert_dynamo", "hf_bert_legacy", "hf_deberta_dynamo", "hf_deberta_legacy")
+    if name in transformers:  # LRP's norm and attention rules (DeBERTa: weights reshaped on the way)
         assert not {"lrp_epsilon", "lrp_alpha_beta"} & set(reasons), reasons
         # z-beta's first layer (a query/key/value projection) is not at the embedding; inspect said so
         assert "z-beta" in reasons["deep_taylor"] and "z-beta" in check["methods"]["deep_taylor"]
