@@ -1,8 +1,9 @@
 """Third-party-style models get in: every zoo model is inspected and audited end to end with
 ``--methods all``; every method is judged or not_applicable with its reason, never a failed audit.
 
-Exports are built once per session (tests/models/zoo/builders.py). CI's share (under 80 s on 2
-shared cores, one thread; 4.3 GB peak memory): every custom model; every torchvision architecture
+Exports are built once per session (tests/models/zoo/builders.py). CI's share (181 s in one
+process, one thread, on 2 shared cores; 9.6 GB peak memory, most of it vgg11_bn's 515 MB of weights
+through its export, conversion and methods; 2026-12-05): every custom model; every torchvision architecture
 exported by the legacy exporter at opset 17, vit_b_16 the real one (86M parameters, random
 weights; 30 s); vgg11_bn by the dynamo exporter (the legacy one cannot export its adaptive pool at
 32x32); resnet18 also by the dynamo exporter (external data) and as TorchScript; opsets
