@@ -25,6 +25,7 @@ from xaudit.contract.errors import InvalidModel
 
 _light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
 from onnx2torch import convert  # noqa: E402
+from onnx2torch import converter as _onnx2torch_converter  # noqa: E402
 from onnx2torch.node_converters.registry import (  # noqa: E402
     _CONVERTER_REGISTRY,
     OperationDescription,
@@ -39,11 +40,15 @@ from workers.models.ml_ops import ml_ops_as_onnx  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
 from workers.models.onnx_outputs import only_output  # noqa: E402
+from workers.models.onnx_shapes import infer_shapes_light  # noqa: E402
 from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
 
 __all__ = ["method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
 
 logger = logging.getLogger(__name__)
+
+# convert() reads it at call time: shapes inferred without the weights' bytes (onnx_shapes.py)
+_onnx2torch_converter.safe_shape_inference = infer_shapes_light
 
 # Operators whose later versions (the ones opsets 19-21 use) differ from the last onnx2torch-supported
 # one only in types.
