@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workers.methods import AttributionContext, Method, attribute, get_method
+from workers.methods import AttributionContext, Method, attribute, get_method, release_derived
 from workers.methods._isolation import judged_alone
 from workers.metrics import observe_method
 from workers.players import full_mask
@@ -76,6 +76,8 @@ def explain(
         except NotApplicable as exc:
             logger.info("%s", exc)
             result.not_applicable[name] = exc.reason
+        finally:
+            release_derived()  # the next method derives its own (workers.methods.release_derived)
         result.seconds[name] = time.perf_counter() - started
         observe_method(name, result.seconds[name])
     if progress:

@@ -31,7 +31,7 @@ from workers.explain import explain, job_params
 from workers.game import GameResult, play
 from workers.inputs import held_inputs_section
 from workers.interactions import interaction_orders, popcounts
-from workers.methods import Method, derived_seed, get_method
+from workers.methods import Method, derived_seed, get_method, release_derived
 from workers.methods._isolation import judged_alone
 from workers.methods.references import choose_references
 from workers.players import subset_bits
@@ -417,6 +417,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
                     )
             except NotApplicable as exc:
                 fields = {"verdict": "not_applicable", "reason": exc.reason}
+            release_derived()  # one method's derived weights at a time, as explain() keeps them
         if fields["verdict"] != "not_applicable":
             fields["implementation"] = method.implementation(prep.model)
         if method.capabilities.baseline == "distribution" and references is not None:

@@ -28,7 +28,7 @@ from workers.models.dense_conv import affine_with_dense_backward
 if TYPE_CHECKING:
     from zennit.core import Hook
 
-__all__ = ["AlphaBeta", "Epsilon", "LayerRule", "ZBox", "stabilize"]
+__all__ = ["AlphaBeta", "Epsilon", "LayerRule", "ZBox", "release_derived", "stabilize"]
 
 
 def stabilize(z: torch.Tensor, epsilon: float) -> torch.Tensor:
@@ -99,6 +99,11 @@ def _blocks(module: nn.Module, rows: list[list[torch.Tensor]], bias: torch.Tenso
 
 
 _DERIVED: weakref.WeakKeyDictionary[nn.Module, dict[Hashable, _Blocks]] = weakref.WeakKeyDictionary()
+
+
+def release_derived() -> None:
+    """Forget every layer's derived blocks (workers.methods.release_derived)."""
+    _DERIVED.clear()
 
 
 def _derived(module: nn.Module, key: Hashable, build: Callable[[], _Blocks]) -> _Blocks:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the catalogue loads no torch
 
     from workers.methods._revealcancel_graph import RevealCancelGraph
 
-__all__ = ["DeepLiftRevealCancel", "target_seed"]
+__all__ = ["DeepLiftRevealCancel", "release_derived", "target_seed"]
 
 CHUNK = 1024  # most rows per pass: an audit call (up to 1,024 sub-inputs) in one pass
 # Float32 elements held at once (about 1 GiB): a pass keeps ~8 copies of every node's values
@@ -126,6 +126,11 @@ class DeepLiftRevealCancel(TorchMethod):
                 m, _ = exact.multipliers(dx, Reference(ref.values, rows[again]), seed)
                 out[again] = (dx * m).float()
         return out
+
+
+def release_derived() -> None:
+    """Forget every graph's prepared plans (workers.methods.release_derived)."""
+    _PLANS.clear()
 
 
 def _plan(graph: Any, method: str, dtype: torch.dtype | None) -> RevealCancelGraph:
