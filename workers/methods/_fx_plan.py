@@ -117,6 +117,7 @@ _SHAPE_NAMES = {
 }  # fmt: skip
 # torch's dynamo exporter writes adaptive average pooling as Unsqueeze -> ReduceMean -> Squeeze.
 _MEAN = "OnnxReduceStaticAxes[mean]"
+_ROW_POOLS = {_MEAN: "axes", "OnnxReduceSumStaticAxes": "_axes"}  # operator -> its module's axes
 _SHAPE_READERS = {"OnnxShape"}  # activation in, shape out: static
 _MAXPOOL = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
 # Sums and concatenations of activations (onnx2torch's Add and Concat; torch's own in traced graphs).
@@ -125,9 +126,9 @@ _MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
 # Data movement: a permutation, a slice, the parts of a split (ShuffleNet's channel shuffle and split),
 # and a gather at constant indices (_moves_data).
 _MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSplit13", "Split", "getitem"}
-SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean"
+SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean, ReduceSum"
 MERGES = "Add and Concat of activations"
-MOVES = "Transpose, Slice, Split, Gather and GatherND at constant indices"
+MOVES = "Transpose, Slice, Split, Gather and GatherND at constant indices, zero Pad"
 SCALES = "BatchNorm"
 FOLDED_SCALES = "BatchNorm right after a Linear/Conv layer"
 CLIPS = "ReLU6"
@@ -245,7 +246,7 @@ def _module_name(module: nn.Module | None) -> str:
 def _kind(module: nn.Module | None, name: str) -> Kind | None:
     if isinstance(module, AFFINE_TYPES):
         return "affine"
-    if isinstance(module, AVGPOOL_TYPES) or name in _AVG_NAMES or _is_row_mean(module, name):
+    if isinstance(module, AVGPOOL_TYPES) or name in _AVG_NAMES or _is_row_pool(module, name):
         return "avgpool"
     if isinstance(module, nn.ReLU):
         return "relu"
@@ -328,10 +329,13 @@ def is_self_gated(module: nn.Module | None) -> bool:
     return isinstance(module, _SELF_GATED) or _module_name(module) in _LRP_SELF_GATED_NAMES
 
 
-def _is_row_mean(module: nn.Module | None, name: str) -> bool:
-    """A mean over given axes other than the batch axis: a linear map with W >= 0 within each row."""
-    axes = list(getattr(module, "axes", None) or [])
-    return name == _MEAN and bool(axes) and 0 not in axes
+def _is_row_pool(module: nn.Module | None, name: str) -> bool:
+    """A mean or a sum over given axes other than the batch axis: a linear map with W >= 0 within
+    each row (ResNeSt sums its split-attention branches with a ReduceSum)."""
+    if name not in _ROW_POOLS:
+        return False
+    axes = list(getattr(module, _ROW_POOLS[name], None) or [])
+    return bool(axes) and 0 not in axes
 
 
 def plan_graph(
@@ -441,7 +445,7 @@ def plan_graph(
             active.add(node)
             continue
         kind = _kind(module, name) if len(inputs) == 1 else None
-        if kind is None and moves and len(inputs) == 1 and _moves_data(node, name, inputs[0]):
+        if kind is None and moves and len(inputs) == 1 and _moves_data(graph, node, name, inputs[0]):
             kind = "move"
         foldable = folded_scales and len(inputs) == 1 and _folds_into(graph, inputs[0])
         if kind is None and (scales or foldable) and len(inputs) == 1 and _is_scale(module):
@@ -800,11 +804,15 @@ def _with_constants(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.
     return None
 
 
-def _moves_data(node: fx.Node, name: str, source: fx.Node) -> bool:
-    """Data movement of the activation ``source``: a move by name, or a gather of its values at
-    constant indices (not an embedding lookup, where the activation is the index)."""
+def _moves_data(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node) -> bool:
+    """Data movement of the activation ``source``: a move by name, a gather of its values at constant
+    indices (not an embedding lookup, where the activation is the index), or padding with zeros."""
+    if name in _MOVE_NAMES:
+        return True
     first = node.args[0] if node.args else None
-    return name in _MOVE_NAMES or (name in _GATHER_NAMES and first is source)
+    if first is not source:
+        return False
+    return name in _GATHER_NAMES or (name in _PAD_NAMES and _pads_with_zeros(graph, node))
 
 
 def _pads_with_zeros(graph: fx.GraphModule, node: fx.Node) -> bool:
