@@ -192,7 +192,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         _finite_constants(copy)
         fuse_gelu(copy)
         fuse_dense_layers(copy)
-        module = convert(copy)
+        module = _unnested(convert(copy))
     except InvalidModel:
         raise
     except Exception as exc:  # onnx2torch raises anything from deep inside its converters
@@ -202,6 +202,27 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
             f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})"
         ) from None
     return module.eval().float()
+
+
+def _unnested(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Each ``nn.Sequential`` onnx2torch made of one node called as its parts in turn. It writes a
+    Conv or pooling with asymmetric pads as a zero Pad, then the layer (torch's dynamo exporter folds
+    timm's TF-style "same" padding into the Conv), and the rule methods refused the Sequential."""
+    graph = module.graph
+    for node in list(graph.nodes):
+        if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
+            continue
+        parts = module.get_submodule(str(node.target))
+        if not isinstance(parts, torch.nn.Sequential):
+            continue
+        value = node.args[0]
+        with graph.inserting_before(node):
+            for index in range(len(parts)):
+                value = graph.call_module(f"{node.target}.{index}", (value,))
+        node.replace_all_uses_with(value)
+        graph.erase_node(node)
+    module.recompile()
+    return module
 
 
 def method_graph(model: onnx.ModelProto, device: torch.device, output: str | None = None) -> torch.nn.Module:
