@@ -102,6 +102,21 @@ def _clip(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     )
 
 
+def _resize_18(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """Resize 18 and 19 (HRNet's and MobileViT's upsampling from both of torch's exporters at opset 18)
+    are Resize 13 where their additions are off: no antialiasing, no ``axes``, the default aspect
+    policy, no half_pixel_symmetric coordinates. onnx2torch stops at 13, and every gradient method
+    refused those models."""
+    attributes = node.attributes
+    if int(attributes.get("antialias", 0)) != 0 or attributes.get("axes") is not None:
+        raise NotImplementedError(f"Resize with antialias or axes (node '{node.name}')")
+    if attributes.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise NotImplementedError(f"Resize keeping the aspect ratio (node '{node.name}')")
+    if attributes.get("coordinate_transformation_mode") == "half_pixel_symmetric":
+        raise NotImplementedError(f"Resize with half_pixel_symmetric coordinates (node '{node.name}')")
+    return registered("Resize", 13)(node, graph)
+
+
 class Split(nn.Module):
     """ONNX Split (opset 18): at ``sections``, or in ``parts`` parts of ceil(length / parts) with the
     last one smaller (the ``num_outputs`` form torch's dynamo exporter writes for ``chunk``)."""
@@ -400,6 +415,8 @@ _ADDED: dict[tuple[str, int], Any] = {
     ("GRU", 14): _recurrent,
     ("GRU", 7): _recurrent,
     ("AveragePool", 19): _average_pool_19,
+    ("Resize", 18): _resize_18,
+    ("Resize", 19): _resize_18,
     ("Split", 18): _split_18,
     ("Pad", 18): _pad_18,
     ("Pad", 19): _pad_18,

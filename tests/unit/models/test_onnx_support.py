@@ -623,3 +623,37 @@ def copy_of(model: onnx.ModelProto) -> onnx.ModelProto:
     twin = onnx.ModelProto()
     twin.CopyFrom(model)
     return twin
+
+
+@pytest.mark.parametrize("opset", [18, 19])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+        {"mode": "linear", "coordinate_transformation_mode": "half_pixel"},
+        {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel", "antialias": 0},
+    ],
+    ids=["nearest", "bilinear", "bilinear-pytorch"],
+)
+def test_resize_from_opset18_matches_onnxruntime(opset: int, attrs: dict) -> None:
+    """HRNet's and MobileViT's upsampling from both of torch's exporters at opset 18: onnx2torch stops
+    at Resize 13, and every gradient method refused those models."""
+    scales = nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [oh.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)]
+    model = _model(
+        nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, [scales], opset
+    )
+    graph = onnx_to_torch(model)
+    np.testing.assert_allclose(
+        graph(torch.from_numpy(X)).detach().numpy(), _ort(model, X), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_resize_with_what_torch_cannot_do_is_refused_by_name() -> None:
+    scales = nh.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "scales")
+    nodes = [oh.make_node("Resize", ["x", "", "scales"], ["y"], name="shrink", mode="linear", antialias=1)]
+    model = _model(
+        nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, [scales], 18
+    )
+    with pytest.raises(InvalidModel, match=r"antialias.*'shrink'"):
+        onnx_to_torch(model)
