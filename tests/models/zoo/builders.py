@@ -119,6 +119,21 @@ IMAGE_ARCHS: dict[str, Callable[[], nn.Module]] = {
 }
 # Lighter stand-ins for checks where the operators matter, not the size (CI's opset 18-21 checks).
 LIGHT_ARCHS: dict[str, Callable[[], nn.Module]] = {"vit_tiny": _vit_tiny}
+# timm's architectures (random weights): TF-style "same" padding, which the dynamo exporter folds into
+# asymmetric Conv pads; HRNet's Resize-18 upsampling; ResNeSt's split attention summed by a ReduceSum.
+TIMM_ARCHS = ("tf_efficientnet_b0", "hrnet_w18_small", "resnest14d")
+
+
+def _timm(name: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        import timm
+
+        model: nn.Module = timm.create_model(name, pretrained=False, num_classes=10)
+        return model
+
+    return build
+
+
 # Architectures the legacy exporter cannot export at 32x32: VGG's adaptive pool to 7x7 on a 1x1 map
 # ("output size that are not factor of input size"); the dynamo exporter writes it as a GatherND.
 DYNAMO_ARCHS: dict[str, Callable[[], nn.Module]] = {"vgg11_bn": _tv("vgg11_bn")}
@@ -145,7 +160,8 @@ def _calibrate_batch_norms(model: nn.Module) -> None:
 
 def image_model(arch: str) -> nn.Module:
     torch.manual_seed(0)
-    model = {**IMAGE_ARCHS, **LIGHT_ARCHS, **DYNAMO_ARCHS}[arch]()
+    builders = {**IMAGE_ARCHS, **LIGHT_ARCHS, **DYNAMO_ARCHS, **{name: _timm(name) for name in TIMM_ARCHS}}
+    model = builders[arch]()
     _calibrate_batch_norms(model)
     return model.eval()
 

@@ -32,6 +32,7 @@ from tests.models.zoo.builders import (
     CUSTOM,
     DYNAMO_ARCHS,
     IMAGE_ARCHS,
+    TIMM_ARCHS,
     ZooModel,
     export_image_model,
     image_model,
@@ -54,6 +55,7 @@ AUDITED = (
     + ([] if FULL else [("shufflenet_v2_x0_5", "dynamo"), ("swin_t", "dynamo_batch2")])
     + [("vit_tiny", "dynamo_auto"), ("vit_tiny", "dynamo_batch2")]
     + [(a, e) for a in sorted(DYNAMO_ARCHS) for e in ("dynamo", "torchscript") if FULL or e == "dynamo"]
+    + [(a, e) for a in TIMM_ARCHS for e in ("dynamo", "legacy") if FULL or e == "dynamo"]
     + ([("vit_b_16", "dynamo_auto"), ("vit_b_16", "dynamo_batch2")] if FULL else [])
 )
 OPSETS = [
@@ -239,6 +241,12 @@ def test_torchvision_models_audit(
     if arch in ("efficientnet_b0", "mobilenet_v3_small"):  # SiLU/Hardswish and SE gates: LRP's gate rule
         assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor"} & set(reasons), reasons
         assert "deeplift_revealcancel" in reasons  # no RevealCancel rule for a gate
+    if arch == "tf_efficientnet_b0" and exporter == "dynamo":  # a Conv with asymmetric pads
+        assert not {"lrp_epsilon", "lrp_alpha_beta"} & set(reasons), reasons
+    if arch == "hrnet_w18_small":  # Resize-18 converts: the gradient methods run (no rule has Resize)
+        assert not {"gradient_x_input", "integrated_gradients", "deeplift_rescale"} & set(reasons), reasons
+    if arch == "resnest14d":  # its branches summed by a ReduceSum: pooling for the rules
+        assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor"} & set(reasons), reasons
     if arch == "vgg11_bn":  # its adaptive pool as a GatherND: data movement has rules too
         rules = {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_revealcancel"}
         assert not rules & set(reasons), reasons
