@@ -1,12 +1,12 @@
 """Third-party-style models get in: every zoo model is inspected and audited end to end with
 ``--methods all``; every method is judged or not_applicable with its reason, never a failed audit.
 
-Exports are built once per session (tests/models/zoo/builders.py). CI's share (181 s in one
-process, one thread, on 2 shared cores; 9.6 GB peak memory, most of it vgg11_bn's 515 MB of weights
+Exports are built once per session (tests/models/zoo/builders.py). CI's share (168 s in one
+process, one thread, on 2 shared cores; 6.6 GB peak memory, most of it vgg11_bn's 515 MB of weights
 through its export, conversion and methods; 2026-12-05): every custom model; every torchvision architecture
 exported by the legacy exporter at opset 17, vit_b_16 the real one (86M parameters, random
-weights; 30 s); vgg11_bn by the dynamo exporter (the legacy one cannot export its adaptive pool at
-32x32); resnet18 also by the dynamo exporter (external data) and as TorchScript; opsets
+weights; 30 s); vgg11_bn and three of timm's architectures by the dynamo exporter (the legacy one
+cannot export vgg11_bn's adaptive pool at 32x32); resnet18 also by the dynamo exporter (external data) and as TorchScript; opsets
 18-21 loaded, inspected and compared with torch for resnet18 at 18 and 21 and for vit_tiny,
 vit_b_16's class and operators (Gelu-20, Equal-19) at 2 layers of width 32 (the real one at four
 opsets adds 90 s and 1.3 GB of exports); vit_tiny also from the dynamo exporter with ``Dim.AUTO``
