@@ -247,7 +247,9 @@ def test_torchvision_models_audit(
         assert not {"gradient_x_input", "integrated_gradients", "deeplift_rescale"} & set(reasons), reasons
     if arch == "resnest14d":  # its branches summed by a ReduceSum: pooling for the rules
         assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor"} & set(reasons), reasons
-    if arch == "vgg11_bn":  # its adaptive pool as a GatherND: data movement has rules too
+    # its adaptive pool as a GatherND: data movement has rules too (from TorchScript, the hooks' ONNX
+    # export at audit time is the legacy exporter's, which cannot export the pool: refused by name)
+    if arch == "vgg11_bn" and exporter == "dynamo":
         rules = {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_revealcancel"}
         assert not rules & set(reasons), reasons
     if arch == "shufflenet_v2_x0_5":  # channel split and shuffle: data movement has rules too
