@@ -136,7 +136,7 @@ GATES = "SiLU, Hardswish, GELU, tanh, sigmoid gates (squeeze-and-excitation), at
 SELF_GATES = "SiLU, Hardswish"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
 NORMS = "LayerNorm (its scale held constant)"
-CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants, Gather(ND) at constant indices, zero Pad"
+CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants"
 _HEAD_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax, nn.LogSoftmax, nn.Sigmoid)
 _HEAD_NAMES = {"OnnxSoftmaxV1V11"}
 # A gate's value is in [0, 1]; onnx2torch writes HardSigmoid as its own module.
@@ -364,7 +364,8 @@ def plan_graph(
     (Zennit's hooks) would hand every summand all of it. RevealCancel's treats a sum as one linear
     layer with the summands' own terms (:mod:`workers.methods._revealcancel_graph`).
 
-    ``moves``: admit data movement (Transpose, Slice, Split) for a pass that takes it back by its
+    ``moves``: admit data movement (Transpose, Slice, Split, a gather at constant indices, zero
+    padding: :func:`_moves_data`) for a pass that takes it back by its
     gradient (LRP's and DeepLIFT's: relevance or multipliers follow each value to where it came
     from; a slice's dropped values get none). RevealCancel's moves differences and their parts
     forward and its multipliers back the same way.
@@ -405,7 +406,7 @@ def plan_graph(
     matrix (a Linear layer on 3-d inputs, MatMul + Add: an ``affine`` step with the bias folded in
     where the Add is its only use), a scaling by a constant (``factor``), a constant added or
     concatenated (``bias``: the class token and position embeddings, whose relevance is absorbed as
-    a bias's is) and Gather at a constant index (a ``move``)."""
+    a bias's is)."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
@@ -470,7 +471,7 @@ def plan_graph(
                 active.add(node)
                 folded_biases.update([bias_node] if bias_node is not None else [])
                 continue
-            kind = _with_constants(graph, node, name, inputs[0])
+            kind = _with_constants(node, name, inputs[0])
         if kind is None and constants and name in _CONCAT_NAMES and inputs:
             steps.append(Step(node, "bias", module, inputs[0], tuple(dict.fromkeys(inputs))))
             active.add(node)
@@ -789,18 +790,15 @@ def _constant_layer(
     return layer, (user if layer.bias is not None else None)
 
 
-def _with_constants(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node) -> Kind | None:
+def _with_constants(node: fx.Node, name: str, source: fx.Node) -> Kind | None:
     """The kind of an operation of one activation ``source`` with constants: a scaling (``factor``:
-    times, or divided by, a constant), a shift (``bias``), or a selection or zero padding (``move``)."""
+    times, or divided by, a constant) or a shift (``bias``). A gather at constant indices and zero
+    padding are moves (:func:`_moves_data`)."""
     first = node.args[0] if node.args else None
     if name in _MUL_NAMES or (name in _DIV_NAMES and first is source):
         return "factor"
     if name in _ADD_NAMES or (name in _SUB_NAMES and first is source):
         return "bias"
-    if name in _GATHER_NAMES and first is source:
-        return "move"
-    if name in _PAD_NAMES and first is source and _pads_with_zeros(graph, node):
-        return "move"
     return None
 
 
