@@ -37,7 +37,9 @@ def test_redis_worker_postgres_store_end_to_end(redis_service: Service) -> None:
 def test_worker_sigkilled_mid_job_still_completes_once(redis_service: Service) -> None:
     api = stub(redis_service.address)
     sha = upload(api, mlp_onnx(seed=2))
-    slow = request(sha, inputs(seed=2, batch=6), {"integrated_gradients": {"steps": "384"}})
+    # Long enough that the worker is killed mid-job: with 6 samples at 384 steps the job ran 0.1 s
+    # past the progress polled below, and once finished before the kill landed (CI, 2026-12-05).
+    slow = request(sha, inputs(seed=2, batch=96), {"integrated_gradients": {"steps": "1024"}})
     job = api.SubmitAudit(slow, timeout=30)
     running = wait_state(api, job.id, lambda j: j.state == audit_pb2.JOB_STATE_RUNNING and j.progress > 0.1)
     assert running.attempts == 1
