@@ -1,9 +1,12 @@
 """Checks of the game that can fail (docs/science.md, section 6): v(N) and v(empty) from the masked
-batch against a separate plain evaluation of the model on the inputs and on the references.
+batch against a separate plain evaluation of the model on the inputs and on the references, and
+that plain evaluation at the references against one at the references moved by a hair
+(:mod:`workers.nudge`).
 
 The Moebius efficiency of an exactly enumerated game holds by construction and is not a check. These
 can fail: a masking that does not reproduce x at T = N or b at T = empty, a model whose output depends
-on the batch it is evaluated in, a target read from the wrong class.
+on the batch it is evaluated in, a target read from the wrong class, a model whose output at the
+reference is rounding noise rather than a value.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workers.game import GameResult
+from workers.nudge import NUDGE, nudge_test
 from workers.prepare import Prepared
 
 __all__ = ["GAME_CHECK_RTOL", "GameCheck", "check_failure", "game_checks"]
@@ -22,14 +26,25 @@ GAME_CHECK_RTOL = 1e-4
 
 
 def check_failure(name: str, max_abs_error: float) -> str:
-    """The reason a failed check gives (``name``: "full" or "empty", as in GameCheck and the report)."""
+    """The reason a failed check gives (``name`` as in GameCheck and the report)."""
+    if name == "reference":
+        return (
+            f"the model's output at the reference moves by {max_abs_error:.3g} when the reference "
+            f"moves by {NUDGE:g} of the inputs' scale, and not ten times as much for a step ten times "
+            "as large: it is rounding noise there, not a value (a normalisation of a map the "
+            "reference makes constant, for one); choose another baseline"
+        )
     value = "v(N)" if name == "full" else "v(empty)"
-    return f"{value} differs from the plain evaluation by {max_abs_error:.3g}"
+    return (
+        f"{value} differs from the plain evaluation by {max_abs_error:.3g}; make the model "
+        "deterministic across batches before judging"
+    )
 
 
 @dataclass(frozen=True)
 class GameCheck:
-    name: str  # "full" (v(N) vs f(x)) or "empty" (v(empty) vs f(b))
+    # "full" (v(N) vs f(x)), "empty" (v(empty) vs f(b)) or "reference" (f(b) vs f(b nudged))
+    name: str
     game: np.ndarray  # (B,)
     plain: np.ndarray  # (B,)
     tolerance: np.ndarray  # (B,)
@@ -64,13 +79,22 @@ def _plain(prep: Prepared, tensors: np.ndarray, classes: np.ndarray) -> np.ndarr
     return np.asarray(prep.target.values(prep.model.predict(tensors), classes), dtype=np.float64)
 
 
-def game_checks(prep: Prepared, game: GameResult) -> tuple[GameCheck, GameCheck]:
-    """v(N) against f(x) and v(empty) against f(b), sample by sample."""
+def game_checks(prep: Prepared, game: GameResult) -> tuple[GameCheck, GameCheck, GameCheck]:
+    """v(N) against f(x), v(empty) against f(b), and f(b) against f at b moved by NUDGE of the sample's
+    scale max |x - b|, sample by sample. That last one's tolerance is also a third of the change a
+    step ten times as large makes: a model with a value at b, however steep, changes about ten
+    times as much there; rounding noise changes as much (:mod:`workers.nudge`)."""
     inputs = prep.inputs.astype(np.float32, copy=False)
     baselines = prep.baselines.astype(np.float32, copy=False)
     scale = np.abs(game.values).max(axis=1) + np.abs(game.full)
     tolerance = GAME_CHECK_RTOL * np.maximum(scale, 1.0)
+    # Ids have no neighbours: a nudged id is another id, or none (a nudge of 0 checks nothing).
+    spread = np.abs(inputs - baselines).reshape(len(inputs), -1).max(axis=1)
+    reference = nudge_test(
+        lambda rows: _plain(prep, rows, game.classes), baselines, 0.0 if prep.model.takes_ids else spread, tolerance
+    )
     return (
         GameCheck("full", game.full, _plain(prep, inputs, game.classes), tolerance),
-        GameCheck("empty", game.empty, _plain(prep, baselines, game.classes), tolerance),
+        GameCheck("empty", game.empty, reference.at, tolerance),
+        GameCheck("reference", reference.at, reference.near, reference.tolerance),
     )

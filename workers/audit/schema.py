@@ -122,7 +122,7 @@ def v2_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["name", "passed", "max_abs_error"],
         "properties": {
-            "name": {"enum": ["full", "empty"]},
+            "name": {"enum": ["full", "empty", "reference"]},
             "passed": {"type": "boolean"},
             "max_abs_error": {"type": "number", "minimum": 0},
             "game": {"type": "array", "items": {"type": "number"}},

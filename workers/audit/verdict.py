@@ -81,7 +81,7 @@ def judge(
         return Judged(
             "inconclusive",
             "the game fails its checks (" + "; ".join(failed_checks) + "): the effects themselves "
-            "are in doubt; make the model deterministic across batches before judging",
+            "are in doubt",
             failing,
             undecided,
         )

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from workers.models.base import ModelAdapter
+from workers.nudge import NUDGE, nudge_test
 from xaudit.contract.errors import NotApplicable, XauditError
 
 __all__ = ["check_graph_matches_model"]
@@ -67,9 +68,27 @@ def _mismatch(model: ModelAdapter, sample: np.ndarray) -> str | None:
     scale = float(np.abs(want).max())
     worst = float(np.abs(got.astype(np.float64) - want).max())
     if not worst <= _RELATIVE * scale + _ABSOLUTE:
+        noise = _noise(model, sample, _RELATIVE * scale + _ABSOLUTE)
+        if noise is not None:
+            return noise
         return (
             f"its torch graph (the model converted for gradients) computes other outputs than the model "
             f"on the rows it explains (largest difference {worst:.3g} on outputs up to {scale:.3g}): its "
             "attributions would explain another function"
         )
     return None
+
+
+def _noise(model: ModelAdapter, sample: np.ndarray, tolerance: float) -> str | None:
+    """Why no graph can match the model on ``sample``, where the model's own output on some row is
+    rounding noise rather than a value (workers.nudge); None where every row has a value."""
+    size = float(np.abs(sample).max()) or 1.0  # an all-zero row (a zeros reference) has no scale
+    nudge = nudge_test(model.predict, sample, 0.0 if model.takes_ids else size, tolerance)
+    if not nudge.noise.any():
+        return None
+    return (
+        f"the model's own output on the rows it explains is rounding noise, not a value (it moves by "
+        f"{float(nudge.change.max()):.3g} for a step of {NUDGE:g} of their scale, and not ten times as much "
+        "for ten times the step), so no graph converted from it can match it there; the game's "
+        "reference check says the same of the reference"
+    )

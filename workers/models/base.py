@@ -88,6 +88,12 @@ class ModelAdapter(ABC):
         return None
 
     @property
+    def takes_ids(self) -> bool:
+        """Whether the explained input holds integer ids (tokens): values with no neighbours, where
+        a change smaller than 1 is another id or none (workers.nudge)."""
+        return False
+
+    @property
     def takes_device_rows(self) -> bool:
         """Whether :meth:`predict_rows` reads rows where they lie on a GPU, with no copy through the
         host (the game's sub-inputs: workers.game)."""

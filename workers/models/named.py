@@ -320,6 +320,10 @@ class NamedOnnxModel(ModelAdapter):
     def execution_providers(self) -> list[str]:
         return list(self.graph.session.get_providers())
 
+    @property
+    def takes_ids(self) -> bool:
+        return self.explained.integer
+
     def for_sample(self, index: int) -> NamedOnnxModel:
         if not self.per_sample:
             return self

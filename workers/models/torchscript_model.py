@@ -57,6 +57,10 @@ class TorchScriptModel(ModelAdapter):
         return self._forward(torch.from_numpy(owned_float32(x)))
 
     @property
+    def takes_ids(self) -> bool:
+        return self.token_ids
+
+    @property
     def takes_device_rows(self) -> bool:
         return self.device.type == "cuda" and not self.token_ids
 

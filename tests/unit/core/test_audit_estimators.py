@@ -123,8 +123,8 @@ def test_order_limited_games_report_the_net_remainder(monkeypatch: pytest.Monkey
 def test_game_checks_compare_with_plain_evaluations() -> None:
     prep = _poly_prep(methods=("integrated_gradients",))
     game = play(prep.model, prep.inputs, prep.baselines, prep.players, prep.target, prep.classes)
-    full, empty = game_checks(prep, game)
-    assert full.passed and empty.passed and full.max_abs_error < 1e-5
+    full, empty, reference = game_checks(prep, game)
+    assert full.passed and empty.passed and reference.passed and full.max_abs_error < 1e-5
     # A game whose v(N) is not the model's output at x fails the check.
     wrong = dataclasses.replace(game, full=game.full + 0.5)
     assert not game_checks(prep, wrong)[0].passed
