@@ -53,7 +53,10 @@ class Nudged:
 
 
 def nudge_test(
-    f: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, scale: np.ndarray | float, floor: np.ndarray | float
+    f: Callable[[np.ndarray], np.ndarray],
+    rows: np.ndarray,
+    scale: np.ndarray | float,
+    floor: np.ndarray | float,
 ) -> Nudged:
     """``f`` (rows -> values, first axis the rows) at ``rows``, nudged by NUDGE * ``scale``, and by ten
     times that."""

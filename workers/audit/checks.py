@@ -91,7 +91,10 @@ def game_checks(prep: Prepared, game: GameResult) -> tuple[GameCheck, GameCheck,
     # Ids have no neighbours: a nudged id is another id, or none (a nudge of 0 checks nothing).
     spread = np.abs(inputs - baselines).reshape(len(inputs), -1).max(axis=1)
     reference = nudge_test(
-        lambda rows: _plain(prep, rows, game.classes), baselines, 0.0 if prep.model.takes_ids else spread, tolerance
+        lambda rows: _plain(prep, rows, game.classes),
+        baselines,
+        0.0 if prep.model.takes_ids else spread,
+        tolerance,
     )
     return (
         GameCheck("full", game.full, _plain(prep, inputs, game.classes), tolerance),
