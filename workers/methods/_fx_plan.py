@@ -128,7 +128,9 @@ _MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
 _MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSplit13", "Split", "getitem"}
 SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean, ReduceSum"
 MERGES = "Add and Concat of activations"
-MOVES = "Transpose, Slice, Split, Gather and GatherND at constant indices, zero Pad"
+MOVES = (
+    "Transpose, Slice, Split, Gather and GatherND at constant indices, zero Pad, nearest and linear Resize"
+)
 SCALES = "BatchNorm"
 FOLDED_SCALES = "BatchNorm right after a Linear/Conv layer"
 CLIPS = "ReLU6"
@@ -157,6 +159,10 @@ _DIV_NAMES = {"OnnxBinaryMathOperation[_onnx_div]", "truediv"}
 # input's (VGG's 7x7 pool on a small image's 1x1 map) as Transpose -> GatherND -> Transpose -> ReduceMean.
 _GATHER_NAMES = {"OnnxGather", "OnnxGatherND"}
 _PAD_NAMES = {"OnnxPadDynamic", "OnnxPadStatic", "PadAxes"}
+# Upsampling (U-Nets' decoders, segmentation heads): nearest copies values, linear interpolation takes
+# a mean of neighbours with weights >= 0; cubic's weights can be negative, and it is not a move.
+_RESIZE_NAMES = {"OnnxResize", "OnnxResizeV10"}
+_MOVING_RESIZE_MODES = {"nearest", "linear"}
 # nn.LayerNorm, and workers.models.onnx_converters' LayerNorm of the same name (sizes at run time).
 _NORM_NAMES = {"LayerNorm"}
 # GELU modules (nn.GELU; ONNX Gelu, opset 20) and tanh (BERT's pooler): x times a gate of x in
@@ -804,13 +810,26 @@ def _with_constants(node: fx.Node, name: str, source: fx.Node) -> Kind | None:
 
 def _moves_data(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node) -> bool:
     """Data movement of the activation ``source``: a move by name, a gather of its values at constant
-    indices (not an embedding lookup, where the activation is the index), or padding with zeros."""
+    indices (not an embedding lookup, where the activation is the index), padding with zeros, or an
+    upsampling that copies values or takes means of them (:func:`_resizes_by_means`)."""
     if name in _MOVE_NAMES:
         return True
     first = node.args[0] if node.args else None
     if first is not source:
         return False
+    if name in _RESIZE_NAMES:
+        return _resizes_by_means(_module(graph, node))
     return name in _GATHER_NAMES or (name in _PAD_NAMES and _pads_with_zeros(graph, node))
+
+
+def _resizes_by_means(module: nn.Module | None) -> bool:
+    """A nearest or linear Resize: each output a copy of one input value or a mean of neighbours with
+    weights >= 0 that sum to 1, so its gradient takes relevance and multipliers back to where they
+    came from, as a pooling's does, and moves a difference's positive and negative parts apart. Its
+    size may be computed at run time from the input's shape (the exporters do): the gradient does not
+    care."""
+    mode = getattr(getattr(module, "_resize", module), "onnx_mode", None)
+    return mode in _MOVING_RESIZE_MODES
 
 
 def _pads_with_zeros(graph: fx.GraphModule, node: fx.Node) -> bool:

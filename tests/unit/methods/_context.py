@@ -42,7 +42,7 @@ Dense = tuple[np.ndarray, np.ndarray, bool]  # W (in, out) with z_j = sum_i a_i 
 
 
 def dense_layers(model: nn.Sequential, sample_shape: tuple[int, ...]) -> list[Dense]:
-    """Every affine layer of a Sequential of Linear/Conv/(Adaptive)AvgPool/ZeroPad2d/ReLU/Flatten as a
+    """Every affine layer of a Sequential of Linear/Conv/(Adaptive)AvgPool/ZeroPad2d/Upsample/ReLU/Flatten as a
     dense float64 matrix.
 
     Convolution and average pooling are affine maps; the matrix is read off by probing with unit inputs.
@@ -57,7 +57,14 @@ def dense_layers(model: nn.Sequential, sample_shape: tuple[int, ...]) -> list[De
             elif isinstance(module, nn.Flatten):
                 shape = (int(np.prod(shape)),)
             elif isinstance(
-                module, nn.Linear | nn.Conv1d | nn.Conv2d | nn.AvgPool2d | nn.AdaptiveAvgPool2d | nn.ZeroPad2d
+                module,
+                nn.Linear
+                | nn.Conv1d
+                | nn.Conv2d
+                | nn.AvgPool2d
+                | nn.AdaptiveAvgPool2d
+                | nn.ZeroPad2d
+                | nn.Upsample,
             ):
                 size = int(np.prod(shape))
                 basis = torch.eye(size, dtype=torch.float64).reshape(size, *shape)
