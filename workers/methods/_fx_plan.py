@@ -52,6 +52,7 @@ from typing import Any, Literal
 import torch
 from torch import fx, nn
 
+from workers.methods._transposed import TRANSPOSED_TYPES, output_axis
 from xaudit.contract.errors import NotApplicable
 
 __all__ = [
@@ -100,7 +101,7 @@ Kind = Literal[
     "static",
 ]
 
-AFFINE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+AFFINE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, *TRANSPOSED_TYPES)
 AVGPOOL_TYPES: tuple[type[nn.Module], ...] = (
     nn.AvgPool1d,
     nn.AvgPool2d,
@@ -126,7 +127,7 @@ _MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
 # Data movement: a permutation, a slice, the parts of a split (ShuffleNet's channel shuffle and split),
 # and a gather at constant indices (_moves_data).
 _MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSplit13", "Split", "getitem"}
-SUPPORTED = "Linear, Conv, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean, ReduceSum"
+SUPPORTED = "Linear, Conv, ConvTranspose, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean, ReduceSum"
 MERGES = "Add and Concat of activations"
 MOVES = (
     "Transpose, Slice, Split, Gather and GatherND at constant indices, zero Pad, nearest and linear Resize"
@@ -304,8 +305,12 @@ def elementwise(step: Step) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def _folds_into(graph: fx.GraphModule, source: fx.Node) -> bool:
-    """A batch norm on ``source`` folds into it: a Linear/Conv layer whose one use is the norm."""
-    return isinstance(_module(graph, source), AFFINE_TYPES) and len(source.users) == 1
+    """A batch norm on ``source`` folds into it: a Linear/Conv layer whose one use is the norm (a
+    grouped transposed convolution's output channels are not one axis of its weight: not folded)."""
+    module = _module(graph, source)
+    if isinstance(module, TRANSPOSED_TYPES) and module.groups != 1:
+        return False
+    return isinstance(module, AFFINE_TYPES) and len(source.users) == 1
 
 
 _FOLDED: weakref.WeakKeyDictionary[nn.Module, nn.Module] = weakref.WeakKeyDictionary()
@@ -321,7 +326,8 @@ def folded_layer(affine: nn.Module, norm: nn.Module) -> nn.Module:
         assert isinstance(weight, torch.Tensor)
         folded = copy.deepcopy(affine)
         with torch.no_grad():
-            shape = (-1, *[1] * (weight.ndim - 1))
+            shape = [1] * weight.ndim
+            shape[output_axis(affine)] = -1
             folded.weight = nn.Parameter(weight * scale.reshape(shape), requires_grad=False)
             bias = affine.bias if isinstance(affine.bias, torch.Tensor) else torch.zeros_like(scale)
             folded.bias = nn.Parameter(bias * scale + shift, requires_grad=False)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workers.methods._reroute import rerouted
+from workers.methods._transposed import TRANSPOSED_TYPES, output_axis, transposed_convolution
 from workers.models.dense_conv import affine_with_dense_backward
 
 if TYPE_CHECKING:
@@ -52,10 +53,13 @@ def _affine(
     bias: torch.Tensor | None,
     cache: dict[str, Any] | None = None,
 ) -> torch.Tensor:
-    """``module`` (Linear or Conv) with other parameters (a small convolution's input gradient as a
-    dense product: workers.models.dense_conv, whose matrix ``cache`` keeps for this ``weight``)."""
+    """``module`` (Linear, Conv or ConvTranspose) with other parameters (a small convolution's input
+    gradient as a dense product: workers.models.dense_conv, whose matrix ``cache`` keeps for this
+    ``weight``)."""
     if isinstance(module, nn.Linear):
         return F.linear(a, weight, bias)
+    if isinstance(module, TRANSPOSED_TYPES):
+        return transposed_convolution(module, a, weight, bias)
     assert isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d)
     return affine_with_dense_backward(module, a, weight, bias, cache)
 
@@ -86,13 +90,15 @@ class _Blocks:
 def _blocks(module: nn.Module, rows: list[list[torch.Tensor]], bias: torch.Tensor | None) -> _Blocks:
     if getattr(module, "groups", 1) != 1:  # grouped convolutions do not stack
         return _Blocks(rows, bias, None)
+    out = output_axis(module)
+    inner = 1 - out  # the weight's input axis (0 or 1)
     with torch.no_grad():
-        weight = torch.cat([torch.cat(row, 1) if len(row) > 1 else row[0] for row in rows])
+        weight = torch.cat([torch.cat(row, inner) if len(row) > 1 else row[0] for row in rows], out)
     # The rows kept as views of the stacked weight, not beside it: on VGG's 102M-weight Linear the
     # copies held another 0.8 GB for as long as the model lived.
-    outputs = torch.split(weight, [row[0].shape[0] for row in rows])
+    outputs = torch.split(weight, [row[0].shape[out] for row in rows], out)
     views = [
-        list(torch.split(block, [w.shape[1] for w in row], 1))
+        list(torch.split(block, [w.shape[inner] for w in row], inner))
         for block, row in zip(outputs, rows, strict=True)
     ]
     return _Blocks(views, bias, weight)

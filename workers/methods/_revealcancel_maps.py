@@ -4,6 +4,7 @@ as dense products where that is cheaper."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
@@ -12,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workers.methods._transposed import TRANSPOSED_TYPES, transposed_convolution
 from workers.models.dense_conv import dense_matrix
 
 __all__ = ["AffineMaps", "Transpose", "affine_maps", "dense_maps"]
@@ -121,14 +123,17 @@ def _output_shape(
 
 
 def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
-    """Maps of a Linear or Conv1d/2d/3d module with its weights in ``dtype``; any other module is taken
-    to be an average pooling (linear, W >= 0, dtype-agnostic) and used as it is.
+    """Maps of a Linear, Conv1d/2d/3d or ConvTranspose1d/2d/3d module with its weights in ``dtype``;
+    any other module is taken to be an average pooling (linear, W >= 0, dtype-agnostic) and used as
+    it is.
 
     In float64 only W da (and the layer with its bias) is computed in float64: its sign, and through
     it the sign of every difference, routes multipliers back (docs/science.md 5.8). |W| |da| and both
     transposes take float64 tensors and return float64 ones but multiply in float32, where torch has
     fast kernels: |W| |da| is a sum of non-negative terms, so its rounding stays within a relative
     2**-24 per term, and the transposes are linear in the multipliers; no sign depends on either."""
+    if isinstance(module, TRANSPOSED_TYPES):
+        return _transposed_maps_at(module, dtype)
     if not isinstance(module, (nn.Linear, *_CONV)):
         transpose = _autograd_transpose(module)
         return AffineMaps(module, module, module, transpose, transpose, 0)
@@ -188,6 +193,31 @@ def _maps_at(module: nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d, dtype: torch
         _conv_transpose(module, magnitude) or _autograd_transpose(absolute),
         weight[0].numel(),
         module.in_channels // module.groups < _FEW_CHANNELS,
+    )
+
+
+def _transposed_maps_at(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
+    """Every map of a transposed convolution in ``dtype`` (float64 plans too: its products are few,
+    in U-Net decoders, and need no float32 shortcut); the transposes by autograd. Its fan-in, the
+    terms of one output, is at most its input channels per group times its kernel's size."""
+    weight = module.weight.detach().to(dtype)
+    bias = None if module.bias is None else module.bias.detach().to(dtype)
+    magnitude = cache(weight.abs)
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        return transposed_convolution(module, x, weight, None)
+
+    def absolute(x: torch.Tensor) -> torch.Tensor:
+        return transposed_convolution(module, x, magnitude(), None)
+
+    fan_in = module.in_channels // module.groups * math.prod(module.kernel_size)
+    return AffineMaps(
+        lambda x: transposed_convolution(module, x, weight, bias),
+        linear,
+        absolute,
+        _autograd_transpose(linear),
+        _autograd_transpose(absolute),
+        fan_in,
     )
 
 

@@ -42,8 +42,8 @@ Dense = tuple[np.ndarray, np.ndarray, bool]  # W (in, out) with z_j = sum_i a_i 
 
 
 def dense_layers(model: nn.Sequential, sample_shape: tuple[int, ...]) -> list[Dense]:
-    """Every affine layer of a Sequential of Linear/Conv/(Adaptive)AvgPool/ZeroPad2d/Upsample/ReLU/Flatten as a
-    dense float64 matrix.
+    """Every affine layer of a Sequential of Linear, Conv, ConvTranspose2d, (Adaptive)AvgPool, ZeroPad2d,
+    Upsample, ReLU and Flatten as a dense float64 matrix.
 
     Convolution and average pooling are affine maps; the matrix is read off by probing with unit inputs.
     """
@@ -61,6 +61,7 @@ def dense_layers(model: nn.Sequential, sample_shape: tuple[int, ...]) -> list[De
                 nn.Linear
                 | nn.Conv1d
                 | nn.Conv2d
+                | nn.ConvTranspose2d
                 | nn.AvgPool2d
                 | nn.AdaptiveAvgPool2d
                 | nn.ZeroPad2d

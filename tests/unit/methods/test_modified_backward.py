@@ -45,6 +45,22 @@ def _grouped_cnn(seed: int) -> torch.nn.Module:
     ).eval()
 
 
+def _transposed_cnn(seed: int) -> torch.nn.Module:
+    """A U-Net decoder's upsampling: a transposed convolution, then a grouped one (not stacked)."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, stride=2, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.ConvTranspose2d(4, 4, 2, stride=2),
+        torch.nn.ReLU(),
+        torch.nn.ConvTranspose2d(4, 4, 3, padding=1, groups=2),
+        torch.nn.ReLU(),
+        torch.nn.AvgPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 3),
+    ).eval()
+
+
 def _two_pools(seed: int) -> torch.nn.Module:
     """Two max-pools in a chain, each behind a ReLU."""
     torch.manual_seed(seed)
@@ -74,6 +90,7 @@ BUILDERS = {
     "maxpool": maxpool_cnn,
     "two_maxpools": _two_pools,
     "grouped": _grouped_cnn,
+    "transposed": _transposed_cnn,
     **BLOCKS,
 }
 
@@ -105,7 +122,7 @@ def _classes(ctx: AttributionContext, x: np.ndarray) -> np.ndarray:
     return ctx.target.resolve_classes(ctx.model.predict(x))
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn", "digits", "maxpool", "grouped"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "digits", "maxpool", "grouped", "transposed"])
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.kind)
 @pytest.mark.parametrize(("name", "params"), [(n, p) for n, ps in LRP.items() for p in ps])
 def test_lrp_rules_equal_zennit(
@@ -162,7 +179,9 @@ def _captum_deeplift(
     return got.detach().numpy()
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn", "digits", "maxpool", "two_maxpools", "grouped", *BLOCKS])
+@pytest.mark.parametrize(
+    "kind", ["mlp", "cnn", "digits", "maxpool", "two_maxpools", "grouped", "transposed", *BLOCKS]
+)
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.kind)
 @pytest.mark.parametrize("references", REFERENCES)
 def test_deeplift_rescale_equals_captum(kind: str, target: Target, references: str) -> None:
