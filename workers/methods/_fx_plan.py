@@ -60,6 +60,7 @@ __all__ = [
     "AFFINE_TYPES",
     "AVGPOOL_TYPES",
     "SUPPORTED",
+    "BoundPReLU",
     "ConstantMatMul",
     "Plan",
     "Step",
@@ -135,10 +136,12 @@ MOVES = (
 SCALES = "BatchNorm"
 FOLDED_SCALES = "BatchNorm right after a Linear/Conv layer"
 CLIPS = "ReLU6"
-GATES = "SiLU, Hardswish, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights"
-SELF_GATES = "SiLU, Hardswish"
+GATES = (
+    "SiLU, Hardswish, LeakyReLU, PReLU, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights"
+)
+SELF_GATES = "SiLU, Hardswish, LeakyReLU, PReLU"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
-NORMS = "LayerNorm (its scale held constant)"
+NORMS = "LayerNorm, InstanceNorm (their scale held constant)"
 CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants"
 _HEAD_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax, nn.LogSoftmax, nn.Sigmoid)
 _HEAD_NAMES = {"OnnxSoftmaxV1V11"}
@@ -164,14 +167,20 @@ _PAD_NAMES = {"OnnxPadDynamic", "OnnxPadStatic", "PadAxes"}
 # a mean of neighbours with weights >= 0; cubic's weights can be negative, and it is not a move.
 _RESIZE_NAMES = {"OnnxResize", "OnnxResizeV10"}
 _MOVING_RESIZE_MODES = {"nearest", "linear"}
-# nn.LayerNorm, and workers.models.onnx_converters' LayerNorm of the same name (sizes at run time).
+# nn.LayerNorm, and workers.models.onnx_converters' LayerNorm of the same name (sizes at run time);
+# instance norms on their inputs' own statistics (MONAI's U-Nets; GroupNorm as exporters write it, an
+# instance norm over the reshaped groups followed by a constant scale and shift).
 _NORM_NAMES = {"LayerNorm"}
+_INSTANCE_NORMS = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
 # GELU modules (nn.GELU; ONNX Gelu, opset 20) and tanh (BERT's pooler): x times a gate of x in
 # [0, 1] (tanh(x) / x), for LRP only (DeepLIFT has rules for the activations in _SELF_GATED).
 _GELU_NAMES = {"GELU", "Gelu"}
 _LRP_SELF_GATED_NAMES = {*_GELU_NAMES, "Tanh", "OnnxFunction[tanh]"}
-# Activations that are their input times a gate of it: SiLU = x sigmoid(x), Hardswish = x hardsigmoid(x).
-_SELF_GATED = (nn.SiLU, nn.Hardswish)
+# Activations that are their input times a gate of it: SiLU = x sigmoid(x), Hardswish = x hardsigmoid(x),
+# LeakyReLU and PReLU x times 1 or their slope (MONAI's U-Nets' defaults).
+_SIGMOID_SELF_GATED = (nn.SiLU, nn.Hardswish)
+_SELF_GATED = (*_SIGMOID_SELF_GATED, nn.LeakyReLU, nn.PReLU)
+_PRELU_NAMES = {"OnnxPReLU"}  # onnx2torch's, its slope a second (constant) argument: :class:`BoundPReLU`
 # The elementwise activations the rule passes have rules for: a ReLU, and a ReLU clamped at c (clip).
 ACTIVATIONS = ("relu", "clip")
 _SCALE_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -471,9 +480,15 @@ def plan_graph(
             kind = "gate"
         if kind is None and (gates or self_gates) and len(inputs) == 1 and isinstance(module, _SELF_GATED):
             kind = "gated"
+        if kind is None and (gates or self_gates) and len(inputs) == 1 and name in _PRELU_NAMES:
+            prelu = _bound_prelu(graph, node, inputs[0])
+            if prelu is not None:
+                steps.append(Step(node, "gated", prelu, inputs[0]))
+                active.add(node)
+                continue
         if kind is None and gates and len(inputs) == 1 and name in _LRP_SELF_GATED_NAMES:
             kind = "gated"
-        if kind is None and norms and len(inputs) == 1 and name in _NORM_NAMES and _is_layer_norm(module):
+        if kind is None and norms and len(inputs) == 1 and _is_norm(module, name):
             kind = "norm"
         if kind is None and constants and len(inputs) == 1:
             layer = _constant_layer(graph, node, name, inputs[0])
@@ -848,22 +863,63 @@ def _pads_with_zeros(graph: fx.GraphModule, node: fx.Node) -> bool:
     return mode == "constant" and value is not None and not bool(torch.as_tensor(value).any())
 
 
-def _is_layer_norm(module: nn.Module | None) -> bool:
-    """nn.LayerNorm, or the converter's LayerNorm with constant scale (not onnx2torch's OnnxLayerNorm,
-    whose scale is an input)."""
+def _is_norm(module: nn.Module | None, name: str) -> bool:
+    """nn.LayerNorm, the converter's LayerNorm with constant scale (not onnx2torch's OnnxLayerNorm,
+    whose scale is an input), or an instance norm on its input's own statistics (not one that keeps
+    running statistics: in eval mode that is a fixed per-channel scale)."""
+    if isinstance(module, _INSTANCE_NORMS):
+        return not module.track_running_stats
+    if name not in _NORM_NAMES:
+        return False
     if isinstance(module, nn.LayerNorm):
         return True
     return hasattr(module, "axis") and hasattr(module, "epsilon") and hasattr(module, "weight")
 
 
 def layer_norm_parts(module: nn.Module, ndim: int) -> tuple[tuple[int, ...], float, Any, Any]:
-    """A ``norm`` step's normalised axes (for an input of ``ndim`` dimensions), epsilon, scale and
-    shift (None where absent)."""
+    """A ``norm`` step's normalised axes (for an input of ``ndim`` dimensions), epsilon, and scale and
+    shift shaped to broadcast over the input (None where absent): a layer norm's over its trailing
+    axes, an instance norm's per channel (axis 1) over the axes after it."""
+    if isinstance(module, _INSTANCE_NORMS):
+        per_channel = (-1, *[1] * (ndim - 2))
+        weight = None if module.weight is None else module.weight.reshape(per_channel)
+        bias = None if module.bias is None else module.bias.reshape(per_channel)
+        return tuple(range(2, ndim)), module.eps, weight, bias
     if isinstance(module, nn.LayerNorm):
         return tuple(range(ndim - len(module.normalized_shape), ndim)), module.eps, module.weight, module.bias
     axis, epsilon = module.axis, module.epsilon
     assert isinstance(axis, int) and isinstance(epsilon, float)
     return tuple(range(axis % ndim, ndim)), epsilon, module.weight, module.bias
+
+
+class BoundPReLU(nn.Module):
+    """onnx2torch's PReLU with its constant slope bound: the one-argument activation a ``gated`` step's
+    rules call (in the dtype of their input: RevealCancel's plans run in float64)."""
+
+    def __init__(self, prelu: nn.Module, slope: torch.Tensor) -> None:
+        super().__init__()
+        self.prelu = prelu
+        self.slope = slope
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.prelu(x, self.slope.to(x.dtype))
+        return out
+
+
+_PRELUS: weakref.WeakKeyDictionary[nn.Module, BoundPReLU] = weakref.WeakKeyDictionary()
+
+
+def _bound_prelu(graph: fx.GraphModule, node: fx.Node, source: fx.Node) -> BoundPReLU | None:
+    """The PReLU of ``source`` with a constant slope, made once per module; None for anything else."""
+    module = _module(graph, node)
+    if module is None or len(node.args) != 2 or node.args[0] is not source:
+        return None
+    slope = _constant(graph, node.args[1])
+    if not isinstance(slope, torch.Tensor):
+        return None
+    if module not in _PRELUS:
+        _PRELUS[module] = BoundPReLU(module, slope.detach())
+    return _PRELUS[module]
 
 
 def _is_head(module: nn.Module | None, name: str, node: fx.Node) -> bool:
@@ -909,11 +965,15 @@ def held_constant(graph: nn.Module, method: str) -> str:
         plan = family_plan(graph, method, "LRP")
     except NotApplicable:
         return ""
-    held = {"layer norms' scales": any(step.kind == "norm" for step in plan.steps)}
+    held = {
+        "layer norms' scales": any(step.kind == "norm" and not _instance(step.module) for step in plan.steps),
+        "instance norms' scales": any(step.kind == "norm" and _instance(step.module) for step in plan.steps),
+    }
     for step in plan.steps:
         if step.kind == "gated" and step.gate is None:  # x times a gate of x as one module
             gelu = _module_name(step.module) in _GELU_NAMES
-            if gelu or isinstance(step.module, _SELF_GATED):
+            # (LeakyReLU and PReLU pass relevance as their gradient does: piecewise linear, nothing held)
+            if gelu or isinstance(step.module, _SIGMOID_SELF_GATED):
                 held["GELU's factor" if gelu else "sigmoid gates"] = True
         if step.kind == "gate":
             name = _operator_name(step.node, step.module)
@@ -925,6 +985,10 @@ def held_constant(graph: nn.Module, method: str) -> str:
                 held["GELU's factor"] = True
     kept = [what for what, present in held.items() if present]
     return f"; held constant (Ali et al. 2022, Arras et al. 2017): {', '.join(kept)}" if kept else ""
+
+
+def _instance(module: nn.Module | None) -> bool:
+    return isinstance(module, _INSTANCE_NORMS)
 
 
 def _module(graph: fx.GraphModule, node: fx.Node) -> nn.Module | None:

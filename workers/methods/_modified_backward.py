@@ -71,7 +71,7 @@ _ZENNIT_LACKS = {
     "gated": "gates (SiLU, squeeze-and-excitation)",
     "head": "the output's Softmax or Sigmoid",
     "scale": "a batch norm folded into its layer",
-    "norm": "layer normalisation",
+    "norm": "layer and instance normalisation",
     "factor": "constant factors",
     "bias": "constant shifts and concatenations",
     "folded": "constant shifts and concatenations",
@@ -231,18 +231,17 @@ def _unchanged(z: torch.Tensor) -> torch.Tensor:
 
 
 def _held_norm(norm: Any, z: torch.Tensor) -> torch.Tensor:
-    """A layer normalisation with its scale 1 / std held constant (the LN rule of Ali et al. 2022):
-    the centring ``z - mean(z)`` keeps its gradient, so relevance passes as through a linear layer
-    whose shift (the norm's bias) absorbs its share."""
+    """A layer (or instance) normalisation with its scale 1 / std held constant (the LN rule of Ali et
+    al. 2022): the centring ``z - mean(z)`` keeps its gradient, so relevance passes as through a linear
+    layer whose shift (the norm's bias) absorbs its share."""
     axes, epsilon, weight, bias = layer_norm_parts(norm, z.ndim)
     centred = z - z.mean(axes, keepdim=True)
     with torch.no_grad():
         scale = torch.rsqrt(centred.square().mean(axes, keepdim=True) + epsilon)
     y = centred * scale
-    shape = z.shape[axes[0] :]
     if weight is not None:
-        y = y * weight.expand(shape)
-    return y if bias is None else y + bias.expand(shape)
+        y = y * weight
+    return y if bias is None else y + bias
 
 
 def lrp_relevance(

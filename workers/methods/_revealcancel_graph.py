@@ -47,6 +47,7 @@ from torch import fx, nn
 
 from workers.methods._fx_plan import (
     ACTIVATIONS,
+    BoundPReLU,
     Plan,
     Step,
     elementwise,
@@ -145,6 +146,8 @@ class RevealCancelGraph:
                 scale, shift = scale_and_shift(step.module)
                 self._scales[step.node] = scale.to(dtype)
                 self._exact[step.node] = partial(_scaled, scale.double(), shift.double())
+            elif step.kind == "gated" and isinstance(step.module, BoundPReLU):  # its slope in float64
+                self._exact[step.node] = step.module
         # Nodes whose split a ReLU reads (an affine output, possibly through shape, move and scale
         # nodes): only they pay for the second (|W| |da|) pass and hand non-plain multipliers back.
         self.split_nodes: set[fx.Node] = set()

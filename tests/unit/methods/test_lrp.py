@@ -8,6 +8,8 @@ denominator, +1 at zero) is reproduced so that agreement can be demanded to 1e-5
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -24,13 +26,20 @@ def _stab(z: float, eps: float = STAB) -> float:
     return z + eps * (1.0 if z >= 0 else -1.0)
 
 
-def _forward(layers: list[Dense], x: np.ndarray, cap: float = np.inf) -> list[np.ndarray]:
+Activation = Callable[[np.ndarray], np.ndarray]
+
+
+def _forward(
+    layers: list[Dense], x: np.ndarray, cap: float = np.inf, activation: Activation | None = None
+) -> list[np.ndarray]:
     """Inputs of every layer, then the output; ``cap``: the activation is a ReLU clamped there (6:
-    ReLU6). Relevance passes the activations unchanged (Bach et al.: it is defined on the layers)."""
+    ReLU6); ``activation``: another one (LeakyReLU). Relevance passes the activations unchanged
+    (Bach et al.: it is defined on the layers)."""
     acts = [x]
     for w, b, relu in layers:
         z = acts[-1] @ w + b
-        acts.append(np.minimum(np.maximum(z, 0.0), cap) if relu else z)
+        f = activation or (lambda z: np.minimum(np.maximum(z, 0.0), cap))
+        acts.append(f(z) if relu else z)
     return acts
 
 
@@ -41,9 +50,14 @@ def _output_relevance(out: np.ndarray, c: int) -> np.ndarray:
 
 
 def lrp_epsilon_ref(
-    layers: list[Dense], x: np.ndarray, c: int, eps: float, cap: float = np.inf
+    layers: list[Dense],
+    x: np.ndarray,
+    c: int,
+    eps: float,
+    cap: float = np.inf,
+    activation: Activation | None = None,
 ) -> np.ndarray:
-    acts = _forward(layers, x, cap)
+    acts = _forward(layers, x, cap, activation)
     r = _output_relevance(acts[-1], c)
     for (w, b, _), a in zip(reversed(layers), reversed(acts[:-1]), strict=True):
         r_in = np.zeros(len(a))
@@ -56,9 +70,15 @@ def lrp_epsilon_ref(
 
 
 def alpha_beta_ref(
-    layers: list[Dense], x: np.ndarray, c: int, alpha: float, beta: float, cap: float = np.inf
+    layers: list[Dense],
+    x: np.ndarray,
+    c: int,
+    alpha: float,
+    beta: float,
+    cap: float = np.inf,
+    activation: Activation | None = None,
 ) -> np.ndarray:
-    acts = _forward(layers, x, cap)
+    acts = _forward(layers, x, cap, activation)
     r = _output_relevance(acts[-1], c)
     for (w, b, _), a in zip(reversed(layers), reversed(acts[:-1]), strict=True):
         r_in = np.zeros(len(a))
@@ -75,9 +95,15 @@ def alpha_beta_ref(
 
 
 def deep_taylor_ref(
-    layers: list[Dense], x: np.ndarray, c: int, low: float, high: float, cap: float = np.inf
+    layers: list[Dense],
+    x: np.ndarray,
+    c: int,
+    low: float,
+    high: float,
+    cap: float = np.inf,
+    activation: Activation | None = None,
 ) -> np.ndarray:
-    acts = _forward(layers, x, cap)
+    acts = _forward(layers, x, cap, activation)
     r = _output_relevance(acts[-1], c)
     pairs = list(zip(layers, acts[:-1], strict=True))
     for depth in reversed(range(len(pairs))):
@@ -88,8 +114,9 @@ def deep_taylor_ref(
                 z = [
                     a[i] * w[i, j] - low * max(w[i, j], 0.0) - high * min(w[i, j], 0.0) for i in range(len(a))
                 ]
-            else:  # z+: x_i w_ij^+ (x_i >= 0 after a ReLU), biases ignored
-                z = [a[i] * max(w[i, j], 0.0) for i in range(len(a))]
+            else:  # z+: the positive terms, x_i w_ij^+ after a ReLU (x_i >= 0), also x_i w_ij^- after a
+                # LeakyReLU (Zennit's ZPlus), biases ignored
+                z = [max(a[i] * w[i, j], 0.0) for i in range(len(a))]
             total = _stab(sum(z))
             for i in range(len(a)):
                 r_in[i] += z[i] / total * r[j]

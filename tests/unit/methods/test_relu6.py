@@ -8,6 +8,7 @@ f = ReLU6, against the per-unit reference and summation-to-delta."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import numpy as np
 import pytest
@@ -128,16 +129,27 @@ def test_revealcancel_through_relu6_adds_up_on_a_cnn(dynamo: bool) -> None:
     np.testing.assert_allclose(got.reshape(4, -1).sum(1), delta, rtol=1e-5, atol=1e-5)
 
 
-def rescale_ref(layers: list, x: np.ndarray, x0: np.ndarray, c: int) -> np.ndarray:
-    """DeepLIFT Rescale (Shrikumar et al. 2017, 3.5.2) with f = ReLU6, layer by layer in float64: the
-    multiplier of each unit is (f(z) - f(z0)) / (z - z0), its gradient where z = z0."""
+def _relu6(z: np.ndarray) -> np.ndarray:
+    return np.clip(z, 0, 6)
+
+
+def _relu6_slope(z: np.ndarray) -> np.ndarray:
+    return ((z > 0) & (z < 6)).astype(float)
+
+
+def rescale_ref(
+    layers: list, x: np.ndarray, x0: np.ndarray, c: int, f: Any = _relu6, slope: Any = _relu6_slope
+) -> np.ndarray:
+    """DeepLIFT Rescale (Shrikumar et al. 2017, 3.5.2) with ``f`` (ReLU6) of derivative ``slope``,
+    layer by layer in float64: the multiplier of each unit is (f(z) - f(z0)) / (z - z0), its
+    gradient where z = z0."""
     acts, acts0, ratios = [x], [x0], []
     for w, b, act in layers:
         z, z0 = acts[-1] @ w + b, acts0[-1] @ w + b
         if act:
-            y, y0, dz = np.clip(z, 0, 6), np.clip(z0, 0, 6), z - z0
+            y, y0, dz = f(z), f(z0), z - z0
             still = np.abs(dz) < 1e-10
-            ratios.append(np.where(still, (z > 0) & (z < 6), (y - y0) / np.where(still, 1.0, dz)))
+            ratios.append(np.where(still, slope(z), (y - y0) / np.where(still, 1.0, dz)))
             acts.append(y)
             acts0.append(y0)
         else:
