@@ -565,7 +565,8 @@ def family_plan(graph: nn.Module, method: str, family: str) -> Plan:
 
 def below_output(steps: Sequence[Step], output: fx.Node) -> Step:
     """The first layer (affine or pooling), merge or input met walking down from ``output`` through
-    single-source steps: for LRP, the layer that receives the output's relevance itself."""
+    single-source steps: for LRP, the layer that receives the output's relevance itself, or the merge
+    that splits it."""
     return _down_from(steps, output)[-1]
 
 
@@ -589,17 +590,18 @@ def _down_from(steps: Sequence[Step], output: fx.Node) -> list[Step]:
 _NOT_ABOVE_TOP = {
     "factor": "the constant factor",
     "bias": "the constant shift",
-    "norm": "the layer norm",
+    "norm": "the norm",
     "gated": "the activation",
     "clip": "the clipped activation",
 }
 
 
 def _refuse_above_top_layer(steps: list[Step], output: fx.Node, method: str) -> None:
-    """LRP: relevance enters at the output and is split by layer rules; a merge between the output
-    and the last layer (``x + f(x)`` as the model's output) has no rule to split it, and a constant
-    shift or factor or a norm there would hand the last layer more or less than its output."""
-    *above, step = _down_from(steps, output)
+    """LRP: relevance enters at the output and is split by layer rules, or by the proportional rule
+    at a merge there (``f(x) + g(x)`` as the model's output: MONAI's residual units); a constant shift
+    or factor, a norm or an activation between the output and them would hand them more or less than
+    their output's share."""
+    *above, _ = _down_from(steps, output)
     for between in above:
         if between.kind in _NOT_ABOVE_TOP:
             raise NotApplicable(
@@ -607,12 +609,6 @@ def _refuse_above_top_layer(steps: list[Step], output: fx.Node, method: str) -> 
                 f"{_NOT_ABOVE_TOP[between.kind]} '{between.node.name}' comes after the last Linear/Conv "
                 "layer; relevance at the output has no rule to pass it",
             )
-    if step.kind == "merge":
-        raise NotApplicable(
-            method,
-            f"the sum or concatenation '{step.node.name}' comes after the last Linear/Conv layer; "
-            "relevance at the output has no rule to split there",
-        )
 
 
 def merge_parts(step: Step) -> tuple[list[fx.Node], int | None]:

@@ -48,7 +48,7 @@ from workers.methods._fx_plan import (
     is_self_gated,
     layer_norm_parts,
 )
-from workers.methods._lrp_rules import Epsilon, LayerRule
+from workers.methods._lrp_rules import Epsilon, LayerRule, stabilize
 from workers.methods._passes import rows_per_pass
 from workers.methods._reroute import rerouted
 from workers.targets import Target
@@ -99,11 +99,21 @@ class RelevanceGraph:
     cannot be written this way (a z-beta layer whose input is not a reshaped input)."""
 
     def __init__(
-        self, plan: Plan, layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]], path: list[Step]
+        self,
+        plan: Plan,
+        layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]],
+        path: list[Step],
+        split_at: fx.Node | None = None,
     ) -> None:
         self.plan = plan
         self.layers = layers  # node -> (module, rule, top, nonneg)
-        self.has_rules = bool(layers)
+        # A sum or concatenation that receives the output's relevance (MONAI's residual units end a
+        # U-Net with conv(x) + conv1x1(x)): relevance there divided by its value is the modified
+        # gradient every layer below takes, and a sum's gradient hands each summand its share z_i / z
+        # (the proportional rule), a concatenation's each part its own slice. None: the topmost
+        # rule layer receives the relevance itself.
+        self.split_at = split_at
+        self.has_rules = bool(layers) or split_at is not None  # relevance is value times g
         # ReLU6, SiLU and Hardswish pass relevance through; a gate is taken as a constant
         self.passes = {
             step.node: step.module
@@ -144,13 +154,13 @@ class RelevanceGraph:
                     assert module is not None
                     module = folded_layer(module, norm)
                 layers[step.node] = (module, rule, False, step.source in nonneg)
+        top = below_output(plan.steps, plan.output)
+        if top.kind == "merge":  # relevance is split there: the pass divides it by the merge's value
+            return cls(plan, layers, path, split_at=top.node)
         if layers:  # the topmost rule layer receives relevance, not the modified gradient
-            # the rule layer that receives relevance itself (plan_graph refuses a merge on the way,
-            # which would hand each branch all of it)
-            top = below_output(plan.steps, plan.output).node
-            assert top in layers
-            module, rule, _, sign = layers[top]
-            layers[top] = (module, rule, True, sign)
+            assert top.node in layers
+            module, rule, _, sign = layers[top.node]
+            layers[top.node] = (module, rule, True, sign)
         return cls(plan, layers, path)
 
     def relevance(self, x: torch.Tensor, target: Target, classes: torch.Tensor) -> torch.Tensor:
@@ -164,7 +174,11 @@ class RelevanceGraph:
         replace.update({node: _unchanged for node in self.folded})
         replace.update({node: partial(_held_norm, module) for node, module in self.norms.items()})
         x = x.detach().requires_grad_(True)
-        out = evaluate(self.plan, x, replace, held=self.gates)[self.plan.output]
+        env = evaluate(self.plan, x, replace, held=self.gates)
+        out = env[self.plan.output]
+        if self.split_at is not None:
+            merged = env[self.split_at]
+            merged.register_hook(partial(_over_value, stabilize(merged.detach(), 1e-6)))
         scores = out.reshape(out.shape[0], -1)
         if target.kind != "logit":  # the softmax is crossed by its gradient, as under Zennit
             scores = target.transform(scores)
@@ -228,6 +242,10 @@ def _passed(activation: Any, z: torch.Tensor) -> torch.Tensor:
 
 def _unchanged(z: torch.Tensor) -> torch.Tensor:
     return z
+
+
+def _over_value(value: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
+    return relevance / value
 
 
 def _held_norm(norm: Any, z: torch.Tensor) -> torch.Tensor:

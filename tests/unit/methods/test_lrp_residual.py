@@ -18,7 +18,8 @@ from torch import nn
 
 from tests.models import residual_mlp
 from tests.models.blocks import concatenated_block, shuffled_unit, small_resnet
-from tests.unit.methods._context import context
+from tests.unit.methods._context import context, dense_layers
+from tests.unit.methods.test_lrp import STAB, alpha_beta_ref, deep_taylor_ref, lrp_epsilon_ref
 from workers.methods import get_method
 from workers.methods._lrp_rules import AlphaBeta, Epsilon, LayerRule, ZBox
 from xaudit.contract.errors import NotApplicable
@@ -123,20 +124,97 @@ class _Batched(nn.Module):
         return self.head(self.norm(torch.cat([torch.relu(self.conv(x))], dim=1)).flatten(1))
 
 
-@pytest.mark.parametrize(
-    ("model", "shape", "refusal"),
-    [
-        # x + relu(Linear(x)) as the output: the output's relevance would have no rule to split it.
-        (residual_mlp, (4,), "'add' comes after the last Linear/Conv layer"),
-        # a concatenation of one tensor passes; the refusal names the operator after it
-        (_Batched, (3, 32, 32), r"operator BatchNorm2d .* has no LRP rule"),
-    ],
-)
-def test_what_has_no_rule_is_refused(
-    model: Callable[[], nn.Module], shape: tuple[int, ...], refusal: str
-) -> None:
-    x = torch.randn(2, *shape)
-    with pytest.raises(NotApplicable, match=refusal):
+def test_what_has_no_rule_is_refused() -> None:
+    """A concatenation of one tensor passes; the refusal names the operator after it."""
+    x = torch.randn(2, 3, 32, 32)
+    with pytest.raises(NotApplicable, match=r"operator BatchNorm2d .* has no LRP rule"):
         get_method("lrp_epsilon").attribute(
-            context(model().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(2, np.int64)
+            context(_Batched().eval(), x), x.numpy(), np.zeros_like(x.numpy()), np.zeros(2, np.int64)
         )
+
+
+# A sum as the model's output (MONAI's residual units end its UNet with conv(x) + conv1x1(x)): the
+# proportional rule splits the output's relevance there, as Zennit's Sum layer with the Norm rule does.
+TWO_HEADS_X = torch.randn(4, 6, generator=torch.Generator().manual_seed(41))
+TWO_HEADS_CLASSES = np.array([0, 1, 2, 1])
+
+
+class _TwoHeads(nn.Module):
+    """relu(L0 x), then L1 h + L2 h as the output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(42)
+        self.stem, self.left, self.right = nn.Linear(6, 10), nn.Linear(10, 3), nn.Linear(10, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.stem(x))
+        return self.left(h) + self.right(h)
+
+
+TWO_HEADS_REFERENCES = {
+    "lrp_epsilon": ({}, lambda ls, x, c: lrp_epsilon_ref(ls, x, c, STAB)),
+    "lrp_alpha_beta": ({}, lambda ls, x, c: alpha_beta_ref(ls, x, c, 2.0, 1.0)),
+    "deep_taylor": ({"low": -4.0, "high": 4.0}, lambda ls, x, c: deep_taylor_ref(ls, x, c, -4.0, 4.0)),
+}
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+@pytest.mark.parametrize("name", sorted(TWO_HEADS_REFERENCES))
+def test_a_sum_at_the_output_hands_each_branch_its_share(name: str, dynamo: bool) -> None:
+    """Relevance is linear in the output's: the branched pass is the sum of each branch's chain, whose
+    output relevance is its own summand's value, its share z_i / z of the output's."""
+    params, reference = TWO_HEADS_REFERENCES[name]
+    model, x = _TwoHeads().eval(), TWO_HEADS_X
+    got = get_method(name).attribute(
+        context(model, x[:2], params=params, dynamo=dynamo), x.numpy(), np.zeros((4, 6)), TWO_HEADS_CLASSES
+    )
+    chains = [
+        dense_layers(nn.Sequential(model.stem, nn.ReLU(), head), (6,)) for head in (model.left, model.right)
+    ]
+    flat = x.numpy().astype(np.float64)
+    want = np.stack(
+        [sum(reference(layers, flat[k], int(TWO_HEADS_CLASSES[k])) for layers in chains) for k in range(4)]
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+class _ZennitResidual(nn.Module):
+    """residual_mlp's twin for Zennit: its sum a Zennit Sum layer over the stacked summands."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        from zennit.layer import Sum
+
+        self.a, self.sum = model.a, Sum()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sum(torch.stack([x, torch.relu(self.a(x))], dim=-1))
+
+
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta"])
+def test_an_identity_summand_at_the_output_keeps_its_share(name: str) -> None:
+    """x + relu(Linear(x)) as the output: the input keeps its own share of the output's relevance."""
+    from zennit.attribution import Gradient
+    from zennit.core import Composite
+    from zennit.layer import Sum
+    from zennit.rules import Norm
+
+    model = residual_mlp(3).eval()
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(43))
+    classes = np.array([0, 1, 2, 3])
+    got = get_method(name).attribute(context(model, x), x.numpy(), np.zeros((4, 4)), classes)
+    rule = Epsilon(1e-6) if name == "lrp_epsilon" else AlphaBeta(2.0, 1.0)
+
+    def mapping(ctx: dict, module_name: str, module: nn.Module) -> object:
+        if isinstance(module, nn.Linear):
+            return rule.zennit()
+        return Norm() if isinstance(module, Sum) else None
+
+    seed = torch.as_tensor(classes)[:, None]
+    with Gradient(model=_ZennitResidual(model), composite=Composite(module_map=mapping)) as attributor:
+        _, want = attributor(
+            x.clone().requires_grad_(True),
+            lambda out: torch.zeros_like(out).scatter_(1, seed, 1.0) * out.detach(),
+        )
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-6)
