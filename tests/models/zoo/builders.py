@@ -139,6 +139,35 @@ def _timm(name: str) -> Callable[[], nn.Module]:
 DYNAMO_ARCHS: dict[str, Callable[[], nn.Module]] = {"vgg11_bn": _tv("vgg11_bn")}
 
 
+def _monai(name: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        import monai.networks.nets as nets
+
+        shape = {"spatial_dims": 2, "in_channels": 3, "out_channels": 2, "channels": (8, 16, 32)}
+        if name == "UNet":  # instance norms (no affine part), PReLU, a residual sum as the output
+            return nets.UNet(**shape, strides=(2, 2), num_res_units=2)
+        return nets.AttentionUnet(**shape, strides=(2, 2))  # batch norms after ConvTranspose, sigmoid gates
+
+    return build
+
+
+def _smp_unet() -> nn.Module:
+    import segmentation_models_pytorch as smp
+
+    model: nn.Module = smp.Unet("resnet18", encoder_weights=None, in_channels=3, classes=2)
+    return model
+
+
+# Segmentation models as medical-imaging teams build them (random weights, no download): MONAI's U-Nets
+# upsample with transposed convolutions, segmentation_models_pytorch's with a nearest Resize sized at
+# run time. Their outputs are maps; the audit's "predicted" target is the largest logit of the map.
+SEGMENTATION_ARCHS: dict[str, Callable[[], nn.Module]] = {
+    "monai_unet": _monai("UNet"),
+    "monai_attention_unet": _monai("AttentionUnet"),
+    "smp_unet": _smp_unet,
+}
+
+
 def _calibrate_batch_norms(model: nn.Module) -> None:
     """Batch norms take their running statistics from random images. With torchvision's random
     initialisation and eval-mode batch norms (mean 0, variance 1), activations shrink through
@@ -160,7 +189,13 @@ def _calibrate_batch_norms(model: nn.Module) -> None:
 
 def image_model(arch: str) -> nn.Module:
     torch.manual_seed(0)
-    builders = {**IMAGE_ARCHS, **LIGHT_ARCHS, **DYNAMO_ARCHS, **{name: _timm(name) for name in TIMM_ARCHS}}
+    builders = {
+        **IMAGE_ARCHS,
+        **LIGHT_ARCHS,
+        **DYNAMO_ARCHS,
+        **SEGMENTATION_ARCHS,
+        **{name: _timm(name) for name in TIMM_ARCHS},
+    }
     model = builders[arch]()
     _calibrate_batch_norms(model)
     return model.eval()
