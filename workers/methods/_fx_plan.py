@@ -163,6 +163,7 @@ _DIV_NAMES = {"OnnxBinaryMathOperation[_onnx_div]", "truediv"}
 # input's (VGG's 7x7 pool on a small image's 1x1 map) as Transpose -> GatherND -> Transpose -> ReduceMean.
 _GATHER_NAMES = {"OnnxGather", "OnnxGatherND"}
 _PAD_NAMES = {"OnnxPadDynamic", "OnnxPadStatic", "PadAxes"}
+_COPYING_PAD_MODES = {"replicate", "reflect", "circular"}  # torch's names of ONNX's edge, reflect, wrap
 # Upsampling (U-Nets' decoders, segmentation heads): nearest copies values, linear interpolation takes
 # a mean of neighbours with weights >= 0; cubic's weights can be negative, and it is not a move.
 _RESIZE_NAMES = {"OnnxResize", "OnnxResizeV10"}
@@ -359,6 +360,38 @@ def _is_row_pool(module: nn.Module | None, name: str) -> bool:
     return bool(axes) and 0 not in axes
 
 
+def _is_stack_sum(graph: fx.GraphModule, node: fx.Node, module: nn.Module | None, name: str) -> bool:
+    """``torch.stack(parts).sum(0)`` (or ``.mean(0)``) as the exporters write it: a sum over axis 0 of a
+    Concat on axis 0 of activations each unsqueezed at 0 (segmentation_models_pytorch's FPN merges its
+    pyramid so). Axis 0 there is the stacking axis, not the batch: the parts' sum, whose gradient
+    hands each part its share as a residual sum's does (a move for the passes: RevealCancel adds the
+    parts' positive and negative parts field by field, as at a merge)."""
+    if name not in _ROW_POOLS or list(getattr(module, _ROW_POOLS[name], None) or []) != [0]:
+        return False
+    if getattr(module, "_keepdims", getattr(module, "keepdims", 1)):
+        return False
+    stacked = node.args[0] if node.args else None
+    if (
+        not isinstance(stacked, fx.Node)
+        or _operator_name(stacked, _module(graph, stacked)) not in _CONCAT_NAMES
+    ):
+        return False
+    if getattr(_module(graph, stacked), "axis", None) != 0:
+        return False
+    return all(_unsqueezes_at_0(graph, part) for part in _leaves((stacked.args, stacked.kwargs)))
+
+
+def _unsqueezes_at_0(graph: fx.GraphModule, node: fx.Node) -> bool:
+    """An Unsqueeze of one tensor at axis 0 alone (its axes an attribute or a constant argument)."""
+    module = _module(graph, node)
+    if _operator_name(node, module) not in ("OnnxUnsqueezeStaticAxes", "OnnxUnsqueezeDynamicAxes"):
+        return False
+    axes = getattr(module, "_axes", None)
+    if axes is None and len(node.args) > 1:
+        axes = _constant(graph, node.args[1])
+    return axes is not None and torch.as_tensor(axes).reshape(-1).tolist() == [0]
+
+
 def plan_graph(
     graph: nn.Module,
     method: str,
@@ -469,6 +502,8 @@ def plan_graph(
         kind = _kind(module, name) if len(inputs) == 1 else None
         if kind is None and moves and len(inputs) == 1 and _moves_data(graph, node, name, inputs[0]):
             kind = "move"
+        if kind is None and moves and len(inputs) == 1 and _is_stack_sum(graph, node, module, name):
+            kind = "move"  # the parts' sum, taken back by its gradient as a sum of activations is
         foldable = folded_scales and len(inputs) == 1 and _folds_into(graph, inputs[0])
         if kind is None and (scales or foldable) and len(inputs) == 1 and _is_scale(module):
             kind = "scale"
@@ -827,8 +862,9 @@ def _with_constants(node: fx.Node, name: str, source: fx.Node) -> Kind | None:
 
 def _moves_data(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node) -> bool:
     """Data movement of the activation ``source``: a move by name, a gather of its values at constant
-    indices (not an embedding lookup, where the activation is the index), padding with zeros, or an
-    upsampling that copies values or takes means of them (:func:`_resizes_by_means`)."""
+    indices (not an embedding lookup, where the activation is the index), padding that copies values
+    or adds zeros (:func:`_pad_moves`), or an upsampling that copies values or takes means of them
+    (:func:`_resizes_by_means`)."""
     if name in _MOVE_NAMES:
         return True
     first = node.args[0] if node.args else None
@@ -836,7 +872,7 @@ def _moves_data(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node
         return False
     if name in _RESIZE_NAMES:
         return _resizes_by_means(_module(graph, node))
-    return name in _GATHER_NAMES or (name in _PAD_NAMES and _pads_with_zeros(graph, node))
+    return name in _GATHER_NAMES or (name in _PAD_NAMES and _pad_moves(graph, node))
 
 
 def _resizes_by_means(module: nn.Module | None) -> bool:
@@ -849,10 +885,14 @@ def _resizes_by_means(module: nn.Module | None) -> bool:
     return mode in _MOVING_RESIZE_MODES
 
 
-def _pads_with_zeros(graph: fx.GraphModule, node: fx.Node) -> bool:
-    """A constant-mode Pad whose value is 0 (the default): data movement, the pads hold no value."""
+def _pad_moves(graph: fx.GraphModule, node: fx.Node) -> bool:
+    """A Pad that only moves values: one that copies them (edge, reflect and wrap modes: MONAI's
+    BasicUNet pads its skip connections with ``replicate`` before each concatenation), or a constant
+    one whose value is 0 (the default), since the pads then hold no value."""
     module = _module(graph, node)
     mode = getattr(getattr(module, "pad", module), "mode", None)
+    if mode in _COPYING_PAD_MODES:
+        return True
     value = node.args[2] if len(node.args) > 2 else getattr(module, "constant_value", 0.0)
     if isinstance(value, fx.Node):
         value = _constant(graph, value)
