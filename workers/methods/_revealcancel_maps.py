@@ -200,6 +200,7 @@ def _transposed_maps_at(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
     """Every map of a transposed convolution in ``dtype`` (float64 plans too: its products are few,
     in U-Net decoders, and need no float32 shortcut); the transposes by autograd. Its fan-in, the
     terms of one output, is at most its input channels per group times its kernel's size."""
+    assert isinstance(module, nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d)
     weight = module.weight.detach().to(dtype)
     bias = None if module.bias is None else module.bias.detach().to(dtype)
     magnitude = cache(weight.abs)

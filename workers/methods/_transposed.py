@@ -26,7 +26,7 @@ def transposed_convolution(
 ) -> torch.Tensor:
     """``module`` (ConvTranspose1d/2d/3d) applied to ``a`` with other parameters."""
     assert isinstance(module, nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d)
+    padding = module.padding
+    assert not isinstance(padding, str)  # a transposed convolution's padding is numeric
     op = _BY_DIMENSIONS[len(module.kernel_size)]
-    return op(
-        a, weight, bias, module.stride, module.padding, module.output_padding, module.groups, module.dilation
-    )
+    return op(a, weight, bias, module.stride, padding, module.output_padding, module.groups, module.dilation)
