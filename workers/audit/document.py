@@ -90,7 +90,7 @@ class GameSection:
     classes: Sequence[int]
     target_values: Sequence[float]
     reference_values: Sequence[float]
-    checks: Sequence[Mapping[str, Any]]  # v(N) and v(empty) against plain model evaluations
+    checks: Sequence[Mapping[str, Any]]  # v(N), v(empty) and f(b) nudged against plain evaluations
     unaudited: Mapping[str, Any]
     mass_by_order: Sequence[Mapping[str, Any]]
     top_interactions: Sequence[Mapping[str, Any]]

@@ -9,15 +9,11 @@ gradient is LRP-0 on the pad), RevealCancel with the pad as its own layer, from 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from tests.unit.methods._context import context, dense_layers
-from tests.unit.methods.test_lrp import lrp_epsilon_ref
-from tests.unit.methods.test_revealcancel import revealcancel_ref
-from workers.methods import get_method
+from tests.unit.methods._moves import assert_lrp_epsilon_through_a_move, assert_revealcancel_through_a_move
 
 SHAPE = (1, 3, 3)
 PADS = {"replicate": nn.ReplicationPad2d, "reflect": nn.ReflectionPad2d}
@@ -45,32 +41,11 @@ def _padded_cnn(mode: str) -> nn.Sequential:
     return model.eval()
 
 
-def _rows(seed: int) -> torch.Tensor:
-    return torch.randn(4, *SHAPE, generator=torch.Generator().manual_seed(seed))
-
-
 @pytest.mark.parametrize(("mode", "dynamo"), CASES)
 def test_lrp_epsilon_takes_relevance_back_to_the_copied_values(mode: str, dynamo: bool) -> None:
-    model, x = _padded_cnn(mode), _rows(1)
-    classes = np.array([2, 0, 1, 1])
-    got = get_method("lrp_epsilon").attribute(
-        context(model, x[:1], dynamo=dynamo), x.numpy(), np.zeros_like(x.numpy()), classes
-    )
-    first, pad, after, *rest = dense_layers(model, SHAPE)
-    layers = [first, (pad[0] @ after[0], after[1], after[2]), *rest]  # x P W + b: no bias in P
-    flat = x.numpy().reshape(4, -1).astype(np.float64)
-    want = np.stack([lrp_epsilon_ref(layers, flat[k], int(classes[k]), 1e-6) for k in range(4)])
-    np.testing.assert_allclose(got.reshape(4, -1), want, rtol=1e-5, atol=1e-6)
+    assert_lrp_epsilon_through_a_move(_padded_cnn(mode), _padded_cnn(mode), SHAPE, dynamo)
 
 
 @pytest.mark.parametrize(("mode", "dynamo"), CASES)
 def test_revealcancel_moves_parts_and_multipliers_through_the_pad(mode: str, dynamo: bool) -> None:
-    model, x, x0 = _padded_cnn(mode), _rows(2), _rows(3)
-    classes = np.array([0, 1, 2, 0])
-    got = get_method("deeplift_revealcancel").attribute(
-        context(model, x[:1], dynamo=dynamo), x.numpy(), x0.numpy(), classes
-    )
-    layers = dense_layers(model, SHAPE)
-    flat, flat0 = (t.numpy().reshape(4, -1).astype(np.float64) for t in (x, x0))
-    want = np.stack([revealcancel_ref(layers, flat[k], flat0[k], int(classes[k])) for k in range(4)])
-    np.testing.assert_allclose(got.reshape(4, -1), want, rtol=1e-5, atol=1e-6)
+    assert_revealcancel_through_a_move(_padded_cnn(mode), _padded_cnn(mode), SHAPE, dynamo)

@@ -20,9 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.models import to_onnx
-from tests.unit.methods._context import context, dense_layers
-from tests.unit.methods.test_lrp import lrp_epsilon_ref
-from tests.unit.methods.test_revealcancel import revealcancel_ref
+from tests.unit.methods._context import context
+from tests.unit.methods._moves import assert_lrp_epsilon_through_a_move, assert_revealcancel_through_a_move
 from workers.methods import get_method
 from xaudit.contract.errors import NotApplicable
 
@@ -71,27 +70,12 @@ def _rows(seed: int) -> torch.Tensor:
 
 @pytest.mark.parametrize(("mode", "dynamo"), CASES)
 def test_lrp_epsilon_passes_relevance_back_through_the_upsampling(mode: str, dynamo: bool) -> None:
-    model, x = _upsampling_cnn(mode), _rows(1)
-    classes = np.array([2, 0, 1, 1])
-    ctx = context(model, x[:1], dynamo=dynamo)
-    got = get_method("lrp_epsilon").attribute(ctx, x.numpy(), np.zeros_like(x.numpy()), classes)
-    first, resize, after, *rest = dense_layers(_upsampling_cnn(mode, twin=True), SHAPE)
-    layers = [first, (resize[0] @ after[0], after[1], after[2]), *rest]  # x L W + b: no bias in L
-    flat = x.numpy().reshape(4, -1).astype(np.float64)
-    want = np.stack([lrp_epsilon_ref(layers, flat[k], int(classes[k]), 1e-6) for k in range(4)])
-    np.testing.assert_allclose(got.reshape(4, -1), want, rtol=1e-5, atol=1e-6)
+    assert_lrp_epsilon_through_a_move(_upsampling_cnn(mode), _upsampling_cnn(mode, twin=True), SHAPE, dynamo)
 
 
 @pytest.mark.parametrize(("mode", "dynamo"), CASES)
 def test_revealcancel_moves_parts_and_multipliers_through_the_upsampling(mode: str, dynamo: bool) -> None:
-    model, x, x0 = _upsampling_cnn(mode), _rows(2), _rows(3)
-    classes = np.array([0, 1, 2, 0])
-    ctx = context(model, x[:1], dynamo=dynamo)
-    got = get_method("deeplift_revealcancel").attribute(ctx, x.numpy(), x0.numpy(), classes)
-    layers = dense_layers(_upsampling_cnn(mode, twin=True), SHAPE)
-    flat, flat0 = (t.numpy().reshape(4, -1).astype(np.float64) for t in (x, x0))
-    want = np.stack([revealcancel_ref(layers, flat[k], flat0[k], int(classes[k])) for k in range(4)])
-    np.testing.assert_allclose(got.reshape(4, -1), want, rtol=1e-5, atol=1e-6)
+    assert_revealcancel_through_a_move(_upsampling_cnn(mode), _upsampling_cnn(mode, twin=True), SHAPE, dynamo)
 
 
 def test_the_exporters_compute_the_size_at_run_time() -> None:

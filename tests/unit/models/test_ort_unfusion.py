@@ -75,13 +75,15 @@ def test_onnxruntimes_fused_norm_and_gelu_convert_as_onnxs_own_operators() -> No
     """SkipLayerNormalization and BiasGelu (onnxruntime's transformer optimizer) are written back as
     Add + LayerNormalization and the exact GELU (workers/models/ort_unfusion.py): the methods' graph
     computes what onnxruntime computes, with layer norms where LRP's rules look for them."""
-    from workers.methods._fx_plan import _is_layer_norm
+    from workers.methods._fx_plan import _is_norm
 
     model = _fused_transformer_block()
     x = np.random.default_rng(5).standard_normal((3, 4, 8)).astype(np.float32)
     graph = _matches_onnxruntime(model, {"x": x})
     kinds = [type(m).__name__ for m in graph.modules()]
-    assert sum(_is_layer_norm(m) for m in graph.modules()) == 1 and kinds.count("Gelu") == 2, kinds
+    assert sum(_is_norm(m, type(m).__name__) for m in graph.modules()) == 1 and kinds.count("Gelu") == 2, (
+        kinds
+    )
     # Left fused where it cannot be written back: the mean read, or no LayerNormalization (opset 16).
     for unwritable in (_fused_transformer_block(read_mean=True), _fused_transformer_block(opset=16)):
         with pytest.raises(InvalidModel, match=r"'com.microsoft.SkipLayerNormalization' \(node 'skip_ln'\)"):
