@@ -13,7 +13,7 @@ from tests.unit.methods.test_lrp import lrp_epsilon_ref
 from tests.unit.methods.test_revealcancel import revealcancel_ref
 from workers.methods import get_method
 
-__all__ = ["assert_lrp_epsilon_through_a_move", "assert_revealcancel_through_a_move"]
+__all__ = ["assert_lrp_epsilon_through_a_move", "assert_revealcancel_equals_the_reference"]
 
 
 def _rows(shape: tuple[int, ...], seed: int) -> torch.Tensor:
@@ -35,10 +35,11 @@ def assert_lrp_epsilon_through_a_move(
     np.testing.assert_allclose(got.reshape(4, -1), want, rtol=1e-5, atol=1e-6)
 
 
-def assert_revealcancel_through_a_move(
+def assert_revealcancel_equals_the_reference(
     model: nn.Module, twin: nn.Sequential, shape: tuple[int, ...], dynamo: bool
 ) -> None:
-    """RevealCancel on ``model`` exported equals the per-unit reference on ``twin``."""
+    """RevealCancel on ``model`` exported equals the per-unit reference on ``twin`` (any Sequential
+    dense_layers reads, a move or none among its layers)."""
     x, x0, classes = _rows(shape, 2), _rows(shape, 3), np.array([0, 1, 2, 0])
     ctx = context(model, x[:1], dynamo=dynamo)
     got = get_method("deeplift_revealcancel").attribute(ctx, x.numpy(), x0.numpy(), classes)

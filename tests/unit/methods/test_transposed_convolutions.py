@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from tests.unit.methods._context import context, dense_layers
-from tests.unit.methods.test_revealcancel import revealcancel_ref
+from tests.unit.methods._context import context
+from tests.unit.methods._moves import assert_revealcancel_equals_the_reference
 from workers.methods import get_method
 
 SHAPE = (1, 3, 3)
@@ -63,14 +63,7 @@ def _rows(seed: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
 def test_revealcancel_equals_the_per_unit_reference(dynamo: bool) -> None:
-    model, x, x0 = _decoder(6), _rows(1), _rows(2)
-    classes = np.array([0, 1, 2, 0])
-    ctx = context(model, x[:1], dynamo=dynamo)
-    got = get_method("deeplift_revealcancel").attribute(ctx, x.numpy(), x0.numpy(), classes)
-    layers = dense_layers(model, SHAPE)
-    flat, flat0 = (t.numpy().reshape(4, -1).astype(np.float64) for t in (x, x0))
-    want = np.stack([revealcancel_ref(layers, flat[k], flat0[k], int(classes[k])) for k in range(4)])
-    np.testing.assert_allclose(got.reshape(4, -1), want, rtol=1e-5, atol=1e-6)
+    assert_revealcancel_equals_the_reference(_decoder(6), _decoder(6), SHAPE, dynamo)
 
 
 @pytest.mark.parametrize("method", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
