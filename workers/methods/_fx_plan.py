@@ -930,16 +930,16 @@ def layer_norm_parts(module: nn.Module, ndim: int) -> tuple[tuple[int, ...], flo
 
 class BoundPReLU(nn.Module):
     """onnx2torch's PReLU with its constant slope bound: the one-argument activation a ``gated`` step's
-    rules call (in the dtype of their input: RevealCancel's plans run in float64)."""
+    rules call (in the dtype of their input: RevealCancel's plans run in float64). It computes what
+    onnx2torch's module computes (x where x >= 0, else x times the slope, broadcast as ONNX's PRelu
+    broadcasts it) and holds no reference to that module, the key of the cache that keeps it."""
 
-    def __init__(self, prelu: nn.Module, slope: torch.Tensor) -> None:
+    def __init__(self, slope: torch.Tensor) -> None:
         super().__init__()
-        self.prelu = prelu
         self.slope = slope
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.prelu(x, self.slope.to(x.dtype))
-        return out
+        return torch.where(x >= 0, x, x * self.slope.to(x.dtype))
 
 
 _PRELUS: weakref.WeakKeyDictionary[nn.Module, BoundPReLU] = weakref.WeakKeyDictionary()
@@ -954,7 +954,7 @@ def _bound_prelu(graph: fx.GraphModule, node: fx.Node, source: fx.Node) -> Bound
     if not isinstance(slope, torch.Tensor):
         return None
     if module not in _PRELUS:
-        _PRELUS[module] = BoundPReLU(module, slope.detach())
+        _PRELUS[module] = BoundPReLU(slope.detach())
     return _PRELUS[module]
 
 

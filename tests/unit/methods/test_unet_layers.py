@@ -11,6 +11,8 @@ the axes after it; DeepLIFT and RevealCancel have no rule for it (Captum's gradi
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -194,3 +196,16 @@ def test_an_instance_norm_with_running_statistics_is_not_held() -> None:
     with pytest.raises(NotApplicable, match="InstanceNorm2d"):
         family_plan(torch.fx.symbolic_trace(model), "lrp_epsilon", "LRP")
     assert family_plan(torch.fx.symbolic_trace(_unet_block()), "lrp_epsilon", "LRP") is not None
+
+
+def test_a_bound_slope_does_not_keep_its_model_alive() -> None:
+    """The cache of bound PReLUs is keyed by onnx2torch's module: a value that held the module would
+    keep every model a worker ever ran alive."""
+    ctx = context(_leaky_mlp(), X)
+    graph = ctx.model.torch_hookable("lrp_epsilon")
+    family_plan(graph, "lrp_epsilon", "LRP")
+    prelu = weakref.ref(next(m for m in graph.modules() if type(m).__name__ == "OnnxPReLU"))
+    assert prelu() is not None
+    del ctx, graph
+    gc.collect()
+    assert prelu() is None
