@@ -200,7 +200,7 @@ def test_an_instance_norm_with_running_statistics_is_not_held() -> None:
 
 def test_a_bound_slope_does_not_keep_its_model_alive() -> None:
     """The cache of bound PReLUs is keyed by onnx2torch's module: a value that held the module would
-    keep every model a worker ever ran alive."""
+    keep each model's PReLU modules and slopes alive for the worker's life."""
     ctx = context(_leaky_mlp(), X)
     graph = ctx.model.torch_hookable("lrp_epsilon")
     family_plan(graph, "lrp_epsilon", "LRP")
