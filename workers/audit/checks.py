@@ -32,7 +32,7 @@ def check_failure(name: str, max_abs_error: float) -> str:
             f"the model's output at the reference moves by {max_abs_error:.3g} when the reference "
             f"moves by {NUDGE:g} of the inputs' scale, and not ten times as much for a step ten times "
             "as large: it is rounding noise there, not a value (a normalisation of a map the "
-            "reference makes constant, for one); choose another baseline"
+            "reference makes constant, for one); choose another baseline: blur, or one from data"
         )
     value = "v(N)" if name == "full" else "v(empty)"
     return (
