@@ -71,6 +71,16 @@ def test_a_quantized_model_is_audited_one_row_per_call_and_says_so(quantized: by
     assert verdicts["shapley_value"][0] == "reliable"  # efficient on the game by construction
 
 
+def test_a_quantized_models_steps_are_not_taken_for_noise(quantized: bytes) -> None:
+    """At a blurred reference the nudge moves this model's output by one quantization step (1.1e-4),
+    as much for a step ten times as large: a jump, not amplified noise, and far below what the
+    criteria can see (workers/audit/checks.py). It was called "rounding noise" at a floor of 1e-4."""
+    spec = JobSpec(players="grid:2x2", methods=("shapley_value",), device="cpu", baseline="blur")
+    report = run_audit(prepare(spec, quantized, None, {"inputs": X})).report
+    check = next(c for c in report["game"]["checks"] if c["name"] == "reference")
+    assert check["passed"] and check["max_abs_error"] > 1e-4, check
+
+
 def _batch_norm_model(training: int) -> onnx.ModelProto:
     scale, bias, mean, var = (nh.from_array(np.ones(2, np.float32), n) for n in ("s", "b", "m", "v"))
     node = oh.make_node(
