@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.methods._transposed import TRANSPOSED_TYPES, transposed_convolution
+from workers.methods._transposed import transposed_convolution
 from workers.models.dense_conv import dense_matrix
 
 __all__ = ["AffineMaps", "Transpose", "affine_maps", "dense_maps"]
@@ -56,11 +56,11 @@ def _autograd_transpose(fn: LinearMap) -> Transpose:
     return transpose
 
 
-def _conv_transpose(
-    module: nn.Conv1d | nn.Conv2d | nn.Conv3d, weight: Callable[[], torch.Tensor]
-) -> Transpose | None:
+def _conv_transpose(module: nn.Module, weight: Callable[[], torch.Tensor]) -> Transpose | None:
     """W^T g of a zero-padded convolution by its input-gradient kernel (no forward pass, no graph);
-    ``weight`` gives W."""
+    ``weight`` gives W. None for other layers (a transposed convolution's: autograd's)."""
+    if not isinstance(module, _CONV):
+        return None
     if module.padding_mode != "zeros" or isinstance(module.padding, str):
         return None
     grad_input = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}  # type: ignore[attr-defined]
@@ -132,8 +132,8 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
     transposes take float64 tensors and return float64 ones but multiply in float32, where torch has
     fast kernels: |W| |da| is a sum of non-negative terms, so its rounding stays within a relative
     2**-24 per term, and the transposes are linear in the multipliers; no sign depends on either."""
-    if isinstance(module, TRANSPOSED_TYPES):
-        return _transposed_maps_at(module, dtype)
+    if isinstance(module, nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d):
+        return _maps_at(module, dtype)  # in float64 too: its products are few (U-Net decoders)
     if not isinstance(module, (nn.Linear, *_CONV)):
         transpose = _autograd_transpose(module)
         return AffineMaps(module, module, module, transpose, transpose, 0)
@@ -160,7 +160,18 @@ def affine_maps(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
     )
 
 
-def _maps_at(module: nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d, dtype: torch.dtype) -> AffineMaps:
+_Layer = (
+    nn.Linear
+    | nn.Conv1d
+    | nn.Conv2d
+    | nn.Conv3d
+    | nn.ConvTranspose1d
+    | nn.ConvTranspose2d
+    | nn.ConvTranspose3d
+)
+
+
+def _maps_at(module: _Layer, dtype: torch.dtype) -> AffineMaps:
     """Every map of ``module`` in ``dtype``."""
     weight = module.weight.detach().to(dtype)
     bias = None if module.bias is None else module.bias.detach().to(dtype)
@@ -177,7 +188,9 @@ def _maps_at(module: nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d, dtype: torch
             lambda g, like: g @ magnitude(),
             weight.shape[1],
         )
-    conv = module._conv_forward  # handles every padding mode; linear in the input for a fixed weight
+    transposed = not isinstance(module, _CONV)
+    # _conv_forward handles every padding mode; each is linear in the input for a fixed weight
+    conv = module._conv_forward if not transposed else partial(transposed_convolution, module)
 
     def linear(x: torch.Tensor) -> torch.Tensor:
         return conv(x, weight, None)
@@ -185,40 +198,17 @@ def _maps_at(module: nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d, dtype: torch
     def absolute(x: torch.Tensor) -> torch.Tensor:
         return conv(x, magnitude(), None)
 
+    # A transposed convolution's transposes by autograd; its fan-in (the terms of one output) at most
+    # its input channels per group times its kernel's size, as a convolution's is exactly.
+    per_group = module.in_channels // module.groups
     return AffineMaps(
         lambda x: conv(x, weight, bias),
         linear,
         absolute,
         _conv_transpose(module, lambda: weight) or _autograd_transpose(linear),
         _conv_transpose(module, magnitude) or _autograd_transpose(absolute),
-        weight[0].numel(),
-        module.in_channels // module.groups < _FEW_CHANNELS,
-    )
-
-
-def _transposed_maps_at(module: nn.Module, dtype: torch.dtype) -> AffineMaps:
-    """Every map of a transposed convolution in ``dtype`` (float64 plans too: its products are few,
-    in U-Net decoders, and need no float32 shortcut); the transposes by autograd. Its fan-in, the
-    terms of one output, is at most its input channels per group times its kernel's size."""
-    assert isinstance(module, nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d)
-    weight = module.weight.detach().to(dtype)
-    bias = None if module.bias is None else module.bias.detach().to(dtype)
-    magnitude = cache(weight.abs)
-
-    def linear(x: torch.Tensor) -> torch.Tensor:
-        return transposed_convolution(module, x, weight, None)
-
-    def absolute(x: torch.Tensor) -> torch.Tensor:
-        return transposed_convolution(module, x, magnitude(), None)
-
-    fan_in = module.in_channels // module.groups * math.prod(module.kernel_size)
-    return AffineMaps(
-        lambda x: transposed_convolution(module, x, weight, bias),
-        linear,
-        absolute,
-        _autograd_transpose(linear),
-        _autograd_transpose(absolute),
-        fan_in,
+        per_group * math.prod(module.kernel_size),
+        not transposed and per_group < _FEW_CHANNELS,
     )
 
 
