@@ -57,10 +57,11 @@ def nudge_test(
     rows: np.ndarray,
     scale: np.ndarray | float,
     floor: np.ndarray | float,
+    at: np.ndarray | None = None,
 ) -> Nudged:
     """``f`` (rows -> values, first axis the rows) at ``rows``, nudged by NUDGE * ``scale``, and by ten
-    times that."""
-    at = np.asarray(f(rows), dtype=np.float64)
+    times that; ``at``: ``f(rows)`` where the caller has it already."""
+    at = np.asarray(f(rows) if at is None else at, dtype=np.float64)
     near = np.asarray(f(nudged(rows, scale)), dtype=np.float64)
     farther = np.asarray(f(nudged(rows, 10 * np.asarray(scale))), dtype=np.float64)
     tolerance = np.maximum(floor, _largest(farther - at) / 3)

@@ -68,7 +68,7 @@ def _mismatch(model: ModelAdapter, sample: np.ndarray) -> str | None:
     scale = float(np.abs(want).max())
     worst = float(np.abs(got.astype(np.float64) - want).max())
     if not worst <= _RELATIVE * scale + _ABSOLUTE:
-        noise = _noise(model, sample, _RELATIVE * scale + _ABSOLUTE)
+        noise = _noise(model, sample, want, _RELATIVE * scale + _ABSOLUTE)
         if noise is not None:
             return noise
         return (
@@ -79,11 +79,12 @@ def _mismatch(model: ModelAdapter, sample: np.ndarray) -> str | None:
     return None
 
 
-def _noise(model: ModelAdapter, sample: np.ndarray, tolerance: float) -> str | None:
-    """Why no graph can match the model on ``sample``, where the model's own output on some row is
-    rounding noise rather than a value (workers.nudge); None where every row has a value."""
+def _noise(model: ModelAdapter, sample: np.ndarray, outputs: np.ndarray, tolerance: float) -> str | None:
+    """Why no graph can match the model on ``sample`` (where it gives ``outputs``), where the model's
+    own output on some row is rounding noise rather than a value (workers.nudge); None where every
+    row has a value."""
     size = float(np.abs(sample).max()) or 1.0  # an all-zero row (a zeros reference) has no scale
-    nudge = nudge_test(model.predict, sample, 0.0 if model.takes_ids else size, tolerance)
+    nudge = nudge_test(model.predict, sample, 0.0 if model.takes_ids else size, tolerance, at=outputs)
     if not nudge.noise.any():
         return None
     return (
