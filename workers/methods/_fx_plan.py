@@ -354,10 +354,13 @@ def is_self_gated(module: nn.Module | None) -> bool:
 def _is_row_pool(module: nn.Module | None, name: str) -> bool:
     """A mean or a sum over given axes other than the batch axis: a linear map with W >= 0 within
     each row (ResNeSt sums its split-attention branches with a ReduceSum)."""
-    if name not in _ROW_POOLS:
-        return False
-    axes = list(getattr(module, _ROW_POOLS[name], None) or [])
+    axes = _reduced_axes(module, name)
     return bool(axes) and 0 not in axes
+
+
+def _reduced_axes(module: nn.Module | None, name: str) -> list[int]:
+    """The axes a ReduceMean or ReduceSum module reduces (none given, or another operator: [])."""
+    return list(getattr(module, _ROW_POOLS[name], None) or []) if name in _ROW_POOLS else []
 
 
 def _is_stack_sum(graph: fx.GraphModule, node: fx.Node, module: nn.Module | None, name: str) -> bool:
@@ -366,7 +369,7 @@ def _is_stack_sum(graph: fx.GraphModule, node: fx.Node, module: nn.Module | None
     pyramid so). Axis 0 there is the stacking axis, not the batch: the parts' sum, whose gradient
     hands each part its share as a residual sum's does (a move for the passes: RevealCancel adds the
     parts' positive and negative parts field by field, as at a merge)."""
-    if name not in _ROW_POOLS or list(getattr(module, _ROW_POOLS[name], None) or []) != [0]:
+    if _reduced_axes(module, name) != [0]:
         return False
     if getattr(module, "_keepdims", getattr(module, "keepdims", 1)):
         return False
