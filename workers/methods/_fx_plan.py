@@ -71,6 +71,7 @@ __all__ = [
     "family_plan",
     "folded_layer",
     "held_constant",
+    "is_permutation",
     "is_self_gated",
     "layer_norm_parts",
     "merge_parts",
@@ -127,6 +128,7 @@ _CONCAT_NAMES = {"OnnxConcat", "cat", "concat"}
 _MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
 # Data movement: a permutation, a slice, the parts of a split (ShuffleNet's channel shuffle and split),
 # and a gather at constant indices (_moves_data).
+_PERMUTATION_NAMES = {"OnnxTranspose", "permute", "transpose"}
 _MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSplit13", "Split", "getitem"}
 SUPPORTED = "Linear, Conv, ConvTranspose, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean, ReduceSum"
 MERGES = "Add and Concat of activations"
@@ -343,6 +345,13 @@ def folded_layer(affine: nn.Module, norm: nn.Module) -> nn.Module:
             folded.bias = nn.Parameter(bias * scale + shift, requires_grad=False)
         _FOLDED[norm] = folded
     return _FOLDED[norm]
+
+
+def is_permutation(step: Step) -> bool:
+    """A move that transposes its activation: every value kept once, so what reaches its output maps
+    back to its input one to one (Keras and tf2onnx put one between a channels-last input and the
+    first convolution, where Deep Taylor's z-beta terms sit)."""
+    return step.kind == "move" and _operator_name(step.node, step.module) in _PERMUTATION_NAMES
 
 
 def is_self_gated(module: nn.Module | None) -> bool:

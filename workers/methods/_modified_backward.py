@@ -45,6 +45,7 @@ from workers.methods._fx_plan import (
     evaluate,
     family_plan,
     folded_layer,
+    is_permutation,
     is_self_gated,
     layer_norm_parts,
 )
@@ -113,6 +114,10 @@ class RelevanceGraph:
         # (the proportional rule), a concatenation's each part its own slice. None: the topmost
         # rule layer receives the relevance itself.
         self.split_at = split_at
+        # Where a rule's extra leaf (z-beta's bound terms) sits when the input reaches it transposed,
+        # not just reshaped: that leaf's relevance is taken back to the input by its gradient.
+        first = next((step for step in path if step.kind == "affine"), None)
+        self.moved_input = first.source if first is not None and _moved(path, first.source) else None
         self.has_rules = bool(layers) or split_at is not None  # relevance is value times g
         # ReLU6, SiLU and Hardswish pass relevance through; a gate is taken as a constant
         self.passes = {
@@ -183,10 +188,14 @@ class RelevanceGraph:
         if target.kind != "logit":  # the softmax is crossed by its gradient, as under Zennit
             scores = target.transform(scores)
         seed = torch.zeros_like(scores).scatter_(1, classes[:, None], 1.0) * scores.detach()
-        grads = torch.autograd.grad(scores, [x, *leaves], seed)
+        moved = self.moved_input if leaves else None
+        grads = torch.autograd.grad(scores, [x, *leaves], seed, retain_graph=moved is not None)
         relevance = x.detach() * grads[0] if self.has_rules else grads[0]
-        for extra in grads[1:]:  # z-beta's bound terms: relevance at the (reshaped) input
-            relevance = relevance + extra.reshape(x.shape)
+        for extra in grads[1:]:  # z-beta's bound terms: relevance at the (reshaped or moved) input
+            if moved is None:
+                relevance = relevance + extra.reshape(x.shape)
+            else:
+                relevance = relevance + torch.autograd.grad(env[moved], x, extra)[0]
         return relevance.detach()
 
 
@@ -198,12 +207,24 @@ def _first_layer_at_input(path: list[Step]) -> bool:
 
 
 def _reshaped_input(path: list[Step]) -> set[fx.Node]:
-    """The input and reshapes of it: where a rule's extra leaf (z-beta's bounds) can sit."""
+    """The input and reshapes and transpositions of it: where a rule's extra leaf (z-beta's bounds)
+    can sit."""
     found: set[fx.Node] = set()
     for step in path:
-        if step.kind == "input" or (step.kind == "shape" and step.source in found):
+        if step.kind == "input" or ((step.kind == "shape" or is_permutation(step)) and step.source in found):
             found.add(step.node)
     return found
+
+
+def _moved(path: list[Step], node: fx.Node | None) -> bool:
+    """Whether ``node``, one of :func:`_reshaped_input`, is reached through a transposition."""
+    by_node = {step.node: step for step in path}
+    while node is not None and node in by_node:
+        step = by_node[node]
+        if is_permutation(step):
+            return True
+        node = step.source
+    return False
 
 
 def lrp_plan(graph: Any, method: str, first_needs_input: bool) -> Plan:

@@ -1,12 +1,18 @@
-"""Dense layers as exporters other than torch's write them, made one ``Gemm`` for the methods' graph.
+"""Affine layers as exporters other than torch's write them, made whole for the methods' graph.
 
 skl2onnx writes an MLP's layers as ``MatMul`` by the weight matrix then ``Add`` of the bias, after
 a ``Cast`` of the standardised input to the float type it already has; tf2onnx writes Keras'
-``Dense`` the same way. The rule methods' planners (LRP, Deep Taylor, DeepLIFT's own pass,
-RevealCancel) have rules for a Linear layer but none for a MatMul, a bias added after it or a Cast,
-so they were not applicable on such a model. Here, for the methods' graph only:
+``Dense`` the same way. Keras 3's own ONNX export (torch backend) writes a ``Cast`` to float after
+most layers and each ``Conv2D`` as ``Transpose`` (channels last to first), a bias-free ``Conv``,
+``Transpose`` back, then ``Add`` of the bias. The rule methods' planners (LRP, Deep Taylor,
+DeepLIFT's own pass, RevealCancel) have rules for a Linear or Conv layer but none for a MatMul, a
+bias added after it or a Cast, so they were not applicable on such a model. Here, for the methods'
+graph only:
 
-- a ``Cast`` to the type its input is known to have is an ``Identity`` (ONNX defines it so);
+- a ``Cast`` to the type its input is known to have is the identity (ONNX defines it so): its
+  readers read its input (an ``Identity`` where it writes a graph output);
+- a bias-free ``Conv`` whose output, directly or through one ``Transpose``, gets a constant added
+  that varies along the channel axis only takes that constant as its bias (``_conv_bias``);
 - ``MatMul(A, W)`` then ``Add(., b)``, with ``W`` a constant matrix, ``b`` a constant vector and
   ``A`` known to have rank 2, is ``Gemm(A, W, b)``: the same sums (the bias added once per output),
   which the torch conversion makes an ``nn.Linear``. A rank it cannot tell (a transformer's
@@ -32,40 +38,44 @@ __all__ = ["fuse_dense_layers"]
 
 # Operators whose output has the element type of their first input.
 _SAME_TYPE = {
-    "Abs", "Add", "BatchNormalization", "Clip", "Concat", "Div", "Dropout", "Elu", "Exp", "Flatten",
-    "Gemm", "Identity", "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max", "Min",
-    "Mul", "Neg", "Pow", "Relu", "Reshape", "Selu", "Sigmoid", "Softmax", "Sqrt", "Squeeze", "Sub",
-    "Tanh", "Transpose", "Unsqueeze",
+    "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose",
+    "Div", "Dropout", "Elu", "Exp", "Flatten", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
+    "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu",
+    "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Pad", "Pow", "PRelu",
+    "ReduceMax", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Resize", "Selu", "Sigmoid", "Slice",
+    "Softmax", "Softplus", "Sqrt", "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze",
 }  # fmt: skip
 # Elementwise operators: the output's rank is the largest of their inputs' (broadcasting).
 _ELEMENTWISE = {
     "Abs", "Add", "Cast", "Clip", "Div", "Dropout", "Elu", "Exp", "Identity", "LeakyRelu", "Log", "Max",
     "Min", "Mul", "Neg", "Pow", "Relu", "Selu", "Sigmoid", "Softmax", "LogSoftmax", "Sqrt", "Sub", "Tanh",
 }  # fmt: skip
+# Operators whose output has the rank of their first input.
+_SAME_RANK = {
+    "AveragePool", "BatchNormalization", "Conv", "ConvTranspose", "GlobalAveragePool", "GlobalMaxPool",
+    "InstanceNormalization", "LayerNormalization", "MaxPool", "Pad", "Resize", "Transpose",
+}  # fmt: skip
+_REDUCTIONS = {"ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum"}
 
 
 def fuse_dense_layers(model: onnx.ModelProto) -> int:
     """Rewrite ``model``'s main graph in place (module docstring); returns how many Casts, MatMul+Add
-    pairs and two-class sigmoids were rewritten."""
+    pairs, convolution biases and two-class sigmoids were rewritten."""
     graph = model.graph
     weights = {t.name: t for t in graph.initializer}
     types, ranks = _known(graph, weights)
+    outputs = {o.name for o in graph.output}
     nodes = [_copied(node) for node in graph.node]  # objects of our own: identities stay fixed
+    count, dropped = _bypass_casts(nodes, types, outputs), set()
+    nodes = [node for node in nodes if node.op_type != "Cast" or node.input]
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in nodes:
         for name in node.input:
             readers.setdefault(name, []).append(node)
-    outputs = {o.name for o in graph.output}
-    count, dropped = 0, set()
     for node in nodes:
         if node.domain not in ("", "ai.onnx"):
             continue
-        if node.op_type == "Cast":
-            if types.get(node.input[0]) == attributes(node).get("to"):
-                node.op_type = "Identity"
-                del node.attribute[:]
-                count += 1
-        elif node.op_type == "MatMul":
+        if node.op_type == "MatMul":
             add = _bias_after(node, readers, weights, outputs)
             matrix = weights.get(node.input[1])
             if add is None or matrix is None or len(matrix.dims) != 2 or ranks.get(node.input[0]) != 2:
@@ -78,11 +88,82 @@ def fuse_dense_layers(model: onnx.ModelProto) -> int:
             node.output[0] = add.output[0]
             dropped.add(id(add))
             count += 1
+        elif node.op_type == "Conv":
+            count += _conv_bias(graph, node, readers, weights, outputs, dropped)
     count += _two_class_sigmoids(graph, nodes, weights, readers, dropped)
     if count:
         del graph.node[:]
         graph.node.extend(node for node in nodes if id(node) not in dropped)
     return count
+
+
+def _bypass_casts(nodes: list[onnx.NodeProto], types: dict[str, int], outputs: set[str]) -> int:
+    """A ``Cast`` to the type its input is known to have is the identity (ONNX defines it so): its
+    readers read its input instead, and it is emptied for the caller to drop (an Identity where it
+    writes a graph output). Keras 3 writes one after most layers; a Cast between a MatMul and its
+    bias would keep the pair apart."""
+    renamed: dict[str, str] = {}
+    count = 0
+    for node in nodes:
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
+            continue
+        if types.get(node.input[0]) != attributes(node).get("to"):
+            continue
+        count += 1
+        if node.output[0] in outputs:
+            node.op_type = "Identity"
+            del node.attribute[:]
+        else:
+            renamed[node.output[0]] = node.input[0]
+            del node.input[:]
+    return count
+
+
+def _conv_bias(
+    graph: onnx.GraphProto,
+    conv: onnx.NodeProto,
+    readers: dict[str, list[onnx.NodeProto]],
+    weights: dict[str, onnx.TensorProto],
+    outputs: set[str],
+    dropped: set[int],
+) -> int:
+    """A bias-free ``Conv`` whose channels get a constant per-channel ``Add``, directly or after a
+    ``Transpose`` that moves the channel axis (Keras 3 on torch: NHWC -> Conv -> back to NHWC ->
+    Add(bias)), takes the bias itself: the same sums, one affine layer for the planners. 1 where
+    rewritten, else 0."""
+    kernel = weights.get(conv.input[1]) if len(conv.input) == 2 else None
+    if kernel is None or not kernel.dims:
+        return 0
+    channels, rank = kernel.dims[0], len(kernel.dims)
+    value, axis, between = conv.output[0], 1, None
+    users = readers.get(value, [])
+    if len(users) == 1 and users[0].op_type == "Transpose" and value not in outputs:
+        between = users[0]
+        perm = list(attributes(between).get("perm", []))
+        if sorted(perm) != list(range(rank)):
+            return 0
+        value, axis = between.output[0], perm.index(1)
+        users = readers.get(value, [])
+    if value in outputs or len(users) != 1 or users[0].op_type != "Add" or len(users[0].input) != 2:
+        return 0
+    add = users[0]
+    other = add.input[1] if add.input[0] == value else add.input[0]
+    bias = weights.get(other)
+    if bias is None or other == value or len(bias.dims) > rank:
+        return 0
+    shape = [1] * (rank - len(bias.dims)) + list(bias.dims)  # as broadcasting aligns it
+    if shape[axis] != channels or math.prod(shape) != channels:
+        return 0
+    vector = numpy_helper.from_array(numpy_helper.to_array(bias).reshape(-1), f"{bias.name}/conv_bias")
+    graph.initializer.append(vector)
+    weights[vector.name] = vector
+    conv.input.append(vector.name)
+    (between or conv).output[0] = add.output[0]
+    if between is not None:
+        between.input[0] = conv.output[0]
+    dropped.add(id(add))
+    return 1
 
 
 def _copied(node: onnx.NodeProto) -> onnx.NodeProto:
@@ -219,6 +300,27 @@ def _known(
         known = [ranks.get(name) for name in node.input if name]
         if node.op_type in _ELEMENTWISE and known and None not in known:
             ranks.setdefault(out, max(r for r in known if r is not None))
+        elif node.op_type in _SAME_RANK and first in ranks:
+            ranks.setdefault(out, ranks[first])
+        elif node.op_type == "Flatten":
+            ranks.setdefault(out, 2)
+        elif node.op_type in _REDUCTIONS and first in ranks:
+            reduced = _reduced_rank(node, ranks[first], weights)
+            if reduced is not None:
+                ranks.setdefault(out, reduced)
         elif node.op_type == "Gemm" or (node.op_type == "MatMul" and known == [2, 2]):
             ranks.setdefault(out, 2)
     return types, ranks
+
+
+def _reduced_rank(node: onnx.NodeProto, rank: int, weights: dict[str, onnx.TensorProto]) -> int | None:
+    """A reduction's output rank: its input's with ``keepdims``, else less the axes it reduces (an
+    attribute, or from opset 18 a constant second input); None where they cannot be told."""
+    attrs = attributes(node)
+    if attrs.get("keepdims", 1):
+        return rank
+    if "axes" in attrs:
+        return rank - len(set(attrs["axes"]))
+    if len(node.input) > 1 and node.input[1] in weights:
+        return rank - len(set(numpy_helper.to_array(weights[node.input[1]]).reshape(-1).tolist()))
+    return None if len(node.input) > 1 and node.input[1] else 0  # no axes: all of them

@@ -1,0 +1,165 @@
+"""A Keras 3 CNN (torch backend) exported by Keras' own ``model.export(format="onnx")``, as another team
+would ship it: a channels-last input, a no-op ``Cast`` after most layers, and every convolution
+written ``Transpose -> Conv (no bias) -> Transpose -> Add(bias)``. The methods' graph makes each Cast
+the identity and gives each Conv its bias (workers/models/dense_layers.py), and Deep Taylor's z-beta
+terms are taken back through the input's transpose (workers/methods/_modified_backward.py), so the
+five rule methods run xaudit's own passes and give the numbers of a torch twin built from the same
+weights (channels first; the twin's passes are checked against Zennit and Captum elsewhere).
+Before, all five were refused at the first Cast."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+from tests.unit.methods._context import context
+from workers.inspect_model import inspect_model
+from workers.methods import AttributionContext, get_method
+from workers.models import load_model
+from workers.models.dense_layers import fuse_dense_layers
+from workers.players import parse_players
+from workers.targets import Target
+
+_RULES = ("lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_rescale", "deeplift_revealcancel")
+_SHAPE = (10, 10, 3)  # height, width, channels: Keras' default layout
+
+_BUILD = textwrap.dedent(
+    """
+    import os, sys
+    os.environ["KERAS_BACKEND"] = "torch"
+    import numpy as np
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((10, 10, 3))
+    # Biases that keep the first ReLUs on: a max-pool window of zeros has no one gradient (the tie goes
+    # by float32 rounding), and RevealCancel would compare tie-breaking rather than rules.
+    x = keras.layers.Conv2D(4, 3, activation="relu", padding="same", bias_initializer=keras.initializers.Constant(3.0))(inputs)
+    x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Conv2D(6, 3, activation="relu", bias_initializer="random_normal")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(3, bias_initializer="random_normal")(x)
+    model = keras.Model(inputs, outputs)
+    model.predict(np.zeros((1, 10, 10, 3), np.float32), verbose=0)  # Keras exports a called model only
+    model.export(sys.argv[1] + "/model.onnx", format="onnx", verbose=False)
+    np.savez(sys.argv[1] + "/weights.npz", *model.get_weights())
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def keras_cnn(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[np.ndarray]]:
+    where = tmp_path_factory.mktemp("keras")
+    subprocess.run([sys.executable, "-c", _BUILD, str(where)], check=True, capture_output=True, timeout=300)
+    weights = np.load(where / "weights.npz")
+    return (where / "model.onnx").read_bytes(), [weights[f"arr_{i}"] for i in range(len(weights.files))]
+
+
+def _twin(weights: list[np.ndarray]) -> nn.Sequential:
+    """The same CNN channels first, in torch."""
+    k1, b1, k2, b2, dense, b3 = (torch.from_numpy(w.astype(np.float32)) for w in weights)
+    conv1, conv2, linear = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 6, 3), nn.Linear(6, 3)
+    with torch.no_grad():
+        for layer, weight, bias in ((conv1, k1.permute(3, 2, 0, 1), b1), (conv2, k2.permute(3, 2, 0, 1), b2)):
+            layer.weight.copy_(weight)  # Keras' kernels are (height, width, in, out)
+            layer.bias.copy_(bias)
+        linear.weight.copy_(dense.T)
+        linear.bias.copy_(b3)
+    return nn.Sequential(
+        conv1, nn.ReLU(), nn.MaxPool2d(2), conv2, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), linear
+    ).eval()
+
+
+def test_the_export_is_written_the_way_the_rewrites_read(keras_cnn: tuple[bytes, list[np.ndarray]]) -> None:
+    data, weights = keras_cnn
+    model = onnx.load_from_string(data)
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims[1:] == list(_SHAPE)
+    ops = [node.op_type for node in model.graph.node]
+    assert ops.count("Cast") >= 5 and ops[:4] == ["Cast", "Cast", "Cast", "Transpose"], ops
+    assert all(len(node.input) == 2 for node in model.graph.node if node.op_type == "Conv"), "bias-free Convs"
+    rewritten = fuse_dense_layers(model)
+    ops = [node.op_type for node in model.graph.node]
+    assert "Cast" not in ops and ops.count("Add") == 1, ops  # the Dense layer's: a Linear in the next test
+    assert rewritten == 15 + 2  # the Casts and the Convs' biases (the Dense layer's axes are a Constant node)
+    x = np.random.default_rng(0).normal(size=(4, *_SHAPE)).astype(np.float32)
+    name = model.graph.input[0].name
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {name: x})[0]
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {name: x}
+    )[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    twin = _twin(weights)(torch.from_numpy(x).permute(0, 3, 1, 2)).detach().numpy()
+    np.testing.assert_allclose(twin, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_rule_methods_run_their_own_passes(keras_cnn: tuple[bytes, list[np.ndarray]]) -> None:
+    methods = inspect_model(keras_cnn[0]).methods
+    assert all(methods[name].startswith("runs: torch graph") for name in _RULES), methods
+    assert "xaudit's Rescale pass" in methods["deeplift_rescale"], methods
+    from workers.models.named import OnnxGraph
+
+    graph = OnnxGraph(keras_cnn[0], "sha", torch.device("cpu")).torch_graph(None)
+    kinds = {type(m).__name__ for m in graph.modules()} - {"GraphModule", "GraphModuleImpl"}
+    assert kinds <= {
+        "Conv2d",
+        "DenseGradientConv2d",
+        "Linear",
+        "ReLU",
+        "MaxPool2d",
+        "OnnxTranspose",
+        "OnnxReduceStaticAxes",
+    }, kinds
+
+
+@pytest.mark.parametrize("method", _RULES)
+def test_the_rule_methods_give_the_twins_numbers(
+    keras_cnn: tuple[bytes, list[np.ndarray]], method: str
+) -> None:
+    data, weights = keras_cnn
+    r = np.random.default_rng(1)
+    x = r.normal(size=(4, *_SHAPE)).astype(np.float32)
+    x0 = 0.1 * r.normal(size=x.shape).astype(np.float32)
+    classes = np.array([0, 2, 1, 0])
+    model = load_model(data, "onnx", "cpu")
+    ctx = AttributionContext(model, parse_players("grid:2x2", _SHAPE), Target(), {})
+    got = get_method(method).attribute(ctx, x, x0, classes)
+    first = lambda a: np.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
+    twin_ctx = context(_twin(weights), torch.from_numpy(first(x[:1])))
+    want = get_method(method).attribute(twin_ctx, first(x), first(x0), classes)
+    np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5)
+    assert np.abs(want).max() > 1e-3  # not two maps of zeros
+
+
+def test_a_bias_along_another_axis_stays_an_add() -> None:
+    """After the transpose to (N, H, W, C), a (C, 1) constant broadcasts along the width, not the channels:
+    it is not the Conv's bias."""
+    from onnx import TensorProto
+    from onnx import helper as oh
+    from onnx import numpy_helper as nh
+
+    r = np.random.default_rng(2)
+    kernel = nh.from_array(r.normal(size=(5, 3, 3, 3)).astype(np.float32), "k")
+    bias = nh.from_array(r.normal(size=(5, 1)).astype(np.float32), "b")
+    graph = oh.make_graph(
+        [oh.make_node("Conv", ["x", "k"], ["c"], pads=[1, 1, 1, 1]),
+         oh.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+         oh.make_node("Add", ["t", "b"], ["y"])],
+        "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 5, 5])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)], [kernel, bias],
+    )  # fmt: skip
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    assert fuse_dense_layers(model) == 0
+    assert [node.op_type for node in model.graph.node] == ["Conv", "Transpose", "Add"]
+    bias.CopyFrom(nh.from_array(r.normal(size=(5,)).astype(np.float32), "b"))
+    model.graph.initializer[1].CopyFrom(bias)
+    assert fuse_dense_layers(model) == 1
+    assert [node.op_type for node in model.graph.node] == ["Conv", "Transpose"]
