@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
+from xaudit.contract.layout import channels_last, image_axes
 from xaudit.contract.subspecs import parse_players as parse_player_spec
 
 __all__ = [
@@ -102,11 +103,14 @@ def full_mask(n: int) -> np.ndarray:
 
 
 def _grid(spec: str, shape: tuple[int, ...]) -> Players:
+    """Patches over the image's height and width (xaudit.contract.layout: the last two axes, or the two
+    before the channels of an (H, W, C) image), shared by every channel."""
     parsed = parse_player_spec(spec)
     rows, cols = parsed.rows, parsed.cols
     if len(shape) < 2:
         raise InvalidInput(f"player spec '{spec}' needs an input with two spatial axes; got shape {shape}")
-    height, width = shape[-2], shape[-1]
+    last = channels_last(shape)
+    height, width = (shape[-3], shape[-2]) if last else (shape[-2], shape[-1])
     if not (1 <= rows <= height and 1 <= cols <= width):
         raise InvalidInput(f"player spec '{spec}' does not fit the input's {height}x{width} spatial axes")
     row_edges = np.linspace(0, height, rows + 1).round().astype(int)  # rows <= height: none empty
@@ -114,9 +118,10 @@ def _grid(spec: str, shape: tuple[int, ...]) -> Players:
     row_of = np.repeat(np.arange(rows), np.diff(row_edges))
     col_of = np.repeat(np.arange(cols), np.diff(col_edges))
     plane = row_of[:, None] * cols + col_of[None, :]
-    labels = np.broadcast_to(plane, shape).copy()
+    labels = np.broadcast_to(plane[..., None] if last else plane, shape).copy()
     names = tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
-    return Players(labels.astype(np.int64), names, spec, (rows, cols), (row_edges[:-1], col_edges[:-1]))
+    starts = None if last else (row_edges[:-1], col_edges[:-1])  # the fast sums read the last two axes
+    return Players(labels.astype(np.int64), names, spec, (rows, cols), starts)
 
 
 def _from_labels(spec: str, labels: np.ndarray, names: Sequence[str] | None) -> Players:
@@ -137,9 +142,9 @@ def _from_labels(spec: str, labels: np.ndarray, names: Sequence[str] | None) -> 
 
 
 def auto_players(sample_shape: tuple[int, ...]) -> str | None:
-    """The spec ``auto`` stands for on one sample of this shape: ``grid:3x3`` for an image (the last two
-    axes at least 3), ``features`` for at most 16 elements; None where there is no default."""
-    if len(sample_shape) >= 2 and sample_shape[-1] >= 3 and sample_shape[-2] >= 3:
+    """The spec ``auto`` stands for on one sample of this shape: ``grid:3x3`` for an image (its height
+    and width at least 3), ``features`` for at most 16 elements; None where there is no default."""
+    if len(sample_shape) >= 2 and all(sample_shape[axis] >= 3 for axis in image_axes(sample_shape)):
         return "grid:3x3"
     if int(np.prod(sample_shape)) <= 16:
         return "features"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from clients.render._data import as_float, as_floats
+from xaudit.contract.layout import channels_last
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -57,8 +58,8 @@ def _spatial(sample: np.ndarray) -> tuple[np.ndarray, bool]:
     a = np.asarray(sample, dtype=np.float64)
     if a.ndim == 2:
         return a, False
-    channels_last = a.shape[-1] in (1, 3, 4) and a.shape[0] not in (1, 3, 4)
-    return (a.sum(axis=-1), True) if channels_last else (a.sum(axis=0), False)
+    last = channels_last(a.shape)
+    return (a.sum(axis=-1), True) if last else (a.sum(axis=0), False)
 
 
 def _display_image(sample: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -66,8 +67,7 @@ def _display_image(sample: np.ndarray) -> tuple[np.ndarray, bool]:
     a = np.asarray(sample, dtype=np.float64)
     rgb = False
     if a.ndim == 3:
-        channels_last = a.shape[-1] in (1, 3, 4) and a.shape[0] not in (1, 3, 4)
-        chw = a.transpose(1, 2, 0) if not channels_last else a
+        chw = a if channels_last(a.shape) else a.transpose(1, 2, 0)
         if chw.shape[-1] == 3:
             a, rgb = chw, True
         else:
