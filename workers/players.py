@@ -110,7 +110,7 @@ def _grid(spec: str, shape: tuple[int, ...]) -> Players:
     if len(shape) < 2:
         raise InvalidInput(f"player spec '{spec}' needs an input with two spatial axes; got shape {shape}")
     last = channels_last(shape)
-    height, width = (shape[-3], shape[-2]) if last else (shape[-2], shape[-1])
+    height, width = (shape[axis] for axis in image_axes(shape))
     if not (1 <= rows <= height and 1 <= cols <= width):
         raise InvalidInput(f"player spec '{spec}' does not fit the input's {height}x{width} spatial axes")
     row_edges = np.linspace(0, height, rows + 1).round().astype(int)  # rows <= height: none empty
