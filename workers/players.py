@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xaudit.contract.errors import InvalidInput, ResourceExhausted
-from xaudit.contract.layout import channels_last, image_axes
+from xaudit.contract.layout import channels_last, image_axes, is_volume, spatial_axes
 from xaudit.contract.subspecs import parse_players as parse_player_spec
 
 __all__ = [
@@ -35,8 +35,9 @@ class Players:
     labels: np.ndarray
     names: tuple[str, ...]
     spec: str
-    # Players laid out as a grid (rows, cols): occlusion_patch slides its window over this layout.
-    layout: tuple[int, int]
+    # Players laid out as a grid (rows, cols), or (depth, rows, cols) for a volume's grid:DxRxC:
+    # occlusion_patch slides its window over this layout.
+    layout: tuple[int, ...]
     # grid:RxC only: where each row and each column of players starts on the last two axes, which
     # every leading axis (channels) shares; sums per player then need no table of labels.
     grid_starts: tuple[np.ndarray, np.ndarray] | None = None
@@ -103,25 +104,32 @@ def full_mask(n: int) -> np.ndarray:
 
 
 def _grid(spec: str, shape: tuple[int, ...]) -> Players:
-    """Patches over the image's height and width (xaudit.contract.layout: the last two axes, or the two
-    before the channels of an (H, W, C) image), shared by every channel."""
+    """Patches over the image's height and width, or over a volume's depth, height and width with
+    grid:DxRxC (xaudit.contract.layout: the last axes, or the ones before the channels of a
+    channels-last sample), shared by every channel."""
     parsed = parse_player_spec(spec)
-    rows, cols = parsed.rows, parsed.cols
-    if len(shape) < 2:
-        raise InvalidInput(f"player spec '{spec}' needs an input with two spatial axes; got shape {shape}")
+    sides = (parsed.depth, parsed.rows, parsed.cols) if parsed.depth else (parsed.rows, parsed.cols)
     last = channels_last(shape)
-    height, width = (shape[axis] for axis in image_axes(shape))
-    if not (1 <= rows <= height and 1 <= cols <= width):
-        raise InvalidInput(f"player spec '{spec}' does not fit the input's {height}x{width} spatial axes")
-    row_edges = np.linspace(0, height, rows + 1).round().astype(int)  # rows <= height: none empty
-    col_edges = np.linspace(0, width, cols + 1).round().astype(int)
-    row_of = np.repeat(np.arange(rows), np.diff(row_edges))
-    col_of = np.repeat(np.arange(cols), np.diff(col_edges))
-    plane = row_of[:, None] * cols + col_of[None, :]
-    labels = np.broadcast_to(plane[..., None] if last else plane, shape).copy()
-    names = tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
-    starts = None if last else (row_edges[:-1], col_edges[:-1])  # the fast sums read the last two axes
-    return Players(labels.astype(np.int64), names, spec, (rows, cols), starts)
+    if len(shape) < len(sides) + last:
+        what = "three spatial axes (a volume)" if parsed.depth else "two spatial axes"
+        raise InvalidInput(f"player spec '{spec}' needs an input with {what}; got shape {shape}")
+    axes = spatial_axes(shape, len(sides))
+    sizes = tuple(shape[axis] for axis in axes)
+    if not all(1 <= side <= size for side, size in zip(sides, sizes, strict=True)):
+        raise InvalidInput(
+            f"player spec '{spec}' does not fit the input's {'x'.join(map(str, sizes))} spatial axes"
+        )
+    edges = [
+        np.linspace(0, size, side + 1).round().astype(int) for side, size in zip(sides, sizes, strict=True)
+    ]
+    index = [np.repeat(np.arange(side), np.diff(edge)) for side, edge in zip(sides, edges, strict=True)]
+    block = np.ravel_multi_index(np.meshgrid(*index, indexing="ij"), sides)  # one label per spatial element
+    labels = np.broadcast_to(block[..., None] if last else block, shape).copy()
+    letters = "drc"[-len(sides) :]
+    names = tuple("".join(f"{a}{i}" for a, i in zip(letters, at, strict=True)) for at in np.ndindex(*sides))
+    # the fast sums read an image's last two axes
+    starts = (edges[0][:-1], edges[1][:-1]) if len(sides) == 2 and not last else None
+    return Players(labels.astype(np.int64), names, spec, sides, starts)
 
 
 def _from_labels(spec: str, labels: np.ndarray, names: Sequence[str] | None) -> Players:
@@ -142,8 +150,12 @@ def _from_labels(spec: str, labels: np.ndarray, names: Sequence[str] | None) -> 
 
 
 def auto_players(sample_shape: tuple[int, ...]) -> str | None:
-    """The spec ``auto`` stands for on one sample of this shape: ``grid:3x3`` for an image (its height
-    and width at least 3), ``features`` for at most 16 elements; None where there is no default."""
+    """The spec ``auto`` stands for on one sample of this shape: ``grid:2x2x2`` for a volume (its
+    depth, height and width at least 2: 8 blocks, an exact game of 256 sub-inputs), ``grid:3x3`` for
+    an image (its height and width at least 3), ``features`` for at most 16 elements; None where
+    there is no default."""
+    if is_volume(sample_shape) and all(sample_shape[a] >= 2 for a in spatial_axes(sample_shape, 3)):
+        return "grid:2x2x2"
     if len(sample_shape) >= 2 and all(sample_shape[axis] >= 3 for axis in image_axes(sample_shape)):
         return "grid:3x3"
     if int(np.prod(sample_shape)) <= 16:
@@ -169,14 +181,14 @@ def parse_players(
     size = int(np.prod(sample_shape))
     if kind == "auto":
         default = auto_players(sample_shape)
-        if default == "grid:3x3":
+        if default is not None and default.startswith("grid:"):
             players = _grid(default, sample_shape)
         elif default == "features":
             players = _from_flat("features", np.arange(size), sample_shape, _feature_names(group_names, size))
         else:
             raise InvalidInput(
                 f"no default players for an input of shape {sample_shape} with {size} elements; "
-                "pass --players (windows:K for a signal or sequence, grid:RxC for an image, "
+                "pass --players (windows:K for a signal or sequence, grid:RxC for an image, grid:DxRxC for a volume, "
                 "groups:FILE.json or mask:FILE.npy)"
             )
     elif kind == "grid":
@@ -212,7 +224,7 @@ def parse_players(
         players = _from_labels(spec, mask, list(group_names) or None)
     else:
         raise InvalidInput(
-            f"unknown player spec '{spec}' (use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy, "
+            f"unknown player spec '{spec}' (use auto, grid:RxC, grid:DxRxC, features, groups:FILE.json, mask:FILE.npy, "
             "windows:K, tokens)"
         )
     if players.n > MAX_PLAYERS:

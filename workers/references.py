@@ -6,7 +6,7 @@ import numpy as np
 from scipy.ndimage import gaussian_filter
 
 from xaudit.contract.errors import InvalidInput
-from xaudit.contract.layout import channels_last, image_axes
+from xaudit.contract.layout import channels_last, is_volume, spatial_axes
 from xaudit.contract.subspecs import parse_baseline
 
 __all__ = ["check_background", "make_baselines"]
@@ -33,13 +33,18 @@ def make_baselines(spec: str, inputs: np.ndarray, tensor: np.ndarray | None = No
     elif kind == "mean":
         if inputs.ndim >= 3:
             # Per sample and channel (axis 1, or the last of an (H, W, C) image), over the other axes.
-            axes = (1, 2) if channels_last(sample_shape) else tuple(range(2, inputs.ndim))
+            axes = (
+                tuple(range(1, inputs.ndim - 1))
+                if channels_last(sample_shape)
+                else tuple(range(2, inputs.ndim))
+            )
             out = np.broadcast_to(inputs.mean(axis=axes, keepdims=True), inputs.shape).copy()
         else:
             # Tabular: per-feature mean over the given samples.
             out = np.broadcast_to(inputs.mean(axis=0, keepdims=True), inputs.shape).copy()
-    elif kind == "blur":  # over the image's height and width (xaudit.contract.layout), never its channels
-        axes = image_axes(sample_shape)[-len(sample_shape) :] if sample_shape else ()
+    elif kind == "blur":  # over the spatial axes (xaudit.contract.layout), never the channels
+        count = 3 if is_volume(sample_shape) else min(2, len(sample_shape))
+        axes = spatial_axes(sample_shape, count)
         sigma = parsed.sigma if parsed.sigma is not None else max(1.0, min(sample_shape[a] for a in axes) / 8)
         sigmas = tuple(sigma if axis - inputs.ndim in axes else 0.0 for axis in range(inputs.ndim))
         out = gaussian_filter(inputs.astype(np.float64), sigma=sigmas, mode="nearest")

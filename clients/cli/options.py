@@ -88,8 +88,9 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
     parser.add_argument(
         "--players",
         default="auto",
-        help="grid:RxC, features, groups:FILE.json, mask:FILE.npy, windows:K, tokens or tokens:skip=P,P "
-        "(default: grid:3x3 for images, features for up to 16 features)",
+        help="grid:RxC, grid:DxRxC (a volume), features, groups:FILE.json, mask:FILE.npy, windows:K, tokens "
+        "or tokens:skip=P,P (default: grid:3x3 for images, grid:2x2x2 for volumes, features for up to 16 "
+        "features)",
     )
     parser.add_argument(
         "--baseline",

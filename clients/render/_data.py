@@ -98,7 +98,9 @@ class Players:
 
     @property
     def is_grid(self) -> bool:
-        return self.spec.strip().lower().startswith("grid:")
+        """An image's grid:RxC (a volume's grid:DxRxC is drawn as bars, one per block)."""
+        spec = self.spec.strip().lower()
+        return spec.startswith("grid:") and spec.count("x") == 1
 
 
 def players_of(report: Mapping[str, Any]) -> Players:

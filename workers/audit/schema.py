@@ -65,6 +65,7 @@ def v2_schema() -> dict[str, Any]:
     game["properties"]["unaudited"] = {"$ref": "#/$defs/unaudited"}
     game["properties"]["audited_sets"] = {"type": "object"}
     game["properties"]["plan"] = {"type": "object"}
+    game["properties"]["layout"]["maxItems"] = 3  # a volume's grid:DxRxC: (depth, rows, cols)
     props["summary"] = {
         "type": "object",
         "required": list(VERDICTS),

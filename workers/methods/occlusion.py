@@ -51,16 +51,19 @@ def _parse_pair(value: Any, what: str) -> tuple[int, int]:
     return rows, cols
 
 
-def patch_windows(layout: tuple[int, int], window: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
-    """(w, n) bool: the players covered by each window sliding over the players' grid layout."""
-    rows, cols = layout
+def patch_windows(layout: tuple[int, ...], window: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
+    """(w, n) bool: the players covered by each window sliding over the players' grid layout; over a
+    volume's (depth, rows, cols) layout, over the rows and columns of each depth slab."""
+    *depth, rows, cols = layout
+    slabs = depth[0] if depth else 1
     wr, wc = min(window[0], rows), min(window[1], cols)
-    grid = np.arange(rows * cols).reshape(rows, cols)
+    grid = np.arange(slabs * rows * cols).reshape(slabs, rows, cols)
     starts_r = sorted({*range(0, rows - wr + 1, stride[0]), rows - wr})
     starts_c = sorted({*range(0, cols - wc + 1, stride[1]), cols - wc})
-    windows = np.zeros((len(starts_r) * len(starts_c), rows * cols), dtype=bool)
-    for k, (r, c) in enumerate((r, c) for r in starts_r for c in starts_c):
-        windows[k, grid[r : r + wr, c : c + wc].ravel()] = True
+    placed = [(d, r, c) for d in range(slabs) for r in starts_r for c in starts_c]
+    windows = np.zeros((len(placed), slabs * rows * cols), dtype=bool)
+    for k, (d, r, c) in enumerate(placed):
+        windows[k, grid[d, r : r + wr, c : c + wc].ravel()] = True
     return windows
 
 

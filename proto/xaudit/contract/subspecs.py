@@ -43,7 +43,7 @@ MAX_TEXT_SPEC = 256  # a players / baseline / target string
 MAX_INDEX = 2**63 - 1  # class indices, token ids, output indices: they fit an int64
 
 PlayerKind = Literal["auto", "grid", "features", "groups", "mask", "windows", "tokens"]
-_PLAYER_USAGE = "use auto, grid:RxC, features, groups:FILE.json, mask:FILE.npy, windows:K, tokens"
+_PLAYER_USAGE = "use auto, grid:RxC, grid:DxRxC, features, groups:FILE.json, mask:FILE.npy, windows:K, tokens"
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -66,13 +66,15 @@ def _check_length(what: str, text: str) -> None:
 
 @dataclass(frozen=True)
 class PlayerSpec:
-    """``kind`` and its arguments: ``grid`` (rows, cols), ``windows`` (count), ``tokens`` (skip:
-    positions, negative from the end), ``groups``/``mask`` (source: the file the caller read)."""
+    """``kind`` and its arguments: ``grid`` (rows, cols; depth for a volume's grid:DxRxC, 0 for an
+    image's grid:RxC), ``windows`` (count), ``tokens`` (skip: positions, negative from the end),
+    ``groups``/``mask`` (source: the file the caller read)."""
 
     text: str
     kind: PlayerKind
     rows: int = 0
     cols: int = 0
+    depth: int = 0
     count: int = 0
     skip: tuple[int, ...] = ()
     source: str = ""
@@ -90,14 +92,20 @@ def parse_players(text: str) -> PlayerSpec:
         return PlayerSpec(spec, kind)  # type: ignore[arg-type]
     if kind == "grid":
         try:
-            rows, cols = (_index(v) for v in arg.lower().split("x"))
+            sides = [_index(v) for v in arg.lower().split("x")]
+            if len(sides) not in (2, 3):
+                raise ValueError(arg)
         except ValueError:
             raise InvalidInput(
-                f"player spec '{_short(spec)}': expected grid:RxC, e.g. grid:2x4 (a series: windows:K)"
+                f"player spec '{_short(spec)}': expected grid:RxC, e.g. grid:2x4, or grid:DxRxC for a "
+                "volume, e.g. grid:2x2x2 (a series: windows:K)"
             ) from None
-        if not (1 <= rows <= MAX_GRID_SIDE and 1 <= cols <= MAX_GRID_SIDE):
-            raise InvalidInput(f"player spec '{_short(spec)}': R and C must be between 1 and {MAX_GRID_SIDE}")
-        return PlayerSpec(spec, "grid", rows=rows, cols=cols)
+        if not all(1 <= side <= MAX_GRID_SIDE for side in sides):
+            raise InvalidInput(
+                f"player spec '{_short(spec)}': each side must be between 1 and {MAX_GRID_SIDE}"
+            )
+        *depth, rows, cols = sides
+        return PlayerSpec(spec, "grid", rows=rows, cols=cols, depth=depth[0] if depth else 0)
     if kind == "windows":
         try:
             count = _index(arg)
