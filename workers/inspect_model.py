@@ -16,6 +16,7 @@ from workers.methods.lrp import LrpMethod
 from workers.models.base import ModelAdapter
 from workers.players import auto_players
 from xaudit.contract.errors import NotApplicable, XauditError
+from xaudit.contract.layout import channels_last
 
 __all__ = ["ModelCheck", "inspect_model"]
 
@@ -51,6 +52,7 @@ class ModelCheck:
     rebatched: bool = False  # a fixed batch of 1 that the graph lets us widen (checked on two rows)
     rows_coupled_by: str | None = None  # an operator that couples a batch's rows: one row per call
     command: str = ""
+    layout: str = ""  # how the default players cut the explained input (a channels-last image, a volume)
 
     def runnable(self) -> list[str]:
         return [m for m, why in self.methods.items() if why.startswith("runs")]
@@ -89,6 +91,8 @@ class ModelCheck:
             lines.append(
                 f"  {self.explained_output} comes out of a {self.output_head}: {_HEAD_ADVICE[self.output_head]}"
             )
+        if self.layout:
+            lines.append(f"players by default: {self.layout}")
         lines.append("methods:")
         width = max(len(m) for m in self.methods)
         for name, why in self.methods.items():
@@ -209,7 +213,23 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
     explain = f" --explain {explained.name}" if len(check.inputs) > 1 else ""
     players = _players_option(explained.integer, explained.sample_shape)
     check.command = f"xaudit audit --model {path} {inputs}{explain}{players} --methods all --out report.json"
+    check.layout = _default_layout(explained.sample_shape)
     return check
+
+
+def _default_layout(sample_shape: tuple[int | None, ...] | None) -> str:
+    """Where the default grid falls on an input whose axes are not the plain (C, H, W) case: a
+    channels-last image or a volume (xaudit.contract.layout); "" otherwise or for a symbolic shape."""
+    shape = tuple(d for d in sample_shape or () if isinstance(d, int))
+    if not shape or len(shape) != len(sample_shape or ()):
+        return ""
+    spec = auto_players(shape)
+    if spec == "grid:2x2x2":
+        where = "channels last" if channels_last(shape) else "channels first"
+        return f"{spec}, blocks over the volume's depth, height and width ({where})"
+    if spec == "grid:3x3" and channels_last(shape):
+        return f"{spec}, patches over height and width, the channels last (axis {len(shape)})"
+    return ""
 
 
 def _players_option(integer: bool, sample_shape: tuple[int | None, ...] | None) -> str:

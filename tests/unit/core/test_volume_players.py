@@ -15,6 +15,7 @@ from torch import nn
 from tests.models import to_onnx
 from workers.audit import run_audit
 from workers.audit.schema import validate_report
+from workers.inspect_model import inspect_model
 from workers.methods import AttributionContext, get_method
 from workers.methods.occlusion import patch_windows
 from workers.models import load_model
@@ -122,9 +123,9 @@ def test_an_audit_of_a_volume_reports_its_layout() -> None:
     x = np.random.default_rng(4).normal(size=(2, *_VOLUME)).astype(np.float32)
     spec = JobSpec(players="auto", baseline="blur", target="class:0", device="cpu",
                    methods=("shapley_value", "occlusion_patch", "gradient_x_input"))  # fmt: skip
-    report = run_audit(
-        prepare(spec, to_onnx(net.eval(), torch.from_numpy(x[:1])), None, {"inputs": x})
-    ).report
+    model = to_onnx(net.eval(), torch.from_numpy(x[:1]))
+    assert "players by default: grid:2x2x2, blocks over the volume's depth" in inspect_model(model).text()
+    report = run_audit(prepare(spec, model, None, {"inputs": x})).report
     validate_report(report)
     assert report["game"]["layout"] == [2, 2, 2] and report["game"]["n"] == 8
     assert report["game"]["players"][7]["name"] == "d1r1c1"

@@ -102,7 +102,9 @@ def test_the_export_is_written_the_way_the_rewrites_read(keras_cnn: tuple[bytes,
 
 
 def test_the_rule_methods_run_their_own_passes(keras_cnn: tuple[bytes, list[np.ndarray]]) -> None:
-    methods = inspect_model(keras_cnn[0]).methods
+    check = inspect_model(keras_cnn[0])
+    assert "grid:3x3, patches over height and width, the channels last" in check.text()
+    methods = check.methods
     assert all(methods[name].startswith("runs: torch graph") for name in _RULES), methods
     assert "xaudit's Rescale pass" in methods["deeplift_rescale"], methods
     from workers.models.named import OnnxGraph
