@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from xaudit.contract.layout import is_volume, spatial_axes
+
 __all__ = [
     "CRITERIA",
     "CRITERION_TITLES",
@@ -89,8 +91,9 @@ def as_float(value: Any) -> float | None:
 class Players:
     names: tuple[str, ...]
     sizes: tuple[int, ...]
-    layout: tuple[int, int]
+    layout: tuple[int, int]  # rows, cols of an image's or a volume's grid
     spec: str
+    depth: int = 1  # a volume's grid:DxRxC: its depth slabs (the page sums maps over depth)
 
     @property
     def n(self) -> int:
@@ -98,9 +101,9 @@ class Players:
 
     @property
     def is_grid(self) -> bool:
-        """An image's grid:RxC (a volume's grid:DxRxC is drawn as bars, one per block)."""
+        """grid:RxC or grid:DxRxC, asked for or the default (``auto`` on an image or a volume)."""
         spec = self.spec.strip().lower()
-        return spec.startswith("grid:") and spec.count("x") == 1
+        return spec.startswith("grid:") or (spec == "auto" and self.names[:1] in (("r0c0",), ("d0r0c0",)))
 
 
 def players_of(report: Mapping[str, Any]) -> Players:
@@ -109,17 +112,21 @@ def players_of(report: Mapping[str, Any]) -> Players:
     names = tuple(str(p.get("name", f"player {i}")) for i, p in enumerate(entries))
     sizes = tuple(int(p.get("size", 1)) for p in entries)
     layout_values = [int(v) for v in as_floats(game.get("layout"))]
-    layout = (layout_values[0], layout_values[1]) if len(layout_values) == 2 else (1, len(names))
+    depth = layout_values[0] if len(layout_values) == 3 else 1
+    layout = (layout_values[-2], layout_values[-1]) if len(layout_values) in (2, 3) else (1, len(names))
     spec = str((report.get("config") or {}).get("players", ""))
-    return Players(names, sizes, layout, spec)
+    return Players(names, sizes, layout, spec, depth)
 
 
 def input_kind(sample_shape: Sequence[int]) -> InputKind:
-    """Images have two spatial axes (H, W), optionally after a channel axis (C, H, W) or before (H, W, C)."""
+    """Images have two spatial axes (H, W), optionally after a channel axis (C, H, W) or before (H, W, C);
+    a volume (C, D, H, W) or (D, H, W, C) is drawn as an image of its sums over depth."""
     shape = tuple(int(d) for d in sample_shape)
     if len(shape) == 2 and min(shape) >= 2:
         return "image"
     if len(shape) == 3 and (min(shape[-2:]) >= 2 or shape[-1] in (1, 3, 4)):
+        return "image"
+    if is_volume(shape) and min(shape[axis] for axis in spatial_axes(shape, 3)) >= 2:
         return "image"
     return "vector"
 

@@ -54,18 +54,23 @@ def _fmt(value: float | None) -> str:
 
 
 def _spatial(sample: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Sum a (C, H, W), (H, W, C) or (H, W) array over channels -> (H, W); True when channels were last."""
+    """Sum a (C, H, W), (H, W, C) or (H, W) array over channels -> (H, W), and a volume's over channels
+    and depth; True when channels were last."""
     a = np.asarray(sample, dtype=np.float64)
     if a.ndim == 2:
         return a, False
     last = channels_last(a.shape)
-    return (a.sum(axis=-1), True) if last else (a.sum(axis=0), False)
+    a = a.sum(axis=-1) if last else a.sum(axis=0)
+    return (a.sum(axis=0) if a.ndim == 3 else a), last
 
 
 def _display_image(sample: np.ndarray) -> tuple[np.ndarray, bool]:
     """The input as something imshow can draw, scaled to [0, 1]; True when it is RGB."""
     a = np.asarray(sample, dtype=np.float64)
     rgb = False
+    if a.ndim == 4:  # a volume: its middle depth slice, channels averaged
+        a = a.mean(axis=-1 if channels_last(a.shape) else 0)
+        a = a[len(a) // 2]
     if a.ndim == 3:
         chw = a if channels_last(a.shape) else a.transpose(1, 2, 0)
         if chw.shape[-1] == 3:

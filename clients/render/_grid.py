@@ -56,7 +56,7 @@ def _image_picture(
     height, width = heats[0][2].shape
 
     def patches(ax: object) -> None:
-        if players.is_grid and players.layout[0] * players.layout[1] == players.n:
+        if players.is_grid and players.depth * players.layout[0] * players.layout[1] == players.n:
             for edge in _grid_edges(height, players.layout[0])[1:-1]:
                 ax.axhline(edge - 0.5, color="#555555", linewidth=0.6)  # type: ignore[attr-defined]
             for edge in _grid_edges(width, players.layout[1])[1:-1]:
@@ -241,9 +241,13 @@ def grid_section(
         if kind == "image":
             heats = [(n, v, _spatial(a[b])[0]) for n, v, a in drawn]
             image = inputs[b] if inputs is not None and b < len(inputs) else None
+            volume = len(sample_shape) == 4
             caption = (
-                "First cell: the input (lines: the players' patches); then each method's map, titled with its "
-                "verdict; colour bar: attribution, shared by the row. Read the maps of the reliable methods."
+                ("First cell: the input's middle depth slice" if volume else "First cell: the input")
+                + " (lines: the players' patches); then each method's map"
+                + (" summed over depth" if volume else "")
+                + ", titled with its verdict; colour bar: attribution, shared by the row. Read the maps of "
+                "the reliable methods."
                 if b == 0
                 else ""
             )

@@ -12,7 +12,11 @@ import torch
 from scipy.ndimage import gaussian_filter
 from torch import nn
 
+from clients.render import render_html
+from clients.render._data import players_of
+from clients.render._figures import _spatial
 from tests.models import to_onnx
+from tests.unit.render._html import parse
 from workers.audit import run_audit
 from workers.audit.schema import validate_report
 from workers.inspect_model import inspect_model
@@ -125,7 +129,20 @@ def test_an_audit_of_a_volume_reports_its_layout() -> None:
                    methods=("shapley_value", "occlusion_patch", "gradient_x_input"))  # fmt: skip
     model = to_onnx(net.eval(), torch.from_numpy(x[:1]))
     assert "players by default: grid:2x2x2, blocks over the volume's depth" in inspect_model(model).text()
-    report = run_audit(prepare(spec, model, None, {"inputs": x})).report
+    result = run_audit(prepare(spec, model, None, {"inputs": x}))
+    report = result.report
     validate_report(report)
     assert report["game"]["layout"] == [2, 2, 2] and report["game"]["n"] == 8
     assert report["game"]["players"][7]["name"] == "d1r1c1"
+    # the page draws each map summed over depth, with the grid's rows and columns
+    players = players_of(report)
+    assert (players.depth, players.layout, players.is_grid) == (2, (2, 2), True)
+    html = render_html(report, attributions=result.attributions, inputs=x)
+    assert "the input's middle depth slice" in html and "summed over depth" in html
+    page = parse(html)
+    for name, maps in result.attributions.items():
+        assert f"{name} total {float(maps[0].sum()):+.3g}" in page.images["grid-0"]["alt"]
+    heat, _ = _spatial(result.attributions["gradient_x_input"][0])
+    np.testing.assert_allclose(
+        heat, result.attributions["gradient_x_input"][0].astype(np.float64).sum(axis=(0, 1)), rtol=1e-10
+    )
