@@ -27,10 +27,11 @@ CASES: list[tuple[list[str], dict[str, object], dict[str, dict[str, str]], str]]
         ["--players", "grid:4y2"],
         {"players": "grid:4y2"},
         {},
-        "player spec 'grid:4y2': expected grid:RxC, e.g. grid:2x4 (a series: windows:K)",
+        "player spec 'grid:4y2': expected grid:RxC, e.g. grid:2x4, or grid:DxRxC for a volume, e.g. grid:2x2x2 "
+        "(a series: windows:K)",
     ),
     (["--players", "hexagons:3"], {"players": "hexagons:3"}, {}, "unknown player spec 'hexagons:3'"),
-    (["--players", "grid:5000x2"], {"players": "grid:5000x2"}, {}, "R and C must be between 1 and 1024"),
+    (["--players", "grid:5000x2"], {"players": "grid:5000x2"}, {}, "each side must be between 1 and 1024"),
     (
         ["--tolerance", "coverage=nan"],
         {"tolerances": {"coverage": float("nan")}},

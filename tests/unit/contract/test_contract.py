@@ -82,7 +82,7 @@ def test_spec_normalises_once_and_round_trips() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"players": "grid:0x2"}, "R and C must be between 1 and 1024"),
+        ({"players": "grid:0x2"}, "each side must be between 1 and 1024"),
         ({"players": "windows:many"}, "expected windows:K"),
         ({"players": "tokens:skip=a"}, "expected tokens or tokens:skip=P,P"),
         ({"baseline": "constant:inf"}, "the constant must be a finite number"),
