@@ -39,7 +39,7 @@ __all__ = ["fuse_dense_layers"]
 # Operators whose output has the element type of their first input.
 _SAME_TYPE = {
     "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose",
-    "Div", "Dropout", "Elu", "Exp", "Flatten", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
+    "Div", "Dropout", "Elu", "Exp", "Expand", "Flatten", "Gather", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
     "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu",
     "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Pad", "Pow", "PRelu",
     "ReduceMax", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Resize", "Selu", "Sigmoid", "Slice",

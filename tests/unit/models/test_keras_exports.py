@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -20,6 +21,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.models import to_onnx
 from tests.unit.methods._context import context
 from workers.inspect_model import inspect_model
 from workers.methods import AttributionContext, get_method
@@ -165,3 +167,80 @@ def test_a_bias_along_another_axis_stays_an_add() -> None:
     model.graph.initializer[1].CopyFrom(bias)
     assert fuse_dense_layers(model) == 1
     assert [node.op_type for node in model.graph.node] == ["Conv", "Transpose"]
+
+
+_BUILD_LSTM = textwrap.dedent(
+    """
+    import os, sys
+    os.environ["KERAS_BACKEND"] = "torch"
+    import numpy as np
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((7, 4))  # (time, features)
+    x = keras.layers.LSTM(5, bias_initializer="random_normal")(inputs)
+    outputs = keras.layers.Dense(3, bias_initializer="random_normal")(x)
+    model = keras.Model(inputs, outputs)
+    model.predict(np.zeros((1, 7, 4), np.float32), verbose=0)
+    model.export(sys.argv[1] + "/lstm.onnx", format="onnx", verbose=False)
+    np.savez(sys.argv[1] + "/lstm.npz", *model.get_weights())
+    """
+)
+
+
+class _UnrolledLstm(nn.Module):
+    """Keras' LSTM (gates i, f, c, o; sigmoid gates, tanh) written out step by step, as its export is."""
+
+    def __init__(self, weights: list[np.ndarray]) -> None:
+        super().__init__()
+        kernel, recurrent, bias, dense, dense_bias = (torch.from_numpy(w) for w in weights)
+        self.units = recurrent.shape[0]
+        self.x, self.h = (
+            nn.Linear(kernel.shape[0], 4 * self.units),
+            nn.Linear(self.units, 4 * self.units, bias=False),
+        )
+        self.out = nn.Linear(self.units, dense.shape[1])
+        with torch.no_grad():
+            self.x.weight.copy_(kernel.T)
+            self.x.bias.copy_(bias)
+            self.h.weight.copy_(recurrent.T)
+            self.out.weight.copy_(dense.T)
+            self.out.bias.copy_(dense_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        u = self.units
+        h = c = torch.zeros(x.shape[0], u)
+        for t in range(x.shape[1]):
+            z = self.x(x[:, t]) + self.h(h)
+            i, f, g, o = z[:, :u], z[:, u : 2 * u], z[:, 2 * u : 3 * u], z[:, 3 * u :]
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return self.out(h)
+
+
+@pytest.mark.parametrize("method", ["lrp_epsilon", "lrp_alpha_beta"])
+def test_a_keras_lstm_gets_lrp_with_its_gates_held(tmp_path: Path, method: str) -> None:
+    """Keras writes its LSTM out step by step (MatMul, Slice, Sigmoid, Tanh, Mul) with Casts between;
+    the Casts after its Gathers and Slices were of unknown type and stopped LRP. Now LRP holds the
+    sigmoid gates constant (Arras et al. 2017) and gives the numbers of the same LSTM written out in
+    torch; players are windows of time, given as a mask (windows:K would cut the features axis)."""
+    subprocess.run(
+        [sys.executable, "-c", _BUILD_LSTM, str(tmp_path)], check=True, capture_output=True, timeout=300
+    )
+    saved = np.load(tmp_path / "lstm.npz")
+    twin = _UnrolledLstm([saved[f"arr_{i}"] for i in range(len(saved.files))]).eval()
+    data = (tmp_path / "lstm.onnx").read_bytes()
+    x = np.random.default_rng(1).normal(size=(3, 7, 4)).astype(np.float32)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got_out = session.run(None, {session.get_inputs()[0].name: x})[0]
+    np.testing.assert_allclose(got_out, twin(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    time_windows = np.repeat(np.array([0, 0, 1, 1, 2, 2, 3])[:, None], 4, axis=1)
+    players = parse_players("mask:time.npy", (7, 4), player_mask=time_windows)
+    classes, x0 = np.array([0, 1, 2]), np.zeros_like(x)
+
+    def attribution(model: bytes) -> np.ndarray:
+        ctx = AttributionContext(load_model(model, "onnx", "cpu"), players, Target(), {})
+        return get_method(method).attribute(ctx, x, x0, classes)
+
+    want = attribution(to_onnx(twin, torch.from_numpy(x[:1])))
+    np.testing.assert_allclose(attribution(data), want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
