@@ -172,7 +172,7 @@ def parse_players(
     group_names: Sequence[str] = (),
 ) -> Players:
     """Build players from a spec: ``auto``, ``grid:RxC``, ``features``, ``groups:FILE.json``, ``mask:FILE.npy``,
-    ``windows:K`` (K windows over the last axis), ``tokens[:skip=P,P]`` (one per position of a token-id
+    ``windows:K[:axis=A]`` (K windows over the last axis, or axis A), ``tokens[:skip=P,P]`` (one per position of a token-id
     input).
 
     File contents arrive already loaded (``player_mask``, ``player_groups``), never as paths.
@@ -188,7 +188,7 @@ def parse_players(
         else:
             raise InvalidInput(
                 f"no default players for an input of shape {sample_shape} with {size} elements; "
-                "pass --players (windows:K for a signal or sequence, grid:RxC for an image, grid:DxRxC for a volume, "
+                "pass --players (windows:K for a signal, windows:K:axis=0 for a (time, features) sequence, grid:RxC for an image, grid:DxRxC for a volume, "
                 "groups:FILE.json or mask:FILE.npy)"
             )
     elif kind == "grid":
@@ -225,7 +225,7 @@ def parse_players(
     else:
         raise InvalidInput(
             f"unknown player spec '{spec}' (use auto, grid:RxC, grid:DxRxC, features, groups:FILE.json, mask:FILE.npy, "
-            "windows:K, tokens)"
+            "windows:K[:axis=A], tokens)"
         )
     if players.n > MAX_PLAYERS:
         raise ResourceExhausted(f"{players.n} players; at most {MAX_PLAYERS} are supported")

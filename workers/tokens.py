@@ -25,16 +25,24 @@ TOKEN_BASELINES = ("token", "zeros", "tensor", "file")
 
 
 def window_players(spec: str, sample_shape: tuple[int, ...]) -> Players:
-    """``windows:K``: K equal windows over the last axis (every other axis goes with its window);
-    named by their ranges, e.g. ``[0:16)``."""
-    k = parse_players(spec).count  # syntax and bounds: the contract's one parser
+    """``windows:K[:axis=A]``: K equal windows over the sample's last axis, or its axis A (a
+    (time, features) sequence's time is axis 0); every other axis goes with its window. Named by their
+    ranges, e.g. ``[0:16)``."""
+    parsed = parse_players(spec)  # syntax and bounds: the contract's one parser
+    k = parsed.count
     if not sample_shape:
         raise InvalidInput(f"player spec '{spec}' needs an input with at least one axis")
-    length = sample_shape[-1]
+    if not -len(sample_shape) <= parsed.axis < len(sample_shape):
+        raise InvalidInput(
+            f"player spec '{spec}': axis {parsed.axis} is not an axis of a {sample_shape} sample"
+        )
+    axis = parsed.axis % len(sample_shape)
+    length = sample_shape[axis]
     if not 1 <= k <= length:
-        raise InvalidInput(f"player spec '{spec}': K must be between 1 and the last axis' length {length}")
+        which = "the last axis'" if parsed.axis == -1 else f"axis {axis}'s"
+        raise InvalidInput(f"player spec '{spec}': K must be between 1 and {which} length {length}")
     edges = np.linspace(0, length, k + 1).round().astype(int)
-    window_of = np.repeat(np.arange(k), np.diff(edges))
+    window_of = np.repeat(np.arange(k), np.diff(edges)).reshape(length, *[1] * (len(sample_shape) - axis - 1))
     labels = np.broadcast_to(window_of, sample_shape).astype(np.int64).copy()
     names = tuple(f"[{edges[i]}:{edges[i + 1]})" for i in range(k))
     return Players(labels, names, spec, (1, k))

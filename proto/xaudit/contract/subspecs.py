@@ -43,7 +43,9 @@ MAX_TEXT_SPEC = 256  # a players / baseline / target string
 MAX_INDEX = 2**63 - 1  # class indices, token ids, output indices: they fit an int64
 
 PlayerKind = Literal["auto", "grid", "features", "groups", "mask", "windows", "tokens"]
-_PLAYER_USAGE = "use auto, grid:RxC, grid:DxRxC, features, groups:FILE.json, mask:FILE.npy, windows:K, tokens"
+_PLAYER_USAGE = (
+    "use auto, grid:RxC, grid:DxRxC, features, groups:FILE.json, mask:FILE.npy, windows:K[:axis=A], tokens"
+)
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -67,7 +69,7 @@ def _check_length(what: str, text: str) -> None:
 @dataclass(frozen=True)
 class PlayerSpec:
     """``kind`` and its arguments: ``grid`` (rows, cols; depth for a volume's grid:DxRxC, 0 for an
-    image's grid:RxC), ``windows`` (count), ``tokens`` (skip: positions, negative from the end),
+    image's grid:RxC), ``windows`` (count; axis of the sample, -1 the last), ``tokens`` (skip: positions, negative from the end),
     ``groups``/``mask`` (source: the file the caller read)."""
 
     text: str
@@ -75,6 +77,7 @@ class PlayerSpec:
     rows: int = 0
     cols: int = 0
     depth: int = 0
+    axis: int = -1  # windows: the sample's axis they cut (the last by default)
     count: int = 0
     skip: tuple[int, ...] = ()
     source: str = ""
@@ -107,15 +110,22 @@ def parse_players(text: str) -> PlayerSpec:
         *depth, rows, cols = sides
         return PlayerSpec(spec, "grid", rows=rows, cols=cols, depth=depth[0] if depth else 0)
     if kind == "windows":
+        count_text, _, axis_text = arg.partition(":")
         try:
-            count = _index(arg)
+            count = _index(count_text)
+            key, eq, value = axis_text.partition("=")
+            if axis_text and (key.strip().lower() != "axis" or not eq or len(value.strip()) > 3):
+                raise ValueError(axis_text)
+            axis = int(value) if axis_text else -1
         except ValueError:
             raise InvalidInput(
-                f"player spec '{_short(spec)}': expected windows:K with an integer K, e.g. windows:8"
+                f"player spec '{_short(spec)}': expected windows:K with an integer K, e.g. windows:8, or "
+                "windows:K:axis=A for windows over another axis of the sample (0: the first, e.g. time "
+                "in a (time, features) sequence)"
             ) from None
         if not 1 <= count <= MAX_WINDOWS:
             raise InvalidInput(f"player spec '{_short(spec)}': K must be between 1 and {MAX_WINDOWS}")
-        return PlayerSpec(spec, "windows", count=count)
+        return PlayerSpec(spec, "windows", count=count, axis=axis)
     if kind == "tokens":
         skip: tuple[int, ...] = ()
         if arg:

@@ -223,7 +223,7 @@ def test_a_keras_lstm_gets_lrp_with_its_gates_held(tmp_path: Path, method: str) 
     """Keras writes its LSTM out step by step (MatMul, Slice, Sigmoid, Tanh, Mul) with Casts between;
     the Casts after its Gathers and Slices were of unknown type and stopped LRP. Now LRP holds the
     sigmoid gates constant (Arras et al. 2017) and gives the numbers of the same LSTM written out in
-    torch; players are windows of time, given as a mask (windows:K would cut the features axis)."""
+    torch; players are windows of time (windows:K:axis=0; plain windows:K cuts the features axis)."""
     subprocess.run(
         [sys.executable, "-c", _BUILD_LSTM, str(tmp_path)], check=True, capture_output=True, timeout=300
     )
@@ -234,8 +234,9 @@ def test_a_keras_lstm_gets_lrp_with_its_gates_held(tmp_path: Path, method: str) 
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     got_out = session.run(None, {session.get_inputs()[0].name: x})[0]
     np.testing.assert_allclose(got_out, twin(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
-    time_windows = np.repeat(np.array([0, 0, 1, 1, 2, 2, 3])[:, None], 4, axis=1)
-    players = parse_players("mask:time.npy", (7, 4), player_mask=time_windows)
+    players = parse_players("windows:4:axis=0", (7, 4))
+    np.testing.assert_array_equal(players.labels[:, 0], [0, 0, 1, 1, 2, 3, 3])  # time windows
+    assert (players.labels == players.labels[:, :1]).all()  # every feature with its time step
     classes, x0 = np.array([0, 1, 2]), np.zeros_like(x)
 
     def attribution(model: bytes) -> np.ndarray:

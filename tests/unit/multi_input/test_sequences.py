@@ -33,6 +33,19 @@ def test_windows_split_the_last_axis_into_named_ranges() -> None:
         parse_players("windows:x", (10,))
 
 
+@pytest.mark.parametrize("axis", [0, -2])
+def test_windows_over_the_time_of_a_time_by_features_sequence(axis: int) -> None:
+    players = parse_players(f"windows:3:axis={axis}", (10, 2))
+    assert players.names == ("[0:3)", "[3:7)", "[7:10)")
+    np.testing.assert_array_equal(players.labels, parse_players("windows:3", (2, 10)).labels.T)
+    with pytest.raises(InvalidInput, match="axis 0's length 10"):
+        parse_players(f"windows:11:axis={axis}", (10, 2))
+    with pytest.raises(InvalidInput, match="not an axis"):
+        parse_players("windows:2:axis=2", (10, 2))
+    with pytest.raises(InvalidInput, match="windows:K:axis=A"):
+        parse_players("windows:2:axes=0", (10, 2))
+
+
 def test_tokens_are_one_player_per_position() -> None:
     players = parse_players("tokens", (5,))
     assert players.n == 5 and players.labels.tolist() == [0, 1, 2, 3, 4]
