@@ -11,8 +11,9 @@ graph only:
 
 - a ``Cast`` to the type its input is known to have is the identity (ONNX defines it so): its
   readers read its input (an ``Identity`` where it writes a graph output);
-- a bias-free ``Conv`` whose output, directly or through one ``Transpose``, gets a constant added
-  that varies along the channel axis only takes that constant as its bias (``_conv_bias``);
+- a ``Conv`` whose output, directly or through one ``Transpose``, then gets constants that vary
+  along the channel axis only added, subtracted, multiplied or divided by (a bias; an inference
+  batch norm written out) takes them into its weight and bias (``_conv_affine``);
 - ``MatMul(A, W)`` then ``Add(., b)``, with ``W`` a constant matrix, ``b`` a constant vector and
   ``A`` known to have rank 2, is ``Gemm(A, W, b)``: the same sums (the bias added once per output),
   which the torch conversion makes an ``nn.Linear``. A rank it cannot tell (a transformer's
@@ -56,6 +57,7 @@ _SAME_RANK = {
     "InstanceNormalization", "LayerNormalization", "MaxPool", "Pad", "Resize", "Transpose",
 }  # fmt: skip
 _REDUCTIONS = {"ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum"}
+_PER_CHANNEL = {"Add", "Sub", "Mul", "Div"}  # a constant per channel after a Conv (_conv_affine)
 
 
 def fuse_dense_layers(model: onnx.ModelProto) -> int:
@@ -89,7 +91,7 @@ def fuse_dense_layers(model: onnx.ModelProto) -> int:
             dropped.add(id(add))
             count += 1
         elif node.op_type == "Conv":
-            count += _conv_bias(graph, node, readers, weights, outputs, dropped)
+            count += _conv_affine(graph, node, readers, weights, outputs, dropped)
     count += _two_class_sigmoids(graph, nodes, weights, readers, dropped)
     if count:
         del graph.node[:]
@@ -120,7 +122,7 @@ def _bypass_casts(nodes: list[onnx.NodeProto], types: dict[str, int], outputs: s
     return count
 
 
-def _conv_bias(
+def _conv_affine(
     graph: onnx.GraphProto,
     conv: onnx.NodeProto,
     readers: dict[str, list[onnx.NodeProto]],
@@ -128,12 +130,15 @@ def _conv_bias(
     outputs: set[str],
     dropped: set[int],
 ) -> int:
-    """A bias-free ``Conv`` whose channels get a constant per-channel ``Add``, directly or after a
-    ``Transpose`` that moves the channel axis (Keras 3 on torch: NHWC -> Conv -> back to NHWC ->
-    Add(bias)), takes the bias itself: the same sums, one affine layer for the planners. 1 where
-    rewritten, else 0."""
-    kernel = weights.get(conv.input[1]) if len(conv.input) == 2 else None
-    if kernel is None or not kernel.dims:
+    """A ``Conv`` whose channels then get constants added, subtracted, multiplied or divided by, one
+    per channel, directly or after a ``Transpose`` that moves the channel axis, takes them into its
+    weight and bias: the same sums (up to rounding), one affine layer for the planners. Keras 3 on
+    torch writes a Conv2D's bias so (NHWC -> Conv -> back to NHWC -> Add(bias)) and an inference
+    batch norm as ``Sub(mean)``, ``Mul(scale)``, ``Add(beta)`` after it (what torch's exporters fold
+    into the convolution). 1 where rewritten, else 0."""
+    kernel = weights.get(conv.input[1]) if len(conv.input) > 1 else None
+    bias = weights.get(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
+    if kernel is None or not kernel.dims or (len(conv.input) > 2 and conv.input[2] and bias is None):
         return 0
     channels, rank = kernel.dims[0], len(kernel.dims)
     value, axis, between = conv.output[0], 1, None
@@ -145,25 +150,57 @@ def _conv_bias(
             return 0
         value, axis = between.output[0], perm.index(1)
         users = readers.get(value, [])
-    if value in outputs or len(users) != 1 or users[0].op_type != "Add" or len(users[0].input) != 2:
+    scale, shift = np.ones(channels), np.zeros(channels)  # the chain so far: z * scale + shift
+    chain: list[onnx.NodeProto] = []
+    while value not in outputs and len(users) == 1 and users[0].op_type in _PER_CHANNEL:
+        step = users[0]
+        if len(step.input) != 2 or step.input[0] != value or step.input[1] == value:
+            break  # c - z and c / z are not this layer's affine map
+        constant = _per_channel(weights.get(step.input[1]), rank, axis, channels)
+        if constant is None or (step.op_type == "Div" and not constant.all()):
+            break
+        if step.op_type in ("Mul", "Div"):
+            factor = constant if step.op_type == "Mul" else 1.0 / constant
+            scale, shift = scale * factor, shift * factor
+        else:
+            shift = shift + constant if step.op_type == "Add" else shift - constant
+        chain.append(step)
+        value = step.output[0]
+        users = readers.get(value, [])
+    if not chain:
         return 0
-    add = users[0]
-    other = add.input[1] if add.input[0] == value else add.input[0]
-    bias = weights.get(other)
-    if bias is None or other == value or len(bias.dims) > rank:
-        return 0
-    shape = [1] * (rank - len(bias.dims)) + list(bias.dims)  # as broadcasting aligns it
-    if shape[axis] != channels or math.prod(shape) != channels:
-        return 0
-    vector = numpy_helper.from_array(numpy_helper.to_array(bias).reshape(-1), f"{bias.name}/conv_bias")
-    graph.initializer.append(vector)
-    weights[vector.name] = vector
-    conv.input.append(vector.name)
-    (between or conv).output[0] = add.output[0]
+    w = numpy_helper.to_array(kernel).astype(np.float64)
+    b = numpy_helper.to_array(bias).astype(np.float64) if bias is not None else np.zeros(channels)
+    folded = numpy_helper.from_array(
+        (w * scale.reshape(-1, *[1] * (rank - 1))).astype(np.float32), f"{kernel.name}/folded"
+    )
+    offset = numpy_helper.from_array(
+        (b * scale + shift).astype(np.float32), f"{conv.name or kernel.name}/bias"
+    )
+    graph.initializer.extend([folded, offset])
+    weights[folded.name], weights[offset.name] = folded, offset
+    conv.input[1] = folded.name
+    if len(conv.input) > 2:
+        conv.input[2] = offset.name
+    else:
+        conv.input.append(offset.name)
+    (between or conv).output[0] = chain[-1].output[0]
     if between is not None:
         between.input[0] = conv.output[0]
-    dropped.add(id(add))
+    dropped.update(id(step) for step in chain)
     return 1
+
+
+def _per_channel(tensor: onnx.TensorProto | None, rank: int, axis: int, channels: int) -> np.ndarray | None:
+    """A constant that varies along ``axis`` only, as the (channels,) vector it broadcasts to; None
+    for anything else (a per-element constant, a rank above the activation's)."""
+    if tensor is None or len(tensor.dims) > rank:
+        return None
+    shape = [1] * (rank - len(tensor.dims)) + list(tensor.dims)  # as broadcasting aligns it
+    if math.prod(shape) not in (1, channels) or (math.prod(shape) == channels and shape[axis] != channels):
+        return None
+    values = numpy_helper.to_array(tensor).astype(np.float64).reshape(-1)
+    return np.broadcast_to(values, (channels,)).copy()
 
 
 def _copied(node: onnx.NodeProto) -> onnx.NodeProto:

@@ -4,7 +4,8 @@ written ``Transpose -> Conv (no bias) -> Transpose -> Add(bias)``. The methods' 
 the identity and gives each Conv its bias (workers/models/dense_layers.py), and Deep Taylor's z-beta
 terms are taken back through the input's transpose (workers/methods/_modified_backward.py), so the
 five rule methods run xaudit's own passes and give the numbers of a torch twin built from the same
-weights (channels first; the twin's passes are checked against Zennit and Captum elsewhere).
+weights (channels first; the twin's passes are checked against Zennit and Captum elsewhere). A
+batch norm, which Keras writes out as Sub, Mul, Add, is folded into its convolution the same way.
 Before, all five were refused at the first Cast."""
 
 from __future__ import annotations
@@ -245,3 +246,80 @@ def test_a_keras_lstm_gets_lrp_with_its_gates_held(tmp_path: Path, method: str) 
 
     want = attribution(to_onnx(twin, torch.from_numpy(x[:1])))
     np.testing.assert_allclose(attribution(data), want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
+
+
+_BUILD_BATCH_NORM = textwrap.dedent(
+    """
+    import os, sys
+    os.environ["KERAS_BACKEND"] = "torch"
+    import numpy as np
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((10, 10, 3))
+    x = keras.layers.Conv2D(4, 3, padding="same", use_bias=False)(inputs)
+    norm = keras.layers.BatchNormalization()
+    x = keras.layers.ReLU()(norm(x))
+    x = keras.layers.Dropout(0.3)(x)
+    x = keras.layers.Conv2D(5, 3, strides=2, activation="relu", bias_initializer="random_normal")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(3, bias_initializer="random_normal")(x)
+    model = keras.Model(inputs, outputs)
+    r = np.random.default_rng(0)  # running statistics as after training; a negative scale among them
+    norm.set_weights([np.array([1.5, -0.7, 0.9, 1.2]), r.normal(size=4), r.normal(size=4), r.uniform(0.5, 2, 4)])
+    model.predict(np.zeros((1, 10, 10, 3), np.float32), verbose=0)
+    model.export(sys.argv[1] + "/bn.onnx", format="onnx", verbose=False)
+    np.savez(sys.argv[1] + "/bn.npz", *model.get_weights())
+    """
+)
+
+
+def _batch_norm_twin(weights: list[np.ndarray]) -> nn.Sequential:
+    k1, gamma, beta, mean, var, k2, b2, dense, b3 = (torch.from_numpy(w.astype(np.float32)) for w in weights)
+    conv1, norm, conv2 = (
+        nn.Conv2d(3, 4, 3, padding=1, bias=False),
+        nn.BatchNorm2d(4, eps=1e-3),
+        nn.Conv2d(4, 5, 3, 2),
+    )
+    linear = nn.Linear(5, 3)
+    with torch.no_grad():
+        conv1.weight.copy_(k1.permute(3, 2, 0, 1))
+        norm.weight.copy_(gamma)
+        norm.bias.copy_(beta)
+        norm.running_mean.copy_(mean)
+        norm.running_var.copy_(var)
+        conv2.weight.copy_(k2.permute(3, 2, 0, 1))
+        conv2.bias.copy_(b2)
+        linear.weight.copy_(dense.T)
+        linear.bias.copy_(b3)
+    return nn.Sequential(
+        conv1, norm, nn.ReLU(), conv2, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), linear
+    ).eval()
+
+
+@pytest.mark.parametrize("method", _RULES)
+def test_a_keras_batch_norm_is_folded_into_its_convolution(tmp_path: Path, method: str) -> None:
+    """Keras writes an inference batch norm out as Sub(mean), Mul(scale), Add(beta) on the channels-last
+    activations; RevealCancel and DeepLIFT's own pass stopped at the Sub. The methods' graph folds
+    them into the convolution (as torch's exporter and Zennit's canonizers do), and every rule method
+    gives the numbers of the torch twin with its BatchNorm2d."""
+    subprocess.run(
+        [sys.executable, "-c", _BUILD_BATCH_NORM, str(tmp_path)], check=True, capture_output=True, timeout=300
+    )
+    saved = np.load(tmp_path / "bn.npz")
+    twin = _batch_norm_twin([saved[f"arr_{i}"] for i in range(len(saved.files))])
+    data = (tmp_path / "bn.onnx").read_bytes()
+    assert {"Sub", "Mul"} <= {node.op_type for node in onnx.load_from_string(data).graph.node}
+    if method == "deeplift_rescale":
+        assert "xaudit's Rescale pass" in inspect_model(data).methods[method]
+    r = np.random.default_rng(1)
+    x = r.normal(size=(4, *_SHAPE)).astype(np.float32)
+    x0 = 0.1 * r.normal(size=x.shape).astype(np.float32)
+    classes = np.array([0, 2, 1, 0])
+    ctx = AttributionContext(load_model(data, "onnx", "cpu"), parse_players("grid:2x2", _SHAPE), Target(), {})
+    got = get_method(method).attribute(ctx, x, x0, classes)
+    first = lambda a: np.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
+    want = get_method(method).attribute(
+        context(twin, torch.from_numpy(first(x[:1]))), first(x), first(x0), classes
+    )
+    np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
