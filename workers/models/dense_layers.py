@@ -324,8 +324,11 @@ def _known(
         if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type
     }
     ranks = declared_ranks(graph)
+    lengths: dict[str, int] = {}  # 1-d integer tensors: how many values (a Reshape's target shape)
     for tensor in weights.values():
         types[tensor.name], ranks[tensor.name] = tensor.data_type, len(tensor.dims)
+        if len(tensor.dims) == 1:
+            lengths[tensor.name] = tensor.dims[0]
     for node in graph.node:  # nodes come in topological order
         if not node.input or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
             continue
@@ -347,7 +350,33 @@ def _known(
                 ranks.setdefault(out, reduced)
         elif node.op_type == "Gemm" or (node.op_type == "MatMul" and known == [2, 2]):
             ranks.setdefault(out, 2)
+        _shape_arithmetic(node, weights, ranks, lengths)
     return types, ranks
+
+
+def _shape_arithmetic(
+    node: onnx.NodeProto, weights: dict[str, onnx.TensorProto], ranks: dict[str, int], lengths: dict[str, int]
+) -> None:
+    """Ranks through a Reshape whose target shape is computed at run time, as Keras' Flatten writes it:
+    ``Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])``, a vector of known length."""
+    out, first = node.output[0], node.input[0]
+    if node.op_type == "Shape" and first in ranks:
+        lengths[out] = ranks[first]
+    elif node.op_type == "Gather" and first in lengths and ranks.get(node.input[1]) == 0:
+        ranks[out] = 0  # one value of a shape
+    elif node.op_type == "Unsqueeze" and ranks.get(first) == 0:
+        axes = weights.get(node.input[1]) if len(node.input) > 1 else None
+        count = len(attributes(node).get("axes", [])) if axes is None else math.prod(axes.dims)
+        if count == 1:
+            lengths[out] = 1
+    elif (
+        node.op_type == "Concat"
+        and attributes(node).get("axis") == 0
+        and all(i in lengths for i in node.input)
+    ):
+        lengths[out] = sum(lengths[i] for i in node.input)
+    elif node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] in lengths:
+        ranks.setdefault(out, lengths[node.input[1]])
 
 
 def _reduced_rank(node: onnx.NodeProto, rank: int, weights: dict[str, onnx.TensorProto]) -> int | None:

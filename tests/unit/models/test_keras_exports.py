@@ -262,7 +262,7 @@ _BUILD_BATCH_NORM = textwrap.dedent(
     x = keras.layers.ReLU()(norm(x))
     x = keras.layers.Dropout(0.3)(x)
     x = keras.layers.Conv2D(5, 3, strides=2, activation="relu", bias_initializer="random_normal")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Flatten()(x)  # a Reshape to a shape computed from Shape(x) at run time
     outputs = keras.layers.Dense(3, bias_initializer="random_normal")(x)
     model = keras.Model(inputs, outputs)
     r = np.random.default_rng(0)  # running statistics as after training; a negative scale among them
@@ -281,7 +281,7 @@ def _batch_norm_twin(weights: list[np.ndarray]) -> nn.Sequential:
         nn.BatchNorm2d(4, eps=1e-3),
         nn.Conv2d(4, 5, 3, 2),
     )
-    linear = nn.Linear(5, 3)
+    linear = nn.Linear(80, 3)
     with torch.no_grad():
         conv1.weight.copy_(k1.permute(3, 2, 0, 1))
         norm.weight.copy_(gamma)
@@ -293,16 +293,25 @@ def _batch_norm_twin(weights: list[np.ndarray]) -> nn.Sequential:
         linear.weight.copy_(dense.T)
         linear.bias.copy_(b3)
     return nn.Sequential(
-        conv1, norm, nn.ReLU(), conv2, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), linear
+        conv1, norm, nn.ReLU(), conv2, nn.ReLU(), _ChannelsLast(), nn.Flatten(), linear
     ).eval()
+
+
+class _ChannelsLast(nn.Module):
+    """Keras flattens (H, W, C) activations: the twin's Flatten reads them in that order."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(0, 2, 3, 1)
 
 
 @pytest.mark.parametrize("method", _RULES)
 def test_a_keras_batch_norm_is_folded_into_its_convolution(tmp_path: Path, method: str) -> None:
     """Keras writes an inference batch norm out as Sub(mean), Mul(scale), Add(beta) on the channels-last
-    activations; RevealCancel and DeepLIFT's own pass stopped at the Sub. The methods' graph folds
-    them into the convolution (as torch's exporter and Zennit's canonizers do), and every rule method
-    gives the numbers of the torch twin with its BatchNorm2d."""
+    activations, and its Flatten as a Reshape to a shape computed at run time; RevealCancel and
+    DeepLIFT's own pass stopped at the Sub, then at the Dense layer's MatMul, whose input rank could
+    not be told. The methods' graph folds the norm into the convolution (as torch's exporter and
+    Zennit's canonizers do) and reads the Reshape's rank from its shape's length, and every rule
+    method gives the numbers of the torch twin with its BatchNorm2d."""
     subprocess.run(
         [sys.executable, "-c", _BUILD_BATCH_NORM, str(tmp_path)], check=True, capture_output=True, timeout=300
     )
