@@ -16,6 +16,7 @@ __all__ = [
     "WORD_PLAYERS",
     "Players",
     "as_masks",
+    "equal_parts",
     "full_mask",
     "masks_from_bits",
     "parse_players",
@@ -103,6 +104,13 @@ def full_mask(n: int) -> np.ndarray:
     return as_masks([(1 << n) - 1], n)
 
 
+def equal_parts(size: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
+    """An axis of ``size`` elements cut into ``parts`` (at most ``size``: none empty) as equal as
+    rounding allows: the ``parts + 1`` edges, and each element's part."""
+    edges = np.linspace(0, size, parts + 1).round().astype(int)
+    return edges, np.repeat(np.arange(parts), np.diff(edges))
+
+
 def _grid(spec: str, shape: tuple[int, ...]) -> Players:
     """Patches over the image's height and width, or over a volume's depth, height and width with
     grid:DxRxC (xaudit.contract.layout: the last axes, or the ones before the channels of a
@@ -119,10 +127,9 @@ def _grid(spec: str, shape: tuple[int, ...]) -> Players:
         raise InvalidInput(
             f"player spec '{spec}' does not fit the input's {'x'.join(map(str, sizes))} spatial axes"
         )
-    edges = [
-        np.linspace(0, size, side + 1).round().astype(int) for side, size in zip(sides, sizes, strict=True)
-    ]
-    index = [np.repeat(np.arange(side), np.diff(edge)) for side, edge in zip(sides, edges, strict=True)]
+    edges, index = zip(
+        *(equal_parts(size, side) for side, size in zip(sides, sizes, strict=True)), strict=True
+    )
     block = np.ravel_multi_index(np.meshgrid(*index, indexing="ij"), sides)  # one label per spatial element
     labels = np.broadcast_to(block[..., None] if last else block, shape).copy()
     letters = "drc"[-len(sides) :]
@@ -171,9 +178,9 @@ def parse_players(
     player_groups: np.ndarray | None = None,
     group_names: Sequence[str] = (),
 ) -> Players:
-    """Build players from a spec: ``auto``, ``grid:RxC``, ``features``, ``groups:FILE.json``, ``mask:FILE.npy``,
-    ``windows:K[:axis=A]`` (K windows over the last axis, or axis A), ``tokens[:skip=P,P]`` (one per position of a token-id
-    input).
+    """Build players from a spec: ``auto``, ``grid:RxC``, ``grid:DxRxC``, ``features``, ``groups:FILE.json``,
+    ``mask:FILE.npy``, ``windows:K[:axis=A]`` (K windows over the last axis, or axis A),
+    ``tokens[:skip=P,P]`` (one per position of a token-id input).
 
     File contents arrive already loaded (``player_mask``, ``player_groups``), never as paths.
     """
@@ -188,8 +195,8 @@ def parse_players(
         else:
             raise InvalidInput(
                 f"no default players for an input of shape {sample_shape} with {size} elements; "
-                "pass --players (windows:K for a signal, windows:K:axis=0 for a (time, features) sequence, grid:RxC for an image, grid:DxRxC for a volume, "
-                "groups:FILE.json or mask:FILE.npy)"
+                "pass --players (windows:K for a signal, windows:K:axis=0 for a (time, features) sequence, "
+                "grid:RxC for an image, grid:DxRxC for a volume, groups:FILE.json or mask:FILE.npy)"
             )
     elif kind == "grid":
         players = _grid(spec, sample_shape)
@@ -224,8 +231,8 @@ def parse_players(
         players = _from_labels(spec, mask, list(group_names) or None)
     else:
         raise InvalidInput(
-            f"unknown player spec '{spec}' (use auto, grid:RxC, grid:DxRxC, features, groups:FILE.json, mask:FILE.npy, "
-            "windows:K[:axis=A], tokens)"
+            f"unknown player spec '{spec}' (use auto, grid:RxC, grid:DxRxC, features, groups:FILE.json, "
+            "mask:FILE.npy, windows:K[:axis=A], tokens)"
         )
     if players.n > MAX_PLAYERS:
         raise ResourceExhausted(f"{players.n} players; at most {MAX_PLAYERS} are supported")

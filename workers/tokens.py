@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from workers.players import Players
+from workers.players import Players, equal_parts
 from xaudit.contract.errors import InvalidInput
 from xaudit.contract.subspecs import parse_players
 
@@ -41,8 +41,8 @@ def window_players(spec: str, sample_shape: tuple[int, ...]) -> Players:
     if not 1 <= k <= length:
         which = "the last axis'" if parsed.axis == -1 else f"axis {axis}'s"
         raise InvalidInput(f"player spec '{spec}': K must be between 1 and {which} length {length}")
-    edges = np.linspace(0, length, k + 1).round().astype(int)
-    window_of = np.repeat(np.arange(k), np.diff(edges)).reshape(length, *[1] * (len(sample_shape) - axis - 1))
+    edges, window_of = equal_parts(length, k)
+    window_of = window_of.reshape(length, *[1] * (len(sample_shape) - axis - 1))
     labels = np.broadcast_to(window_of, sample_shape).astype(np.int64).copy()
     names = tuple(f"[{edges[i]}:{edges[i + 1]})" for i in range(k))
     return Players(labels, names, spec, (1, k))

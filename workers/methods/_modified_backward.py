@@ -116,8 +116,9 @@ class RelevanceGraph:
         self.split_at = split_at
         # Where a rule's extra leaf (z-beta's bound terms) sits when the input reaches it transposed,
         # not just reshaped: that leaf's relevance is taken back to the input by its gradient.
-        first = next((step for step in path if step.kind == "affine"), None)
-        self.moved_input = first.source if first is not None and _moved(path, first.source) else None
+        first = _first_layer(path)
+        source = first.source if first is not None else None
+        self.moved_input = source if source is not None and _input_views(path).get(source) else None
         self.has_rules = bool(layers) or split_at is not None  # relevance is value times g
         # ReLU6, SiLU and Hardswish pass relevance through; a gate is taken as a constant
         self.passes = {
@@ -199,32 +200,29 @@ class RelevanceGraph:
         return relevance.detach()
 
 
+def _first_layer(path: list[Step]) -> Step | None:
+    """The first Linear/Conv layer on the output's path, if any."""
+    return next((step for step in path if step.kind == "affine"), None)
+
+
 def _first_layer_at_input(path: list[Step]) -> bool:
     """Whether the first Linear/Conv layer on the output's path takes the (reshaped) input, or there
     is none: where a rule's extra leaf (z-beta's bound terms) can sit."""
-    first = next((step for step in path if step.kind == "affine"), None)
-    return first is None or first.source in _reshaped_input(path)
+    first = _first_layer(path)
+    return first is None or first.source in _input_views(path)
 
 
-def _reshaped_input(path: list[Step]) -> set[fx.Node]:
+def _input_views(path: list[Step]) -> dict[fx.Node, bool]:
     """The input and reshapes and transpositions of it: where a rule's extra leaf (z-beta's bounds)
-    can sit."""
-    found: set[fx.Node] = set()
+    can sit; each with whether a transposition is on its way from the input (its relevance then
+    goes back by the gradient, not by a reshape)."""
+    views: dict[fx.Node, bool] = {}
     for step in path:
-        if step.kind == "input" or ((step.kind == "shape" or is_permutation(step)) and step.source in found):
-            found.add(step.node)
-    return found
-
-
-def _moved(path: list[Step], node: fx.Node | None) -> bool:
-    """Whether ``node``, one of :func:`_reshaped_input`, is reached through a transposition."""
-    by_node = {step.node: step for step in path}
-    while node is not None and node in by_node:
-        step = by_node[node]
-        if is_permutation(step):
-            return True
-        node = step.source
-    return False
+        if step.kind == "input":
+            views[step.node] = False
+        elif (step.kind == "shape" or is_permutation(step)) and step.source in views:
+            views[step.node] = views[step.source] or is_permutation(step)
+    return views
 
 
 def lrp_plan(graph: Any, method: str, first_needs_input: bool) -> Plan:

@@ -171,19 +171,15 @@ def _conv_affine(
         return 0
     w = numpy_helper.to_array(kernel).astype(np.float64)
     b = numpy_helper.to_array(bias).astype(np.float64) if bias is not None else np.zeros(channels)
-    folded = numpy_helper.from_array(
-        (w * scale.reshape(-1, *[1] * (rank - 1))).astype(np.float32), f"{kernel.name}/folded"
+    scaled = (w * scale.reshape(-1, *[1] * (rank - 1))).astype(np.float32)
+    conv.input[1] = _new_weight(graph, weights, scaled, f"{kernel.name}/folded")
+    offset = _new_weight(
+        graph, weights, (b * scale + shift).astype(np.float32), f"{conv.name or kernel.name}/bias"
     )
-    offset = numpy_helper.from_array(
-        (b * scale + shift).astype(np.float32), f"{conv.name or kernel.name}/bias"
-    )
-    graph.initializer.extend([folded, offset])
-    weights[folded.name], weights[offset.name] = folded, offset
-    conv.input[1] = folded.name
     if len(conv.input) > 2:
-        conv.input[2] = offset.name
+        conv.input[2] = offset
     else:
-        conv.input.append(offset.name)
+        conv.input.append(offset)
     (between or conv).output[0] = chain[-1].output[0]
     if between is not None:
         between.input[0] = conv.output[0]
@@ -274,12 +270,10 @@ def _doubled(
     if column.ndim != 2 or column.shape[1] != 1 or bias.size != 1:
         return None
     doubled = np.concatenate([-column, column], axis=1)  # (inputs, 2), laid out as the Gemm reads it
-    both = numpy_helper.from_array(
-        doubled.T.copy() if attrs.get("transB", 0) else doubled, f"{w.name}/two_classes"
+    both = _new_weight(
+        graph, weights, doubled.T.copy() if attrs.get("transB", 0) else doubled, f"{w.name}/two_classes"
     )
-    shifts = numpy_helper.from_array(np.concatenate([-bias, bias]), f"{b.name}/two_classes")
-    graph.initializer.extend([both, shifts])
-    return both.name, shifts.name
+    return both, _new_weight(graph, weights, np.concatenate([-bias, bias]), f"{b.name}/two_classes")
 
 
 def _as_vector(graph: onnx.GraphProto, weights: dict[str, onnx.TensorProto], bias: onnx.TensorProto) -> str:
@@ -287,10 +281,17 @@ def _as_vector(graph: onnx.GraphProto, weights: dict[str, onnx.TensorProto], bia
     conversion makes a Linear layer's bias."""
     if len(bias.dims) == 1:
         return bias.name
-    vector = numpy_helper.from_array(numpy_helper.to_array(bias).reshape(-1), f"{bias.name}/vector")
-    graph.initializer.append(vector)
-    weights[vector.name] = vector
-    return vector.name
+    return _new_weight(graph, weights, numpy_helper.to_array(bias).reshape(-1), f"{bias.name}/vector")
+
+
+def _new_weight(
+    graph: onnx.GraphProto, weights: dict[str, onnx.TensorProto], values: np.ndarray, name: str
+) -> str:
+    """``values`` added to the graph's weights as ``name``; returns the name."""
+    tensor = numpy_helper.from_array(values, name)
+    graph.initializer.append(tensor)
+    weights[name] = tensor
+    return name
 
 
 def _bias_after(

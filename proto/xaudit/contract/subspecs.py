@@ -69,8 +69,8 @@ def _check_length(what: str, text: str) -> None:
 @dataclass(frozen=True)
 class PlayerSpec:
     """``kind`` and its arguments: ``grid`` (rows, cols; depth for a volume's grid:DxRxC, 0 for an
-    image's grid:RxC), ``windows`` (count; axis of the sample, -1 the last), ``tokens`` (skip: positions, negative from the end),
-    ``groups``/``mask`` (source: the file the caller read)."""
+    image's grid:RxC), ``windows`` (count; axis of the sample, -1 the last), ``tokens`` (skip:
+    positions, negative from the end), ``groups``/``mask`` (source: the file the caller read)."""
 
     text: str
     kind: PlayerKind

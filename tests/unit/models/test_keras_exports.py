@@ -34,14 +34,32 @@ from workers.targets import Target
 _RULES = ("lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_rescale", "deeplift_revealcancel")
 _SHAPE = (10, 10, 3)  # height, width, channels: Keras' default layout
 
+_KERAS = """
+import os, sys
+os.environ["KERAS_BACKEND"] = "torch"
+import numpy as np
+import keras
+
+keras.utils.set_random_seed(0)
+"""
+_EXPORT = """
+model.export(sys.argv[1] + "/model.onnx", format="onnx", verbose=False)
+np.savez(sys.argv[1] + "/weights.npz", *model.get_weights())
+"""
+
+
+def _keras_export(build: str, where: Path) -> tuple[bytes, list[np.ndarray]]:
+    """Run ``build`` (it makes ``model`` and calls it once: Keras exports a called model only) in its
+    own process with Keras on torch, export it with Keras' defaults, and return the ONNX model and
+    the model's weights."""
+    script = _KERAS + build + _EXPORT
+    subprocess.run([sys.executable, "-c", script, str(where)], check=True, capture_output=True, timeout=300)
+    saved = np.load(where / "weights.npz")
+    return (where / "model.onnx").read_bytes(), [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+
 _BUILD = textwrap.dedent(
     """
-    import os, sys
-    os.environ["KERAS_BACKEND"] = "torch"
-    import numpy as np
-    import keras
-
-    keras.utils.set_random_seed(0)
     inputs = keras.Input((10, 10, 3))
     # Biases that keep the first ReLUs on: a max-pool window of zeros has no one gradient (the tie goes
     # by float32 rounding), and RevealCancel would compare tie-breaking rather than rules.
@@ -51,19 +69,14 @@ _BUILD = textwrap.dedent(
     x = keras.layers.GlobalAveragePooling2D()(x)
     outputs = keras.layers.Dense(3, bias_initializer="random_normal")(x)
     model = keras.Model(inputs, outputs)
-    model.predict(np.zeros((1, 10, 10, 3), np.float32), verbose=0)  # Keras exports a called model only
-    model.export(sys.argv[1] + "/model.onnx", format="onnx", verbose=False)
-    np.savez(sys.argv[1] + "/weights.npz", *model.get_weights())
+    model.predict(np.zeros((1, 10, 10, 3), np.float32), verbose=0)
     """
 )
 
 
 @pytest.fixture(scope="module")
 def keras_cnn(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[np.ndarray]]:
-    where = tmp_path_factory.mktemp("keras")
-    subprocess.run([sys.executable, "-c", _BUILD, str(where)], check=True, capture_output=True, timeout=300)
-    weights = np.load(where / "weights.npz")
-    return (where / "model.onnx").read_bytes(), [weights[f"arr_{i}"] for i in range(len(weights.files))]
+    return _keras_export(_BUILD, tmp_path_factory.mktemp("keras"))
 
 
 def _twin(weights: list[np.ndarray]) -> nn.Sequential:
@@ -172,19 +185,11 @@ def test_a_bias_along_another_axis_stays_an_add() -> None:
 
 _BUILD_LSTM = textwrap.dedent(
     """
-    import os, sys
-    os.environ["KERAS_BACKEND"] = "torch"
-    import numpy as np
-    import keras
-
-    keras.utils.set_random_seed(0)
     inputs = keras.Input((7, 4))  # (time, features)
     x = keras.layers.LSTM(5, bias_initializer="random_normal")(inputs)
     outputs = keras.layers.Dense(3, bias_initializer="random_normal")(x)
     model = keras.Model(inputs, outputs)
     model.predict(np.zeros((1, 7, 4), np.float32), verbose=0)
-    model.export(sys.argv[1] + "/lstm.onnx", format="onnx", verbose=False)
-    np.savez(sys.argv[1] + "/lstm.npz", *model.get_weights())
     """
 )
 
@@ -225,12 +230,8 @@ def test_a_keras_lstm_gets_lrp_with_its_gates_held(tmp_path: Path, method: str) 
     the Casts after its Gathers and Slices were of unknown type and stopped LRP. Now LRP holds the
     sigmoid gates constant (Arras et al. 2017) and gives the numbers of the same LSTM written out in
     torch; players are windows of time (windows:K:axis=0; plain windows:K cuts the features axis)."""
-    subprocess.run(
-        [sys.executable, "-c", _BUILD_LSTM, str(tmp_path)], check=True, capture_output=True, timeout=300
-    )
-    saved = np.load(tmp_path / "lstm.npz")
-    twin = _UnrolledLstm([saved[f"arr_{i}"] for i in range(len(saved.files))]).eval()
-    data = (tmp_path / "lstm.onnx").read_bytes()
+    data, weights = _keras_export(_BUILD_LSTM, tmp_path)
+    twin = _UnrolledLstm(weights).eval()
     x = np.random.default_rng(1).normal(size=(3, 7, 4)).astype(np.float32)
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     got_out = session.run(None, {session.get_inputs()[0].name: x})[0]
@@ -250,12 +251,6 @@ def test_a_keras_lstm_gets_lrp_with_its_gates_held(tmp_path: Path, method: str) 
 
 _BUILD_BATCH_NORM = textwrap.dedent(
     """
-    import os, sys
-    os.environ["KERAS_BACKEND"] = "torch"
-    import numpy as np
-    import keras
-
-    keras.utils.set_random_seed(0)
     inputs = keras.Input((10, 10, 3))
     x = keras.layers.Conv2D(4, 3, padding="same", use_bias=False)(inputs)
     norm = keras.layers.BatchNormalization()
@@ -268,8 +263,6 @@ _BUILD_BATCH_NORM = textwrap.dedent(
     r = np.random.default_rng(0)  # running statistics as after training; a negative scale among them
     norm.set_weights([np.array([1.5, -0.7, 0.9, 1.2]), r.normal(size=4), r.normal(size=4), r.uniform(0.5, 2, 4)])
     model.predict(np.zeros((1, 10, 10, 3), np.float32), verbose=0)
-    model.export(sys.argv[1] + "/bn.onnx", format="onnx", verbose=False)
-    np.savez(sys.argv[1] + "/bn.npz", *model.get_weights())
     """
 )
 
@@ -312,12 +305,8 @@ def test_a_keras_batch_norm_is_folded_into_its_convolution(tmp_path: Path, metho
     not be told. The methods' graph folds the norm into the convolution (as torch's exporter and
     Zennit's canonizers do) and reads the Reshape's rank from its shape's length, and every rule
     method gives the numbers of the torch twin with its BatchNorm2d."""
-    subprocess.run(
-        [sys.executable, "-c", _BUILD_BATCH_NORM, str(tmp_path)], check=True, capture_output=True, timeout=300
-    )
-    saved = np.load(tmp_path / "bn.npz")
-    twin = _batch_norm_twin([saved[f"arr_{i}"] for i in range(len(saved.files))])
-    data = (tmp_path / "bn.onnx").read_bytes()
+    data, weights = _keras_export(_BUILD_BATCH_NORM, tmp_path)
+    twin = _batch_norm_twin(weights)
     assert {"Sub", "Mul"} <= {node.op_type for node in onnx.load_from_string(data).graph.node}
     if method == "deeplift_rescale":
         assert "xaudit's Rescale pass" in inspect_model(data).methods[method]
