@@ -71,7 +71,6 @@ __all__ = [
     "family_plan",
     "folded_layer",
     "held_constant",
-    "is_permutation",
     "is_self_gated",
     "layer_norm_parts",
     "merge_parts",
@@ -128,7 +127,6 @@ _CONCAT_NAMES = {"OnnxConcat", "cat", "concat"}
 _MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
 # Data movement: a permutation, a slice, the parts of a split (ShuffleNet's channel shuffle and split),
 # and a gather at constant indices (_moves_data).
-_PERMUTATION_NAMES = {"OnnxTranspose", "permute", "transpose"}
 _MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSplit13", "Split", "getitem"}
 SUPPORTED = "Linear, Conv, ConvTranspose, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean, ReduceSum"
 MERGES = "Add and Concat of activations"
@@ -345,13 +343,6 @@ def folded_layer(affine: nn.Module, norm: nn.Module) -> nn.Module:
             folded.bias = nn.Parameter(bias * scale + shift, requires_grad=False)
         _FOLDED[norm] = folded
     return _FOLDED[norm]
-
-
-def is_permutation(step: Step) -> bool:
-    """A move that transposes its activation: every value kept once, so what reaches its output maps
-    back to its input one to one (Keras and tf2onnx put one between a channels-last input and the
-    first convolution, where Deep Taylor's z-beta terms sit)."""
-    return step.kind == "move" and _operator_name(step.node, step.module) in _PERMUTATION_NAMES
 
 
 def is_self_gated(module: nn.Module | None) -> bool:
@@ -1074,12 +1065,15 @@ def evaluate(
     x: torch.Tensor,
     affine: dict[fx.Node, Any] | None = None,
     held: Collection[fx.Node] = (),
+    until: fx.Node | None = None,
 ) -> dict[fx.Node, Any]:
-    """Every node's value for input ``x``; ``affine`` may replace a node's module by a callable of its
-    activation argument (e.g. a float64 copy of the layer); ``held`` nodes' values are taken without
-    their gradient (gates held constant)."""
+    """Every node's value for input ``x`` (up to ``until``, where given); ``affine`` may replace a
+    node's module by a callable of its activation argument (e.g. a float64 copy of the layer);
+    ``held`` nodes' values are taken without their gradient (gates held constant)."""
     env: dict[fx.Node, Any] = {}
     for step in plan.steps:
+        if until is not None and until in env:
+            break
         node = step.node
         if step.kind == "input":
             env[node] = x

@@ -186,13 +186,21 @@ class LayerRule:
     """One layer's rule: ``modified(module, a, top, nonneg, leaves)`` gives the layer's output with
     the rule's gradient. ``nonneg``: ``a`` is known to be >= 0 (it comes out of a ReLU), so terms of
     its negative part vanish. Rules with extra input terms (z-beta) append a leaf to ``leaves`` whose
-    gradient is that term's relevance."""
+    gradient is that term's relevance; ``support`` (1, *a's shape) says how much of the input each of
+    ``a``'s positions holds where the input reaches the layer moved: 0 at a zero pad, whose bounds are
+    0 as its value is (None: all of ``a`` is input)."""
 
     # The rule's extra leaf is relevance at the layer's input: needs the input to be a reshaped x.
     needs_input_layer: ClassVar[bool] = False
 
     def modified(
-        self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
+        self,
+        module: nn.Module,
+        a: torch.Tensor,
+        top: bool,
+        nonneg: bool,
+        leaves: list[torch.Tensor],
+        support: torch.Tensor | None = None,
     ) -> torch.Tensor:
         raise NotImplementedError
 
@@ -207,7 +215,13 @@ class Epsilon(LayerRule):
     epsilon: float = 1e-6
 
     def modified(
-        self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
+        self,
+        module: nn.Module,
+        a: torch.Tensor,
+        top: bool,
+        nonneg: bool,
+        leaves: list[torch.Tensor],
+        support: torch.Tensor | None = None,
     ) -> torch.Tensor:
         z = module(a)
         value = z.detach()
@@ -233,7 +247,13 @@ class AlphaBeta(LayerRule):
     zero_bias: bool = False
 
     def modified(
-        self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
+        self,
+        module: nn.Module,
+        a: torch.Tensor,
+        top: bool,
+        nonneg: bool,
+        leaves: list[torch.Tensor],
+        support: torch.Tensor | None = None,
     ) -> torch.Tensor:
         _, bias = _parameters(module)
         axis = _channels(module)
@@ -300,7 +320,13 @@ class ZBox(LayerRule):
     needs_input_layer: ClassVar[bool] = True
 
     def modified(
-        self, module: nn.Module, a: torch.Tensor, top: bool, nonneg: bool, leaves: list[torch.Tensor]
+        self,
+        module: nn.Module,
+        a: torch.Tensor,
+        top: bool,
+        nonneg: bool,
+        leaves: list[torch.Tensor],
+        support: torch.Tensor | None = None,
     ) -> torch.Tensor:
         weight, bias = _parameters(module)
         with torch.no_grad():
@@ -308,7 +334,9 @@ class ZBox(LayerRule):
             w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
             b_pos = None if bias is None else bias.clamp(min=0)
             b_neg = None if bias is None else bias.clamp(max=0)
-            one = torch.ones((1, *a.shape[1:]), dtype=a.dtype, device=a.device)
+            one = (
+                torch.ones((1, *a.shape[1:]), dtype=a.dtype, device=a.device) if support is None else support
+            )
             lower = _affine(module, one * self.low, w_pos, b_pos)
             upper = _affine(module, one * self.high, w_neg, b_neg)
             value = z

@@ -45,7 +45,6 @@ from workers.methods._fx_plan import (
     evaluate,
     family_plan,
     folded_layer,
-    is_permutation,
     is_self_gated,
     layer_norm_parts,
 )
@@ -114,11 +113,14 @@ class RelevanceGraph:
         # (the proportional rule), a concatenation's each part its own slice. None: the topmost
         # rule layer receives the relevance itself.
         self.split_at = split_at
-        # Where a rule's extra leaf (z-beta's bound terms) sits when the input reaches it transposed,
-        # not just reshaped: that leaf's relevance is taken back to the input by its gradient.
+        # Where a rule's extra leaf (z-beta's bound terms) sits when the input reaches it moved
+        # (transposed, padded, cropped), not just reshaped: that leaf's relevance is taken back to the
+        # input by its gradient, and the bounds hold where the input does (_support).
         first = _first_layer(path)
         source = first.source if first is not None else None
+        self.first = first.node if first is not None else None
         self.moved_input = source if source is not None and _input_views(path).get(source) else None
+        self._supports: dict[tuple[Any, ...], torch.Tensor] = {}
         self.has_rules = bool(layers) or split_at is not None  # relevance is value times g
         # ReLU6, SiLU and Hardswish pass relevance through; a gate is taken as a constant
         self.passes = {
@@ -172,8 +174,13 @@ class RelevanceGraph:
     def relevance(self, x: torch.Tensor, target: Target, classes: torch.Tensor) -> torch.Tensor:
         """Input relevance for rows ``x``, seeded (as in Zennit) by the one-hot target score."""
         leaves: list[torch.Tensor] = []
+        support = self._support(x) if self.moved_input is not None else None
         replace: dict[fx.Node, Any] = {
-            node: (lambda a, m=module, r=rule, t=top, s=sign: r.modified(m, a, t, s, leaves))
+            node: (
+                lambda a, m=module, r=rule, t=top, s=sign, u=support if node == self.first else None: (
+                    r.modified(m, a, t, s, leaves, u)
+                )
+            )
             for node, (module, rule, top, sign) in self.layers.items()
         }
         replace.update({node: partial(_passed, module) for node, module in self.passes.items()})
@@ -199,6 +206,18 @@ class RelevanceGraph:
                 relevance = relevance + torch.autograd.grad(env[moved], x, extra)[0]
         return relevance.detach()
 
+    def _support(self, x: torch.Tensor) -> torch.Tensor:
+        """How much of the input each position of the first layer's moved input holds: the moves of
+        a row of ones (0 where a zero pad adds positions, 1 where a transposition, crop or copying
+        pad puts an input value), once per input shape."""
+        key = (tuple(x.shape[1:]), x.dtype, x.device)
+        if key not in self._supports:
+            assert self.moved_input is not None
+            with torch.no_grad():
+                moved = evaluate(self.plan, torch.ones_like(x), until=self.moved_input)[self.moved_input]
+            self._supports[key] = moved[:1].clone()
+        return self._supports[key]
+
 
 def _first_layer(path: list[Step]) -> Step | None:
     """The first Linear/Conv layer on the output's path, if any."""
@@ -213,15 +232,16 @@ def _first_layer_at_input(path: list[Step]) -> bool:
 
 
 def _input_views(path: list[Step]) -> dict[fx.Node, bool]:
-    """The input and reshapes and transpositions of it: where a rule's extra leaf (z-beta's bounds)
-    can sit; each with whether a transposition is on its way from the input (its relevance then
-    goes back by the gradient, not by a reshape)."""
+    """The input and reshapes and moves of it (transpositions, zero or copying pads, crops: Keras'
+    ZeroPadding2D before a ResNet's first convolution): where a rule's extra leaf (z-beta's bounds)
+    can sit; each with whether a move is on its way from the input (its relevance then goes back by
+    the gradient, not by a reshape)."""
     views: dict[fx.Node, bool] = {}
     for step in path:
         if step.kind == "input":
             views[step.node] = False
-        elif (step.kind == "shape" or is_permutation(step)) and step.source in views:
-            views[step.node] = views[step.source] or is_permutation(step)
+        elif step.kind in ("shape", "move") and step.source in views:
+            views[step.node] = views[step.source] or step.kind == "move"
     return views
 
 

@@ -98,12 +98,15 @@ def deep_taylor_ref(
     layers: list[Dense],
     x: np.ndarray,
     c: int,
-    low: float,
-    high: float,
+    low: float | np.ndarray,
+    high: float | np.ndarray,
     cap: float = np.inf,
     activation: Activation | None = None,
 ) -> np.ndarray:
+    """Montavon et al. 2017: z-beta at the first layer for inputs in [low, high] (floats, or one bound
+    per input position), z+ above."""
     acts = _forward(layers, x, cap, activation)
+    lows, highs = np.broadcast_to(low, x.shape), np.broadcast_to(high, x.shape)
     r = _output_relevance(acts[-1], c)
     pairs = list(zip(layers, acts[:-1], strict=True))
     for depth in reversed(range(len(pairs))):
@@ -112,7 +115,8 @@ def deep_taylor_ref(
         for j in range(w.shape[1]):
             if depth == 0:  # z-beta: x_i w_ij - l_i w_ij^+ - h_i w_ij^-
                 z = [
-                    a[i] * w[i, j] - low * max(w[i, j], 0.0) - high * min(w[i, j], 0.0) for i in range(len(a))
+                    a[i] * w[i, j] - lows[i] * max(w[i, j], 0.0) - highs[i] * min(w[i, j], 0.0)
+                    for i in range(len(a))
                 ]
             else:  # z+: the positive terms, x_i w_ij^+ after a ReLU (x_i >= 0), also x_i w_ij^- after a
                 # LeakyReLU (Zennit's ZPlus), biases ignored

@@ -321,3 +321,44 @@ def test_a_keras_batch_norm_is_folded_into_its_convolution(tmp_path: Path, metho
         context(twin, torch.from_numpy(first(x[:1]))), first(x), first(x0), classes
     )
     np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
+_BUILD_PADDED = textwrap.dedent(
+    """
+    inputs = keras.Input((10, 10, 3))
+    x = keras.layers.ZeroPadding2D(1)(inputs)  # as keras.applications' ResNets and MobileNets begin
+    x = keras.layers.Conv2D(4, 3, activation="relu", bias_initializer=keras.initializers.Constant(3.0))(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(3, bias_initializer="random_normal")(x)
+    model = keras.Model(inputs, outputs)
+    model.predict(np.zeros((1, 10, 10, 3), np.float32), verbose=0)
+    """
+)
+
+
+@pytest.mark.parametrize("method", ["deep_taylor", "lrp_epsilon"])
+def test_deep_taylor_reads_the_input_through_keras_zero_padding(tmp_path: Path, method: str) -> None:
+    """ZeroPadding2D is a Pad between the input's Transpose and the first convolution, where Deep
+    Taylor's z-beta terms sit; it was refused there. The padded positions hold no input, so their
+    bounds are 0: the numbers of the twin whose convolution pads by itself."""
+    data, weights = _keras_export(_BUILD_PADDED, tmp_path)
+    assert "Pad" in {node.op_type for node in onnx.load_from_string(data).graph.node}
+    k1, b1, dense, b2 = (torch.from_numpy(w.astype(np.float32)) for w in weights)
+    conv, linear = nn.Conv2d(3, 4, 3, padding=1), nn.Linear(4, 3)
+    with torch.no_grad():
+        conv.weight.copy_(k1.permute(3, 2, 0, 1))
+        conv.bias.copy_(b1)
+        linear.weight.copy_(dense.T)
+        linear.bias.copy_(b2)
+    twin = nn.Sequential(conv, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), linear).eval()
+    r = np.random.default_rng(3)
+    x = r.normal(size=(3, *_SHAPE)).astype(np.float32)
+    x0 = 0.1 * r.normal(size=x.shape).astype(np.float32)
+    classes = np.array([2, 0, 1])
+    ctx = AttributionContext(load_model(data, "onnx", "cpu"), parse_players("grid:2x2", _SHAPE), Target(), {})
+    got = get_method(method).attribute(ctx, x, x0, classes)
+    first = lambda a: np.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
+    want = get_method(method).attribute(
+        context(twin, torch.from_numpy(first(x[:1]))), first(x), first(x0), classes
+    )
+    np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))

@@ -1,0 +1,83 @@
+"""Deep Taylor's z-beta rule where the input reaches the first layer padded or cropped, not just
+reshaped: Keras writes ZeroPadding2D before a ResNet's or MobileNet's first convolution as its own Pad,
+and a reflection-padded convolution exports as Pad then Conv. The bounds hold where the input does: a
+zero pad's positions hold no input, so their bounds are 0 as their value is (the numbers of the same
+convolution with the padding inside it), and a copying pad's copies keep the input's bounds; the
+bound terms' relevance goes back to the input by the move's gradient (docs/science.md 5.8). Before,
+Deep Taylor was refused on these graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.unit.methods._context import context, dense_layers
+from tests.unit.methods.test_lrp import deep_taylor_ref
+from workers.methods import get_method
+
+_SHAPE = (2, 6, 6)
+_LOW, _HIGH = -2.5, 3.0
+
+
+def _padded_cnn(pad: nn.Module, seed: int) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        pad,
+        nn.Conv2d(2, 3, 3),
+        nn.ReLU(),
+        nn.Conv2d(3, 4, 3, stride=2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * 2 * 2, 3),
+    ).eval()
+
+
+def _reference(model: nn.Sequential, x: np.ndarray, target: int) -> np.ndarray:
+    """z-beta at the convolution over the padded input, its bounds the pad of the input's bounds (the
+    pad of a constant: 0 at a zero pad's positions), relevance taken back by the pad's transpose."""
+    layers = dense_layers(model, _SHAPE)
+    pad, _, _ = layers[0]  # (input, padded) 0/1 matrix
+    held = np.ones(pad.shape[0]) @ pad  # how much input each padded position holds
+    padded = x @ pad
+    relevance = deep_taylor_ref(layers[1:], padded, target, _LOW * held, _HIGH * held)
+    return pad @ relevance
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+@pytest.mark.parametrize(
+    "pad", [nn.ZeroPad2d(1), nn.ZeroPad2d((2, 0, 1, 1)), nn.ReflectionPad2d(1), nn.ReplicationPad2d(1)]
+)
+def test_deep_taylor_sees_the_input_through_a_pad(pad: nn.Module, dynamo: bool) -> None:
+    model = _padded_cnn(pad, seed=3)
+    x = torch.randn(3, *_SHAPE, generator=torch.Generator().manual_seed(4))
+    ctx = context(model, x, params={"low": _LOW, "high": _HIGH}, dynamo=dynamo)
+    classes = np.array([0, 2, 1])
+    got = get_method("deep_taylor").attribute(ctx, x.numpy(), np.zeros_like(x.numpy()), classes)
+    flat = x.numpy().reshape(3, -1).astype(np.float64)
+    want = np.stack([_reference(model, flat[k], int(classes[k])) for k in range(3)])
+    np.testing.assert_allclose(got.reshape(3, -1), want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_zero_pad_before_the_convolution_is_the_convolution_padding_itself() -> None:
+    """The same weights with ``padding=1`` inside the convolution: the same relevance, which sums to
+    the target's logit (z-beta and z+ without biases conserve it)."""
+    padded = _padded_cnn(nn.ZeroPad2d(1), seed=5)
+    inside = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), *list(padded)[2:]).eval()
+    with torch.no_grad():
+        inside[0].weight.copy_(padded[1].weight)
+        inside[0].bias.zero_()
+        padded[1].bias.zero_()
+        for layer in (padded[3], padded[6]):
+            layer.bias.zero_()
+    x = torch.randn(3, *_SHAPE, generator=torch.Generator().manual_seed(6))
+    classes = np.array([1, 1, 0])
+    refs = np.zeros_like(x.numpy())
+    params = {"low": _LOW, "high": _HIGH}
+    deep_taylor = get_method("deep_taylor")
+    got = deep_taylor.attribute(context(padded, x, params=params), x.numpy(), refs, classes)
+    want = deep_taylor.attribute(context(inside, x, params=params), x.numpy(), refs, classes)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    logits = padded(x).detach().numpy()[np.arange(3), classes]
+    np.testing.assert_allclose(got.reshape(3, -1).sum(1), logits, rtol=1e-4, atol=1e-5)
