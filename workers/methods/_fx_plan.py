@@ -70,6 +70,7 @@ __all__ = [
     "evaluate",
     "family_plan",
     "folded_layer",
+    "folds_into",
     "held_constant",
     "is_self_gated",
     "layer_norm_parts",
@@ -134,7 +135,6 @@ MOVES = (
     "Transpose, Slice, Split, Gather and GatherND at constant indices, zero Pad, nearest and linear Resize"
 )
 SCALES = "BatchNorm"
-FOLDED_SCALES = "BatchNorm right after a Linear/Conv layer"
 CLIPS = "ReLU6"
 GATES = (
     "SiLU, Hardswish, LeakyReLU, PReLU, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights"
@@ -143,6 +143,7 @@ SELF_GATES = "SiLU, Hardswish, LeakyReLU, PReLU"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
 NORMS = "LayerNorm, InstanceNorm (their scale held constant)"
 CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants"
+ELEMENTWISE_CONSTANTS = "Mul, Div, Add and Sub with constants"
 _HEAD_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax, nn.LogSoftmax, nn.Sigmoid)
 _HEAD_NAMES = {"OnnxSoftmaxV1V11"}
 # A gate's value is in [0, 1]; onnx2torch writes HardSigmoid as its own module.
@@ -198,9 +199,9 @@ class Admits:
     gates: bool = False
     self_gates: bool = False
     heads: bool = False
-    folded_scales: bool = False
     norms: bool = False
     constants: bool = False
+    elementwise_constants: bool = False
 
 
 # The passes and `xaudit inspect` read these here, so they cannot disagree.
@@ -211,15 +212,21 @@ _FAMILY_ADMITS: dict[str, Admits] = {
         clips=True,
         gates=True,
         heads=True,
-        folded_scales=True,
+        scales=True,
         norms=True,
         constants=True,
     ),
     "DeepLIFT": Admits(
-        merges=True, moves=True, scales=True, clips=True, self_gates=True, heads=True
+        merges=True, moves=True, scales=True, clips=True, self_gates=True, heads=True, constants=True
     ),  # ._rescale_graph
     "RevealCancel": Admits(  # ._revealcancel_graph
-        merges=True, moves=True, scales=True, clips=True, self_gates=True, heads=True
+        merges=True,
+        moves=True,
+        scales=True,
+        clips=True,
+        self_gates=True,
+        heads=True,
+        elementwise_constants=True,
     ),
 }
 
@@ -314,10 +321,13 @@ def elementwise(step: Step) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda z: z * gate(z)
 
 
-def _folds_into(graph: fx.GraphModule, source: fx.Node) -> bool:
-    """A batch norm on ``source`` folds into it: a Linear/Conv layer whose one use is the norm (a
-    grouped transposed convolution's output channels are not one axis of its weight: not folded)."""
-    module = _module(graph, source)
+def folds_into(plan: Plan, norm: Step) -> bool:
+    """The batch norm ``norm`` folds into its source: a Linear/Conv layer whose one use is the norm
+    (a grouped transposed convolution's output channels are not one axis of its weight: not
+    folded)."""
+    source = norm.source
+    assert source is not None
+    module = _module(plan.graph, source)
     if isinstance(module, TRANSPOSED_TYPES) and module.groups != 1:
         return False
     return isinstance(module, AFFINE_TYPES) and len(source.users) == 1
@@ -406,9 +416,9 @@ def plan_graph(
     gates: bool = False,
     self_gates: bool = False,
     heads: bool = False,
-    folded_scales: bool = False,
     norms: bool = False,
     constants: bool = False,
+    elementwise_constants: bool = False,
 ) -> Plan:
     """Classify every node of ``graph``; NotApplicable(method, ...) naming the first operator on the
     input's path that has no ``family`` rule (e.g. "LRP", "RevealCancel").
@@ -429,10 +439,11 @@ def plan_graph(
 
     ``scales``: admit eval-mode batch norms (per-channel ``s x + b``) for DeepLIFT, whose reference
     implementation scales a difference's parts and multipliers by ``s`` (swapping them where
-    ``s < 0``): what folding the norm into the layers before it gives. LRP has no agreed rule for a
-    norm in general; ``folded_scales`` admits one that directly follows a Linear/Conv layer which
-    feeds nothing else, and which its pass folds into that layer (Zennit's canonizers do the same:
-    :func:`folded_layer`).
+    ``s < 0``): what folding the norm into the layers before it gives; and for LRP, whose pass folds
+    one that directly follows a Linear/Conv layer feeding nothing else into that layer (Zennit's
+    canonizers do the same: :func:`folds_into`, :func:`folded_layer`) and passes relevance through
+    any other unchanged (the ``Pass`` Zennit's composites give a batch norm: DenseNet's, after its
+    concatenations, which no canonizer merges).
 
     ``clips``: admit ReLU6 (a clamp to [0, c]) for LRP, which passes relevance through it unchanged
     (Zennit's ``Pass``): where the unit saturates its gradient would drop relevance the layer above
@@ -463,7 +474,14 @@ def plan_graph(
     matrix (a Linear layer on 3-d inputs, MatMul + Add: an ``affine`` step with the bias folded in
     where the Add is its only use), a scaling by a constant (``factor``), a constant added or
     concatenated (``bias``: the class token and position embeddings, whose relevance is absorbed as
-    a bias's is)."""
+    a bias's is). DeepLIFT's Rescale pass takes all of these by their gradient, which is their
+    multiplier: they are affine.
+
+    ``elementwise_constants``: admit only the scaling and the shift, for RevealCancel, which scales a
+    difference's parts and multipliers by the factor (swapped where it is negative), as for a batch
+    norm, and passes them through a shift: Keras writes a batch norm it cannot fold into a
+    convolution (after a pooling or a concatenation: DenseNet) and its Normalization and Rescaling
+    layers as Sub, Mul, Add and Div with per-channel constants."""
     if not isinstance(graph, fx.GraphModule):
         raise NotApplicable(method, "needs a traced graph (torch.fx) of Linear/Conv/ReLU layers")
     steps: list[Step] = []
@@ -507,8 +525,7 @@ def plan_graph(
             kind = "move"
         if kind is None and moves and len(inputs) == 1 and _is_stack_sum(graph, node, module, name):
             kind = "move"  # the parts' sum, taken back by its gradient as a sum of activations is
-        foldable = folded_scales and len(inputs) == 1 and _folds_into(graph, inputs[0])
-        if kind is None and (scales or foldable) and len(inputs) == 1 and _is_scale(module):
+        if kind is None and scales and len(inputs) == 1 and _is_scale(module):
             kind = "scale"
         if kind is None and clips and len(inputs) == 1 and _is_clip(module):
             kind = "clip"
@@ -528,6 +545,8 @@ def plan_graph(
             kind = "gated"
         if kind is None and norms and len(inputs) == 1 and _is_norm(module, name):
             kind = "norm"
+        if kind is None and elementwise_constants and len(inputs) == 1:
+            kind = _with_constants(node, name, inputs[0])
         if kind is None and constants and len(inputs) == 1:
             layer = _constant_layer(graph, node, name, inputs[0])
             if layer is not None:
@@ -554,9 +573,9 @@ def plan_graph(
                 continue
         if kind is None:
             extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales + [CLIPS] * clips
-            extra += [FOLDED_SCALES] * (folded_scales and not scales)
             extra += [GATES] * gates + [SELF_GATES] * (self_gates and not gates) + [HEADS] * heads
             extra += [NORMS] * norms + [CONSTANTS] * constants
+            extra += [ELEMENTWISE_CONSTANTS] * (elementwise_constants and not constants)
             supported = ", ".join([SUPPORTED, *extra])
             raise NotApplicable(
                 method,
@@ -566,9 +585,10 @@ def plan_graph(
         active.add(node)
     if output is None or output not in active:
         raise NotApplicable(method, "the model's output does not depend on its input")
+    plan = Plan(graph, tuple(steps), output)
     if merges and family == "LRP":
-        _refuse_above_top_layer(steps, output, method)
-    return Plan(graph, tuple(steps), output)
+        _refuse_above_top_layer(plan, method)
+    return plan
 
 
 class _Plans(dict[str, Plan]):
@@ -634,18 +654,19 @@ _NOT_ABOVE_TOP = {
 }
 
 
-def _refuse_above_top_layer(steps: list[Step], output: fx.Node, method: str) -> None:
+def _refuse_above_top_layer(plan: Plan, method: str) -> None:
     """LRP: relevance enters at the output and is split by layer rules, or by the proportional rule
     at a merge there (``f(x) + g(x)`` as the model's output: MONAI's residual units); a constant shift
     or factor, a norm or an activation between the output and them would hand them more or less than
     their output's share."""
-    *above, _ = _down_from(steps, output)
+    *above, _ = _down_from(plan.steps, plan.output)
     for between in above:
-        if between.kind in _NOT_ABOVE_TOP:
+        passed = between.kind == "scale" and not folds_into(plan, between)  # folded: part of the layer
+        if between.kind in _NOT_ABOVE_TOP or passed:
             raise NotApplicable(
                 method,
-                f"{_NOT_ABOVE_TOP[between.kind]} '{between.node.name}' comes after the last Linear/Conv "
-                "layer; relevance at the output has no rule to pass it",
+                f"{_NOT_ABOVE_TOP.get(between.kind, 'the batch norm')} '{between.node.name}' comes after "
+                "the last Linear/Conv layer; relevance at the output has no rule to pass it",
             )
 
 

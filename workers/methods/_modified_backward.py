@@ -45,6 +45,7 @@ from workers.methods._fx_plan import (
     evaluate,
     family_plan,
     folded_layer,
+    folds_into,
     is_self_gated,
     layer_norm_parts,
 )
@@ -122,16 +123,23 @@ class RelevanceGraph:
         self.moved_input = source if source is not None and _input_views(path).get(source) else None
         self._supports: dict[tuple[Any, ...], torch.Tensor] = {}
         self.has_rules = bool(layers) or split_at is not None  # relevance is value times g
-        # ReLU6, SiLU and Hardswish pass relevance through; a gate is taken as a constant
+        # a batch norm or a bias folded into the layer before (on the path only: a gate's branch
+        # keeps its own layers, and with them its norms and biases)
+        self.folded = {
+            step.node
+            for step in path
+            if step.kind == "folded" or (step.kind == "scale" and folds_into(plan, step))
+        }
+        # ReLU6, SiLU, Hardswish and a batch norm not folded (Zennit's Pass) pass relevance through;
+        # a gate is taken as a constant
         self.passes = {
             step.node: step.module
             for step in plan.steps
-            if step.kind == "clip" or (step.kind == "gated" and is_self_gated(step.module))
+            if step.kind == "clip"
+            or (step.kind == "gated" and is_self_gated(step.module))
+            or (step.kind == "scale" and step.node not in self.folded)
         }
         self.gates = {step.node for step in plan.steps if step.kind == "gate"}
-        # a batch norm or a bias folded into the layer before (on the path only: a gate's branch
-        # keeps its own layers, and with them its norms and biases)
-        self.folded = {step.node for step in path if step.kind in ("scale", "folded")}
         self.norms = {step.node: step.module for step in plan.steps if step.kind == "norm"}
 
     @classmethod
@@ -144,7 +152,7 @@ class RelevanceGraph:
         # the rules' index counts the layers relevance passes (a gate's branch has none)
         index = {s.node: i for i, s in enumerate(s for s in path if s.kind == "affine")}
         # a batch norm right after a layer is folded into it; the norm itself then passes values on
-        norms = {s.source: s.module for s in path if s.kind == "scale"}
+        norms = {s.source: s.module for s in path if s.kind == "scale" and folds_into(plan, s)}
         nonneg: set[fx.Node] = set()
         layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]] = {}
         for step in path:

@@ -26,7 +26,10 @@ pass walks the nodes in reverse and applies one rule per node kind (see
   below are written for chains;
 - scale (an eval-mode batch norm, s x + b): differences, parts and multipliers scaled by s, the
   parts and multipliers swapped where s < 0 (DeepLIFT's reference implementation; the same as
-  folding s into the layers before it);
+  folding s into the layers before it); factor (times or divided by a constant, elementwise: Keras
+  writes a batch norm it cannot fold, and its Normalization layer, as Sub, Mul, Add, Div) the same
+  with that constant's values, and bias (a constant shift) passes differences, parts and
+  multipliers unchanged (summed back over any axis the constant broadcast them along);
 - maxpool: the plain gradient at the input. This is *not* summation-to-delta: with a non-zero
   reference a max-pooling network's attributions need not add up to f(x) - f(x0), and the audit
   is meant to show it.
@@ -89,6 +92,7 @@ _RULED = (*ACTIVATIONS, "gated")  # elementwise nonlinearities: the RevealCancel
 # The float32 rounding checks are written for chains of ReLUs; SiLU and Hardswish take differences of
 # their values (reveal_cancel_smooth).
 _FLOAT64_KINDS = ("merge", "move", "gated")
+_CARRIERS = ("shape", "move", "scale", "factor", "bias")  # a split passes through them
 
 
 def needs_float64(plan: Plan) -> bool:
@@ -110,7 +114,7 @@ def _through_carriers(steps: dict[fx.Node, Step], node: fx.Node | None) -> list[
     and scale nodes), up to the first node that is none of them."""
     assert node is not None
     chain = [node]
-    while steps[chain[-1]].kind in ("shape", "move", "scale"):
+    while steps[chain[-1]].kind in _CARRIERS:
         source = steps[chain[-1]].source
         assert source is not None
         chain.append(source)
@@ -266,6 +270,15 @@ class RevealCancelGraph:
                 if src in split:
                     parts, made_by = split[src]
                     split[node] = (scaled_split(parts, scale), made_by)
+            elif step.kind in ("factor", "bias"):  # c * d (d / c), d + c: the shift has no difference
+                assert src is not None
+                shape = (len(dx), *ref.values[node].shape[1:])
+                factor = self._factor(step, delta) if step.kind == "factor" else None
+                delta[node] = (delta[src] if factor is None else delta[src] * factor).expand(shape)
+                if src in split:
+                    parts, made_by = split[src]
+                    parts = parts if factor is None else scaled_split(parts, factor)
+                    split[node] = (parts.map(partial(torch.Tensor.expand, size=shape)), made_by)
             elif step.kind == "move":  # linear: differences and their parts move like values
                 delta[node] = run_node(self.plan, step, delta.__getitem__)
                 if not isinstance(delta[node], tuple | list):  # a Split's parts move one by one
@@ -319,6 +332,10 @@ class RevealCancelGraph:
                     give(part, share)
             elif step.kind == "scale":
                 give(src, scaled_pair(pair, self._scale(node, delta[src])))
+            elif step.kind in ("factor", "bias"):
+                factor = self._factor(step, delta) if step.kind == "factor" else None
+                back = pair if factor is None else scaled_pair(pair, factor)
+                give(src, back.map(partial(_summed_to, shape=delta[src].shape)))
             elif step.kind == "move":
                 origin, move = self._moved(step, delta)
                 give(origin, pair.map(partial(_adjoint, move, delta[origin])))
@@ -356,6 +373,15 @@ class RevealCancelGraph:
     def _scale(self, node: fx.Node, like: torch.Tensor) -> torch.Tensor:
         """A scale node's s shaped to multiply ``like`` (batch, channels, ...) channel by channel."""
         return _per_channel(self._scales[node], like)
+
+    def _factor(self, step: Step, delta: dict[fx.Node, Any]) -> torch.Tensor:
+        """A factor node's constant c (1 / c for a division), broadcast as the node broadcasts it."""
+        assert step.source is not None
+        one = torch.ones(
+            (1, *delta[step.source].shape[1:]), dtype=self.dtype, device=delta[step.source].device
+        )
+        factor: torch.Tensor = _substituted(self.plan, step, delta, one)
+        return factor
 
     def _moved(self, step: Step, env: dict[fx.Node, Any]) -> tuple[fx.Node, Moved]:
         """The tensor a move node's value comes from, and the move as a function of that tensor

@@ -19,7 +19,12 @@ graph only:
   which the torch conversion makes an ``nn.Linear``. A rank it cannot tell (a transformer's
   (batch, sequence, width) activations) leaves the pair as it is: ``Gemm`` is defined on matrices;
 - a binary classifier's ``Concat(1 - sigmoid(z), sigmoid(z))`` over a one-column layer is one
-  two-column layer and its sigmoid (``_two_class_sigmoids``).
+  two-column layer and its sigmoid (``_two_class_sigmoids``);
+- a run of such per-channel constants that scales and shifts an activation no Conv took in (a
+  batch norm after a pooling or a concatenation, a Normalization layer, as Keras writes them) is one
+  ``BatchNormalization`` (``_channel_norms``), so every method reads it as torch's exporters' norm.
+
+Constants are read from the graph's weights and from its ``Constant`` nodes.
 
 Types and ranks are read from the graph's inputs, weights and declared value infos, and carried
 through the operators listed below; anything else is unknown, and an unknown never fuses.
@@ -46,7 +51,8 @@ _SAME_TYPE = {
     "ReduceMax", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Resize", "Selu", "Sigmoid", "Slice",
     "Softmax", "Softplus", "Sqrt", "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze",
 }  # fmt: skip
-# Elementwise operators: the output's rank is the largest of their inputs' (broadcasting).
+# Elementwise operators: the output's rank is the largest of their inputs' (broadcasting; a Concat's
+# inputs all have its rank).
 _ELEMENTWISE = {
     "Abs", "Add", "Cast", "Clip", "Div", "Dropout", "Elu", "Exp", "Identity", "LeakyRelu", "Log", "Max",
     "Min", "Mul", "Neg", "Pow", "Relu", "Selu", "Sigmoid", "Softmax", "LogSoftmax", "Sqrt", "Sub", "Tanh",
@@ -65,6 +71,7 @@ def fuse_dense_layers(model: onnx.ModelProto) -> int:
     pairs, convolution biases and two-class sigmoids were rewritten."""
     graph = model.graph
     weights = {t.name: t for t in graph.initializer}
+    weights.update(_constant_nodes(graph))
     types, ranks = _known(graph, weights)
     outputs = {o.name for o in graph.output}
     nodes = [_copied(node) for node in graph.node]  # objects of our own: identities stay fixed
@@ -92,11 +99,25 @@ def fuse_dense_layers(model: onnx.ModelProto) -> int:
             count += 1
         elif node.op_type == "Conv":
             count += _conv_affine(graph, node, readers, weights, outputs, dropped)
-    count += _two_class_sigmoids(graph, nodes, weights, readers, dropped)
+    norms = _channel_norms(graph, nodes, (types, ranks), readers, weights, outputs, dropped)
+    count += len(norms) + _two_class_sigmoids(graph, nodes, weights, readers, dropped)
     if count:
         del graph.node[:]
-        graph.node.extend(node for node in nodes if id(node) not in dropped)
+        for node in nodes:
+            graph.node.extend(norms.get(id(node), [] if id(node) in dropped else [node]))
     return count
+
+
+def _constant_nodes(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """The tensors ``Constant`` nodes hold (Keras writes its Normalization layer's mean and variance
+    so), by their output's name, to be read as weights are."""
+    found = {}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
+            tensor = next((a.t for a in node.attribute if a.name == "value"), None)
+            if tensor is not None:
+                found[node.output[0]] = tensor
+    return found
 
 
 def _bypass_casts(nodes: list[onnx.NodeProto], types: dict[str, int], outputs: set[str]) -> int:
@@ -150,23 +171,7 @@ def _conv_affine(
             return 0
         value, axis = between.output[0], perm.index(1)
         users = readers.get(value, [])
-    scale, shift = np.ones(channels), np.zeros(channels)  # the chain so far: z * scale + shift
-    chain: list[onnx.NodeProto] = []
-    while value not in outputs and len(users) == 1 and users[0].op_type in _PER_CHANNEL:
-        step = users[0]
-        if len(step.input) != 2 or step.input[0] != value or step.input[1] == value:
-            break  # c - z and c / z are not this layer's affine map
-        constant = _per_channel(weights.get(step.input[1]), rank, axis, channels)
-        if constant is None or (step.op_type == "Div" and not constant.all()):
-            break
-        if step.op_type in ("Mul", "Div"):
-            factor = constant if step.op_type == "Mul" else 1.0 / constant
-            scale, shift = scale * factor, shift * factor
-        else:
-            shift = shift + constant if step.op_type == "Add" else shift - constant
-        chain.append(step)
-        value = step.output[0]
-        users = readers.get(value, [])
+    scale, shift, chain = _channel_chain(value, users, readers, weights, outputs, (rank, axis, channels))
     if not chain:
         return 0
     w = numpy_helper.to_array(kernel).astype(np.float64)
@@ -185,6 +190,115 @@ def _conv_affine(
         between.input[0] = conv.output[0]
     dropped.update(id(step) for step in chain)
     return 1
+
+
+def _channel_chain(
+    value: str,
+    users: list[onnx.NodeProto],
+    readers: dict[str, list[onnx.NodeProto]],
+    weights: dict[str, onnx.TensorProto],
+    outputs: set[str],
+    layout: tuple[int, int, int],
+) -> tuple[np.ndarray, np.ndarray, list[onnx.NodeProto]]:
+    """The run of Add, Sub, Mul and Div by constants that vary along the channel axis only, from
+    ``value`` read by ``users`` on (``layout``: the activation's rank, channel axis and channel
+    count), each the only reader of the one before, as one map ``z * scale + shift``."""
+    rank, axis, channels = layout
+    scale, shift = np.ones(channels), np.zeros(channels)  # the chain so far: z * scale + shift
+    chain: list[onnx.NodeProto] = []
+    while value not in outputs and len(users) == 1 and users[0].op_type in _PER_CHANNEL:
+        step = users[0]
+        if len(step.input) != 2 or step.input[0] != value or step.input[1] == value:
+            break  # c - z and c / z are not this layer's affine map
+        constant = _per_channel(weights.get(step.input[1]), rank, axis, channels)
+        if constant is None or (step.op_type == "Div" and not constant.all()):
+            break
+        if step.op_type in ("Mul", "Div"):
+            factor = constant if step.op_type == "Mul" else 1.0 / constant
+            scale, shift = scale * factor, shift * factor
+        else:
+            shift = shift + constant if step.op_type == "Add" else shift - constant
+        chain.append(step)
+        value = step.output[0]
+        users = readers.get(value, [])
+    return scale, shift, chain
+
+
+def _channel_norms(
+    graph: onnx.GraphProto,
+    nodes: list[onnx.NodeProto],
+    known: tuple[dict[str, int], dict[str, int]],
+    readers: dict[str, list[onnx.NodeProto]],
+    weights: dict[str, onnx.TensorProto],
+    outputs: set[str],
+    dropped: set[int],
+) -> dict[int, list[onnx.NodeProto]]:
+    """Runs of per-channel constant Sub, Mul, Add and Div that scale and shift an activation no Conv
+    took in (``_conv_affine``): a batch norm after a pooling or a concatenation (DenseNet's), or a
+    Normalization layer, as Keras writes them. Each becomes the ``BatchNormalization`` it is (mean 0,
+    variance 1, epsilon 0), between two Transposes where the channels are the last axis, so the
+    planners take it as a batch norm, as torch's exporters write one. The new nodes by the id of the
+    run's first node (the run is dropped)."""
+    types, ranks = known
+    inserted: dict[int, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        value = node.input[0] if node.input else ""
+        rank = ranks.get(value)
+        if id(node) in dropped or node.op_type not in _PER_CHANNEL or rank is None or rank < 2:
+            continue
+        if value in weights or types.get(value) != onnx.TensorProto.FLOAT:
+            continue
+        layout = _channel_layout(node, rank, readers, weights)
+        if layout is None:
+            continue
+        scale, shift, chain = _channel_chain(value, [node], readers, weights, outputs, layout)
+        kinds = {step.op_type in ("Mul", "Div") for step in chain}
+        if kinds != {True, False}:  # a scaling and a shift; one alone keeps its own rule
+            continue
+        name = chain[0].name or chain[0].output[0]
+        parts = [_new_weight(graph, weights, v.astype(np.float32), f"{name}/norm_{k}") for k, v in (
+            ("scale", scale), ("shift", shift), ("mean", np.zeros_like(scale)), ("var", np.ones_like(scale))
+        )]  # fmt: skip
+        result = chain[-1].output[0]
+        if layout[1] == 1:
+            inserted[id(node)] = [_norm_node(name, value, parts, result)]
+        else:
+            first, back = [0, rank - 1, *range(1, rank - 1)], [0, *range(2, rank), 1]
+            inserted[id(node)] = [
+                onnx.helper.make_node("Transpose", [value], [f"{name}/first"], f"{name}/first", perm=first),
+                _norm_node(name, f"{name}/first", parts, f"{name}/normed"),
+                onnx.helper.make_node("Transpose", [f"{name}/normed"], [result], f"{name}/last", perm=back),
+            ]
+        dropped.update(id(step) for step in chain)
+    return inserted
+
+
+def _norm_node(name: str, value: str, parts: list[str], result: str) -> onnx.NodeProto:
+    return onnx.helper.make_node("BatchNormalization", [value, *parts], [result], f"{name}/norm", epsilon=0.0)
+
+
+def _channel_layout(
+    node: onnx.NodeProto,
+    rank: int,
+    readers: dict[str, list[onnx.NodeProto]],
+    weights: dict[str, onnx.TensorProto],
+) -> tuple[int, int, int] | None:
+    """(rank, channel axis, channels) of the run of constant Sub, Mul, Add, Div from ``node`` on, read
+    off its first constant of more than one value: the axis 1 or the last one; None for another."""
+    step: onnx.NodeProto | None = node
+    while step is not None and step.op_type in _PER_CHANNEL and len(step.input) == 2:
+        tensor = weights.get(step.input[1])
+        if tensor is None or len(tensor.dims) > rank:
+            return None
+        shape = [1] * (rank - len(tensor.dims)) + list(tensor.dims)
+        wide = [axis for axis, size in enumerate(shape) if size != 1]
+        if len(wide) > 1 or (wide and wide[0] not in (1, rank - 1)):
+            return None
+        if wide:
+            return rank, wide[0], shape[wide[0]]
+        users = readers.get(step.output[0], [])
+        step = users[0] if len(users) == 1 else None
+    return None
 
 
 def _per_channel(tensor: onnx.TensorProto | None, rank: int, axis: int, channels: int) -> np.ndarray | None:
@@ -326,10 +440,10 @@ def _known(
     }
     ranks = declared_ranks(graph)
     lengths: dict[str, int] = {}  # 1-d integer tensors: how many values (a Reshape's target shape)
-    for tensor in weights.values():
-        types[tensor.name], ranks[tensor.name] = tensor.data_type, len(tensor.dims)
+    for name, tensor in weights.items():  # a Constant node's tensor is named by the node's output
+        types[name], ranks[name] = tensor.data_type, len(tensor.dims)
         if len(tensor.dims) == 1:
-            lengths[tensor.name] = tensor.dims[0]
+            lengths[name] = tensor.dims[0]
     for node in graph.node:  # nodes come in topological order
         if not node.input or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
             continue
@@ -339,7 +453,7 @@ def _known(
         elif node.op_type in _SAME_TYPE and first in types:
             types.setdefault(out, types[first])
         known = [ranks.get(name) for name in node.input if name]
-        if node.op_type in _ELEMENTWISE and known and None not in known:
+        if (node.op_type in _ELEMENTWISE or node.op_type == "Concat") and known and None not in known:
             ranks.setdefault(out, max(r for r in known if r is not None))
         elif node.op_type in _SAME_RANK and first in ranks:
             ranks.setdefault(out, ranks[first])

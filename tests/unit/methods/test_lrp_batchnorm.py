@@ -2,7 +2,8 @@
 keeps BatchNormalization after a Gemm (a tabular model's Linear -> BatchNorm1d -> ReLU). LRP folds
 the norm into the layer before it, as Zennit's canonizers do (docs/science.md 5.8): checked against
 Zennit with its SequentialMergeBatchNorm canonizer on the torch model. A norm that cannot be folded
-(its layer also feeds something else) is still refused."""
+(after a concatenation, as DenseNet's, or after a layer that also feeds something else) passes
+relevance unchanged, as Zennit's composites' Pass rule for a BatchNorm does."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ from torch import nn
 from zennit.attribution import Gradient
 from zennit.canonizers import SequentialMergeBatchNorm
 from zennit.core import Composite, Hook
+from zennit.rules import Pass
 
 from tests.models import to_onnx
 from workers.methods import AttributionContext, get_method
-from workers.methods._fx_plan import family_plan
 from workers.methods._lrp_rules import AlphaBeta, Epsilon, LayerRule, ZBox
 from workers.models import load_model
 from workers.players import parse_players
 from workers.targets import Target
-from xaudit.contract.errors import NotApplicable
 
 X = torch.randn(5, 6, generator=torch.Generator().manual_seed(51)) * 1.5
 
@@ -84,19 +84,60 @@ def test_a_norm_after_a_linear_layer_is_folded_as_zennits_canonizer_does(name: s
     assert float(model[1].running_var.min()) >= 0.3
 
 
-class _Forked(nn.Module):
-    """A Linear layer whose output feeds a norm and a skip connection: nothing to fold it into."""
+class _DenseBlock(nn.Module):
+    """DenseNet's pattern: a batch norm after a concatenation, which no canonizer merges into a layer
+    (and one after a Linear layer that also feeds a skip connection)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.linear, self.norm, self.head = nn.Linear(6, 6), nn.BatchNorm1d(6), nn.Linear(6, 3)
+        torch.manual_seed(53)
+        self.first, self.grow = nn.Conv2d(2, 3, 3, padding=1), nn.Conv2d(3, 3, 3, padding=1)
+        self.norm, self.last = nn.BatchNorm2d(6), nn.Conv2d(6, 4, 3)
+        self.linear, self.forked, self.head = nn.Linear(16, 5), nn.BatchNorm1d(5), nn.Linear(10, 3)
+        with torch.no_grad():
+            for norm in (self.norm, self.forked):
+                norm.running_mean.uniform_(-1, 1)
+                norm.running_var.uniform_(0.3, 3)
+                norm.weight.uniform_(-1.5, 1.5)
+                norm.bias.uniform_(-0.5, 0.5)
+        self.eval()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.linear(x)
-        return self.head(torch.relu(self.norm(z)) + z)
+        h = torch.relu(self.first(x))
+        h = torch.relu(self.norm(torch.cat([h, self.grow(h)], 1)))
+        z = self.linear(nn.functional.max_pool2d(torch.relu(self.last(h)), 2).flatten(1))
+        return self.head(torch.cat([torch.relu(self.forked(z)), z], 1))
 
 
-def test_a_norm_whose_layer_feeds_something_else_is_refused() -> None:
-    graph = load_model(to_onnx(_Forked().eval(), X[:2]), "onnx", "cpu").torch_hookable("lrp_epsilon")
-    with pytest.raises(NotApplicable, match="BatchNorm"):
-        family_plan(graph, "lrp_epsilon", "LRP")
+IMAGES = torch.randn(4, 2, 6, 6, generator=torch.Generator().manual_seed(54))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_norm_no_layer_takes_in_passes_relevance_as_zennits_composites_do(name: str, dynamo: bool) -> None:
+    """Relevance passes through such a norm unchanged: the ``Pass`` rule Zennit's composites give a
+    BatchNorm. Before, LRP refused the model."""
+    model = _DenseBlock()
+    layers = [model.first, model.grow, model.last, model.linear, model.head]
+    params, rules = CASES[name]
+    rules = [rules[0], *[rules[1]] * 4]
+    hooks = {id(layer): rule for layer, rule in zip(layers, rules, strict=True)}
+
+    def mapping(ctx: dict, module_name: str, module: nn.Module) -> Hook | None:
+        if isinstance(module, nn.BatchNorm1d | nn.BatchNorm2d):
+            return Pass()
+        return hooks[id(module)].zennit() if id(module) in hooks else None
+
+    classes = np.array([0, 1, 2, 0])
+    c = torch.as_tensor(classes)
+    with Gradient(model=model, composite=Composite(module_map=mapping)) as attributor:
+        _, want = attributor(
+            IMAGES.clone().requires_grad_(True),
+            lambda out: torch.zeros_like(out).scatter_(1, c[:, None], 1.0) * out.detach(),
+        )
+    assert float(want.abs().max()) > 1e-3
+    data = to_onnx(model, IMAGES[:2], opset=18, dynamo=True) if dynamo else to_onnx(model, IMAGES[:2])
+    loaded = load_model(data, "onnx", "cpu")
+    ctx = AttributionContext(loaded, parse_players("grid:2x2", (2, 6, 6)), Target(), params)
+    ours = get_method(name).attribute(ctx, IMAGES.numpy(), np.zeros_like(IMAGES.numpy()), classes)
+    np.testing.assert_allclose(ours, want.detach().numpy(), rtol=1e-4, atol=1e-5 * float(want.abs().max()))

@@ -104,8 +104,10 @@ def test_the_export_is_written_the_way_the_rewrites_read(keras_cnn: tuple[bytes,
     assert all(len(node.input) == 2 for node in model.graph.node if node.op_type == "Conv"), "bias-free Convs"
     rewritten = fuse_dense_layers(model)
     ops = [node.op_type for node in model.graph.node]
-    assert "Cast" not in ops and ops.count("Add") == 1, ops  # the Dense layer's: a Linear in the next test
-    assert rewritten == 15 + 2  # the Casts and the Convs' biases (the Dense layer's axes are a Constant node)
+    assert "Cast" not in ops and "Add" not in ops and ops.count("Gemm") == 1, ops
+    assert (
+        rewritten == 15 + 2 + 1
+    )  # the Casts, the Convs' biases, the Dense layer (its pool's axes a Constant)
     x = np.random.default_rng(0).normal(size=(4, *_SHAPE)).astype(np.float32)
     name = model.graph.input[0].name
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {name: x})[0]
@@ -362,3 +364,99 @@ def test_deep_taylor_reads_the_input_through_keras_zero_padding(tmp_path: Path, 
         context(twin, torch.from_numpy(first(x[:1]))), first(x), first(x0), classes
     )
     np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
+_BUILD_DENSE_BLOCK = textwrap.dedent(
+    """
+    inputs = keras.Input((10, 10, 3))
+    x = keras.layers.Normalization(mean=[0.2, -0.1, 0.4], variance=[0.5, 2.0, 1.5])(inputs)
+    x = keras.layers.Conv2D(4, 3, activation="relu", padding="same", bias_initializer=keras.initializers.Constant(3.0))(x)
+    x = keras.layers.MaxPooling2D()(x)
+    grown = keras.layers.Conv2D(4, 3, padding="same", bias_initializer="random_normal")(x)
+    x = keras.layers.Concatenate()([x, grown])  # a dense block: the norm after it cannot be folded
+    norm = keras.layers.BatchNormalization()
+    x = keras.layers.ReLU()(norm(x))
+    x = keras.layers.Conv2D(5, 3, activation="relu", bias_initializer="random_normal")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(3, bias_initializer="random_normal")(x)
+    model = keras.Model(inputs, outputs)
+    r = np.random.default_rng(0)
+    scale = np.array([1.5, -0.7, 0.9, 1.2, 0.8, 1.1, -1.3, 0.6])
+    norm.set_weights([scale, r.normal(size=8), r.normal(size=8), r.uniform(0.5, 2, 8)])
+    model.predict(np.zeros((1, 10, 10, 3), np.float32), verbose=0)
+    """
+)
+
+
+class _DenseBlockTwin(nn.Module):
+    def __init__(self, weights: list[np.ndarray]) -> None:
+        super().__init__()
+        k1, b1, k2, b2, gamma, beta, moving_mean, moving_var, k3, b3, dense, b4 = (
+            torch.from_numpy(np.asarray(w, np.float32)) for w in weights
+        )  # the Normalization's mean and variance are the build's constants, not weights
+        self.register_buffer("mean", torch.tensor([0.2, -0.1, 0.4]).reshape(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor([0.5, 2.0, 1.5]).sqrt().reshape(1, 3, 1, 1))
+        self.conv1, self.grow, self.conv3 = (
+            nn.Conv2d(3, 4, 3, padding=1),
+            nn.Conv2d(4, 4, 3, padding=1),
+            nn.Conv2d(8, 5, 3),
+        )
+        self.norm, self.linear = nn.BatchNorm2d(8, eps=1e-3), nn.Linear(5, 3)
+        with torch.no_grad():
+            for layer, kernel, bias in ((self.conv1, k1, b1), (self.grow, k2, b2), (self.conv3, k3, b3)):
+                layer.weight.copy_(kernel.permute(3, 2, 0, 1))
+                layer.bias.copy_(bias)
+            for name, value in (
+                ("weight", gamma),
+                ("bias", beta),
+                ("running_mean", moving_mean),
+                ("running_var", moving_var),
+            ):
+                getattr(self.norm, name).copy_(value)
+            self.linear.weight.copy_(dense.T)
+            self.linear.bias.copy_(b4)
+        self.eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.max_pool2d(torch.relu(self.conv1((x - self.mean) / self.std)), 2)
+        x = torch.relu(self.norm(torch.cat([x, self.grow(x)], 1)))
+        return self.linear(torch.relu(self.conv3(x)).mean((2, 3)))
+
+
+@pytest.fixture(scope="module")
+def keras_dense_block(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[np.ndarray]]:
+    return _keras_export(_BUILD_DENSE_BLOCK, tmp_path_factory.mktemp("keras_dense_block"))
+
+
+@pytest.mark.parametrize("method", [*_RULES[:2], *_RULES[3:]])
+def test_a_keras_norm_after_a_concatenation_is_the_batch_norm_it_stands_for(
+    keras_dense_block: tuple[bytes, list[np.ndarray]], method: str
+) -> None:
+    """Keras writes a batch norm after a concatenation (DenseNet's dense blocks) and its Normalization
+    layer as Sub, Mul, Add and Div with per-channel constants: RevealCancel refused them, DeepLIFT
+    Rescale went to Captum, and LRP gave the shift a bias's share. The methods' graph makes each such
+    run the BatchNormalization it is (workers/models/dense_layers.py), so every rule method runs its
+    own pass with the numbers of the torch twin with its BatchNorm2d (LRP passes relevance through
+    it, as Zennit's composites do). Deep Taylor stays refused: its z-beta layer is behind the
+    Normalization."""
+    data, weights = keras_dense_block
+    said = inspect_model(data).methods[method]
+    assert said.startswith("runs: torch graph") and "Captum" not in said, said
+    twin = _DenseBlockTwin(weights)
+    r = np.random.default_rng(1)
+    x = r.normal(size=(3, *_SHAPE)).astype(np.float32)
+    x0 = 0.1 * r.normal(size=x.shape).astype(np.float32)
+    classes = np.array([0, 2, 1])
+    ctx = AttributionContext(load_model(data, "onnx", "cpu"), parse_players("grid:2x2", _SHAPE), Target(), {})
+    got = get_method(method).attribute(ctx, x, x0, classes)
+    first = lambda a: np.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(
+        twin(torch.from_numpy(first(x))).detach().numpy(),
+        session.run(None, {session.get_inputs()[0].name: x})[0], rtol=1e-4, atol=1e-5,
+    )  # fmt: skip
+    want = get_method(method).attribute(
+        context(twin, torch.from_numpy(first(x[:1]))), first(x), first(x0), classes
+    )
+    np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    assert np.abs(want).max() > 1e-3
