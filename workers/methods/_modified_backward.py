@@ -71,7 +71,7 @@ _ZENNIT_LACKS = {
     "gate": "gates (SiLU, squeeze-and-excitation)",
     "gated": "gates (SiLU, squeeze-and-excitation)",
     "head": "the output's Softmax or Sigmoid",
-    "scale": "a batch norm folded into its layer",
+    "scale": "batch norms",
     "norm": "layer and instance normalisation",
     "factor": "constant factors",
     "bias": "constant shifts and concatenations",
