@@ -750,7 +750,23 @@ def _is_gate_op(graph: fx.GraphModule, node: fx.Node, module: nn.Module | None, 
         return False
     if _is_softmax(module) or _is_nan_safe_softmax(graph, node):
         return True
-    return _is_gelu_factor(graph, node)
+    return _is_gelu_factor(graph, node) or _is_written_hard_sigmoid(graph, node)
+
+
+def _is_written_hard_sigmoid(graph: fx.GraphModule, node: fx.Node) -> bool:
+    """A hard sigmoid written out, ``relu6(z) / 6``: a clamp to [0, c] times, or divided by, a
+    positive constant (Keras' MobileNetV3 gates its squeeze-and-excitation blocks so; the ``+ 3`` is
+    the convolution's bias): non-negative, as a gate must be for the rules' sign tracking."""
+    name = _operator_name(node, _module(graph, node))
+    if len(node.args) != 2 or not (name in _MUL_NAMES or name in _DIV_NAMES):
+        return False
+    clipped = (
+        node.args[0]
+        if name in _DIV_NAMES
+        else next((a for a in node.args if _constant(graph, a) is None), None)
+    )
+    factor = next((_constant(graph, a) for a in node.args if a is not clipped), None)
+    return isinstance(clipped, fx.Node) and _is_clip(_module(graph, clipped)) and _is_positive_scalar(factor)
 
 
 def _is_softmax(module: nn.Module | None) -> bool:
@@ -1039,7 +1055,7 @@ def held_constant(graph: nn.Module, method: str) -> str:
             name = _operator_name(step.node, step.module)
             if _is_softmax(step.module) or name in _WHERE_NAMES:
                 held["attention weights"] = True
-            elif _is_sigmoid_gate(step.module):
+            elif _is_sigmoid_gate(step.module) or _is_written_hard_sigmoid(plan.graph, step.node):
                 held["sigmoid gates"] = True
             else:
                 held["GELU's factor"] = True

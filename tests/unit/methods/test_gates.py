@@ -146,3 +146,31 @@ def test_the_report_says_the_gates_are_held_constant() -> None:
     assert said is not None and said.endswith(
         "held constant (Ali et al. 2022, Arras et al. 2017): sigmoid gates"
     )
+
+
+class _WrittenHardSigmoid(nn.Module):
+    """A hard sigmoid as Keras writes MobileNetV3's: relu6(z + 3) * (1 / 6), three operators."""
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return nn.functional.relu6(z + 3.0) * (1.0 / 6.0)
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta"])
+def test_a_written_out_hard_sigmoid_is_a_gate(name: str, dynamo: bool) -> None:
+    """Before, LRP refused the product with it; now the gate is held as HardSigmoid's is: the same
+    relevance as the model with nn.Hardsigmoid, and the report names it."""
+    model = _gated_net()
+    written = copy.deepcopy(model)
+    written[5].gate = _WrittenHardSigmoid()
+    classes = np.array([0, 1, 2, 1])
+    params = CASES[name][0]
+    x = X.numpy()
+    ctx = _context(written, params, dynamo)
+    got = get_method(name).attribute(ctx, x, np.zeros_like(x), classes)
+    want = get_method(name).attribute(_context(model, params, dynamo), x, np.zeros_like(x), classes)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    said = get_method(name).implementation(ctx.model)
+    assert said is not None and said.endswith(
+        "held constant (Ali et al. 2022, Arras et al. 2017): sigmoid gates"
+    )
