@@ -72,6 +72,7 @@ __all__ = [
     "folded_layer",
     "folds_into",
     "held_constant",
+    "is_elementwise",
     "is_self_gated",
     "layer_norm_parts",
     "merge_parts",
@@ -353,6 +354,14 @@ def folded_layer(affine: nn.Module, norm: nn.Module) -> nn.Module:
             folded.bias = nn.Parameter(bias * scale + shift, requires_grad=False)
         _FOLDED[norm] = folded
     return _FOLDED[norm]
+
+
+def is_elementwise(step: Step) -> bool:
+    """A batch norm, or a product, quotient, sum or difference of one activation with constants: an
+    elementwise scaling or shift (a concatenation with a constant, a class token, is not)."""
+    if step.kind == "scale":
+        return True
+    return step.kind in ("factor", "bias") and _operator_name(step.node, step.module) not in _CONCAT_NAMES
 
 
 def is_self_gated(module: nn.Module | None) -> bool:

@@ -186,9 +186,9 @@ class LayerRule:
     """One layer's rule: ``modified(module, a, top, nonneg, leaves)`` gives the layer's output with
     the rule's gradient. ``nonneg``: ``a`` is known to be >= 0 (it comes out of a ReLU), so terms of
     its negative part vanish. Rules with extra input terms (z-beta) append a leaf to ``leaves`` whose
-    gradient is that term's relevance; ``support`` (1, *a's shape) says how much of the input each of
-    ``a``'s positions holds where the input reaches the layer moved: 0 at a zero pad, whose bounds are
-    0 as its value is (None: all of ``a`` is input)."""
+    gradient is that term's relevance; ``bounds`` (two tensors (1, *a's shape)) are z-beta's bounds at
+    each of ``a``'s positions where the input reaches the layer moved or scaled (None: the rule's
+    own constant bounds)."""
 
     # The rule's extra leaf is relevance at the layer's input: needs the input to be a reshaped x.
     needs_input_layer: ClassVar[bool] = False
@@ -200,7 +200,7 @@ class LayerRule:
         top: bool,
         nonneg: bool,
         leaves: list[torch.Tensor],
-        support: torch.Tensor | None = None,
+        bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         raise NotImplementedError
 
@@ -221,7 +221,7 @@ class Epsilon(LayerRule):
         top: bool,
         nonneg: bool,
         leaves: list[torch.Tensor],
-        support: torch.Tensor | None = None,
+        bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         z = module(a)
         value = z.detach()
@@ -253,7 +253,7 @@ class AlphaBeta(LayerRule):
         top: bool,
         nonneg: bool,
         leaves: list[torch.Tensor],
-        support: torch.Tensor | None = None,
+        bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         _, bias = _parameters(module)
         axis = _channels(module)
@@ -326,7 +326,7 @@ class ZBox(LayerRule):
         top: bool,
         nonneg: bool,
         leaves: list[torch.Tensor],
-        support: torch.Tensor | None = None,
+        bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         weight, bias = _parameters(module)
         with torch.no_grad():
@@ -334,22 +334,30 @@ class ZBox(LayerRule):
             w_pos, w_neg = weight.clamp(min=0), weight.clamp(max=0)
             b_pos = None if bias is None else bias.clamp(min=0)
             b_neg = None if bias is None else bias.clamp(max=0)
-            one = (
-                torch.ones((1, *a.shape[1:]), dtype=a.dtype, device=a.device) if support is None else support
-            )
-            lower = _affine(module, one * self.low, w_pos, b_pos)
-            upper = _affine(module, one * self.high, w_neg, b_neg)
+            if bounds is None:
+                one = torch.ones((1, *a.shape[1:]), dtype=a.dtype, device=a.device)
+                low, high = one * self.low, one * self.high
+            else:
+                low, high = bounds
+            lower = _affine(module, low, w_pos, b_pos)
+            upper = _affine(module, high, w_neg, b_neg)
             value = z
             scale = _over(1.0 if top else value, stabilize(value - (lower + upper), 1e-6))
-        # The bounds' terms: a leaf at the input whose gradient is -(low W+ + high W-)^T c.
-        leaf = torch.zeros_like(a, requires_grad=True)
+        if bounds is None:  # the bounds' terms: a leaf at the input whose gradient is -(low W+ + high W-)^T c
+            leaf = torch.zeros_like(a, requires_grad=True)
+            terms = _derived(
+                module,
+                (self,),
+                lambda: _blocks(module, [[weight, -(self.low * w_pos + self.high * w_neg)]], None),
+            )
+            branch = _block(module, [a, leaf], terms)
+        else:  # bounds per position: a leaf of ones whose gradient is -(low W+^T c + high W-^T c)
+            leaf = torch.ones_like(a, requires_grad=True)
+            terms = _derived(
+                module, (self, "per position"), lambda: _blocks(module, [[weight, -w_pos, -w_neg]], None)
+            )
+            branch = _block(module, [a, low * leaf, high * leaf], terms)
         leaves.append(leaf)
-        bounds = _derived(
-            module,
-            (self,),
-            lambda: _blocks(module, [[weight, -(self.low * w_pos + self.high * w_neg)]], None),
-        )
-        branch = _block(module, [a, leaf], bounds)
         return _rerouted(module, value, branch, scale)
 
     def zennit(self) -> Hook:

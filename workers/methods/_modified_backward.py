@@ -46,10 +46,11 @@ from workers.methods._fx_plan import (
     family_plan,
     folded_layer,
     folds_into,
+    is_elementwise,
     is_self_gated,
     layer_norm_parts,
 )
-from workers.methods._lrp_rules import Epsilon, LayerRule, stabilize
+from workers.methods._lrp_rules import Epsilon, LayerRule, ZBox, stabilize
 from workers.methods._passes import rows_per_pass
 from workers.methods._reroute import rerouted
 from workers.targets import Target
@@ -79,6 +80,9 @@ _ZENNIT_LACKS = {
     "branch": "attention and GELU gates",
 }
 _PASS_SIGN = ("relu", "shape", "move", "maxpool", "avgpool", "gated")  # x >= 0 in, x >= 0 out
+# Elementwise scalings and shifts z-beta's layer may read the input through (a normalization):
+# batch norms, and products, quotients, sums and differences with constants.
+_ELEMENTWISE_AFFINE = ("scale", "factor", "bias")
 
 
 def output_path(plan: Plan) -> list[Step]:
@@ -115,13 +119,17 @@ class RelevanceGraph:
         # rule layer receives the relevance itself.
         self.split_at = split_at
         # Where a rule's extra leaf (z-beta's bound terms) sits when the input reaches it moved
-        # (transposed, padded, cropped), not just reshaped: that leaf's relevance is taken back to the
-        # input by its gradient, and the bounds hold where the input does (_support).
+        # (transposed, padded, cropped) or scaled and shifted elementwise (a normalization), not just
+        # reshaped: the bounds there are the input's bounds carried along (_bounds), and the
+        # relevance goes back to the input by the moves' gradient, unchanged through the scalings
+        # and shifts (docs/science.md 5.8).
         first = _first_layer(path)
         source = first.source if first is not None else None
+        views = _input_views(path)
         self.first = first.node if first is not None else None
-        self.moved_input = source if source is not None and _input_views(path).get(source) else None
-        self._supports: dict[tuple[Any, ...], torch.Tensor] = {}
+        self.moved_input = source if source is not None and views.get(source) else None
+        self.scalings = {s.node for s in path if s.kind in _ELEMENTWISE_AFFINE and s.node in views}
+        self._bounds_at: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self.has_rules = bool(layers) or split_at is not None  # relevance is value times g
         # a batch norm or a bias folded into the layer before (on the path only: a gate's branch
         # keeps its own layers, and with them its norms and biases)
@@ -182,11 +190,13 @@ class RelevanceGraph:
     def relevance(self, x: torch.Tensor, target: Target, classes: torch.Tensor) -> torch.Tensor:
         """Input relevance for rows ``x``, seeded (as in Zennit) by the one-hot target score."""
         leaves: list[torch.Tensor] = []
-        support = self._support(x) if self.moved_input is not None else None
+        moved = self.moved_input
+        first_rule = self.layers[self.first][1] if self.first in self.layers else None
+        bounds = self._bounds(x, first_rule) if moved is not None and first_rule is not None else None
         replace: dict[fx.Node, Any] = {
             node: (
-                lambda a, m=module, r=rule, t=top, s=sign, u=support if node == self.first else None: (
-                    r.modified(m, a, t, s, leaves, u)
+                lambda a, m=module, r=rule, t=top, s=sign, b=bounds if node == self.first else None: (
+                    r.modified(m, a, t, s, leaves, b)
                 )
             )
             for node, (module, rule, top, sign) in self.layers.items()
@@ -194,7 +204,13 @@ class RelevanceGraph:
         replace.update({node: partial(_passed, module) for node, module in self.passes.items()})
         replace.update({node: _unchanged for node in self.folded})
         replace.update({node: partial(_held_norm, module) for node, module in self.norms.items()})
-        x = x.detach().requires_grad_(True)
+        start = x = x.detach()
+        if bounds is not None and self.scalings:  # relevance is taken at the first layer's input
+            assert moved is not None
+            with torch.no_grad():
+                start = evaluate(self.plan, x, until=moved)[moved]
+            replace[moved] = partial(_given, start)  # its value, a leaf of the graph
+        start.requires_grad_(True)
         env = evaluate(self.plan, x, replace, held=self.gates)
         out = env[self.plan.output]
         if self.split_at is not None:
@@ -204,27 +220,50 @@ class RelevanceGraph:
         if target.kind != "logit":  # the softmax is crossed by its gradient, as under Zennit
             scores = target.transform(scores)
         seed = torch.zeros_like(scores).scatter_(1, classes[:, None], 1.0) * scores.detach()
-        moved = self.moved_input if leaves else None
-        grads = torch.autograd.grad(scores, [x, *leaves], seed, retain_graph=moved is not None)
-        relevance = x.detach() * grads[0] if self.has_rules else grads[0]
+        carried = moved is not None and bool(leaves) and start is x  # the leaf's relevance: moved back
+        grads = torch.autograd.grad(scores, [start, *leaves], seed, retain_graph=carried)
+        relevance = start.detach() * grads[0] if self.has_rules else grads[0]
         for extra in grads[1:]:  # z-beta's bound terms: relevance at the (reshaped or moved) input
-            if moved is None:
-                relevance = relevance + extra.reshape(x.shape)
+            if not carried:
+                relevance = relevance + extra.reshape(relevance.shape)
             else:
+                assert moved is not None
                 relevance = relevance + torch.autograd.grad(env[moved], x, extra)[0]
+        if start is not x:
+            relevance = self._moved_back(x, relevance)
         return relevance.detach()
 
-    def _support(self, x: torch.Tensor) -> torch.Tensor:
-        """How much of the input each position of the first layer's moved input holds: the moves of
-        a row of ones (0 where a zero pad adds positions, 1 where a transposition, crop or copying
-        pad puts an input value), once per input shape."""
-        key = (tuple(x.shape[1:]), x.dtype, x.device)
-        if key not in self._supports:
+    def _bounds(self, x: torch.Tensor, rule: LayerRule) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """z-beta's bounds at the first layer's moved input, (1, *its shape): the input's constant
+        bounds carried through the moves, scalings and shifts on the way, the smaller and the larger
+        of the two at each position (a negative scale swaps them); 0 where a zero pad adds positions,
+        which hold no input. Once per input shape; None for a rule without bounds."""
+        if not isinstance(rule, ZBox):
+            return None
+        key = (tuple(x.shape[1:]), x.dtype, x.device, rule)
+        if key not in self._bounds_at:
             assert self.moved_input is not None
             with torch.no_grad():
-                moved = evaluate(self.plan, torch.ones_like(x), until=self.moved_input)[self.moved_input]
-            self._supports[key] = moved[:1].clone()
-        return self._supports[key]
+                ends = [
+                    evaluate(self.plan, torch.full_like(x[:1], bound), until=self.moved_input)[
+                        self.moved_input
+                    ]
+                    for bound in (rule.low, rule.high)
+                ]
+            self._bounds_at[key] = (torch.minimum(*ends), torch.maximum(*ends))
+        return self._bounds_at[key]
+
+    def _moved_back(self, x: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
+        """Relevance at the first layer's input taken back to ``x``: by the moves' gradient, each
+        value's to where it came from, and unchanged through the elementwise scalings and shifts (as
+        LRP passes it through a batch norm it does not fold)."""
+        assert self.moved_input is not None
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            identity = dict.fromkeys(self.scalings, _unchanged)
+            carried = evaluate(self.plan, x, identity, until=self.moved_input)[self.moved_input]
+            (back,) = torch.autograd.grad(carried, x, relevance)
+        return back
 
 
 def _first_layer(path: list[Step]) -> Step | None:
@@ -248,8 +287,10 @@ def _input_views(path: list[Step]) -> dict[fx.Node, bool]:
     for step in path:
         if step.kind == "input":
             views[step.node] = False
-        elif step.kind in ("shape", "move") and step.source in views:
-            views[step.node] = views[step.source] or step.kind == "move"
+        elif step.kind in ("shape", "move", *_ELEMENTWISE_AFFINE) and step.source in views:
+            if step.kind in _ELEMENTWISE_AFFINE and not is_elementwise(step):
+                continue  # a concatenation with a constant (a class token) is no view of the input
+            views[step.node] = views[step.source] or step.kind != "shape"
     return views
 
 
@@ -289,6 +330,10 @@ def _passed(activation: Any, z: torch.Tensor) -> torch.Tensor:
 
 def _unchanged(z: torch.Tensor) -> torch.Tensor:
     return z
+
+
+def _given(value: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+    return value
 
 
 def _over_value(value: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:

@@ -81,3 +81,57 @@ def test_a_zero_pad_before_the_convolution_is_the_convolution_padding_itself() -
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     logits = padded(x).detach().numpy()[np.arange(3), classes]
     np.testing.assert_allclose(got.reshape(3, -1).sum(1), logits, rtol=1e-4, atol=1e-5)
+
+
+class _Normalize(nn.Module):
+    """A normalization baked into the exported model, (x - mean) * scale per channel (a negative
+    scale where a channel is inverted), as Keras' Normalization layer and many deployments write it."""
+
+    def __init__(self, mean: list[float], scale: list[float]) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).view(-1, 1, 1))
+        self.register_buffer("scale", torch.tensor(scale).view(-1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) * self.scale
+
+
+def _normalized_cnn(pad: bool, seed: int) -> tuple[nn.Sequential, nn.Sequential]:
+    """The model, and its part from the first convolution on."""
+    torch.manual_seed(seed)
+    head = nn.Sequential(
+        nn.Conv2d(2, 3, 3, padding=0 if pad else 1),
+        nn.ReLU(),
+        nn.Conv2d(3, 4, 3, stride=2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * 2 * 2, 3),
+    )
+    prefix = [_Normalize([0.3, -0.2], [1.5, -0.8])] + ([nn.ZeroPad2d(1)] if pad else [])
+    return nn.Sequential(*prefix, *head).eval(), head.eval()
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+@pytest.mark.parametrize("pad", [False, True], ids=["conv", "pad-conv"])
+def test_deep_taylor_sees_the_input_through_a_normalization(pad: bool, dynamo: bool) -> None:
+    """z-beta at the first convolution with the input's box carried through the normalization (per
+    channel, swapped where the scale is negative; 0 at a zero pad's positions), and its relevance
+    taken back unchanged through the normalization, as LRP passes it through a batch norm. Before,
+    Deep Taylor was refused: its first layer did not read the input."""
+    model, head = _normalized_cnn(pad, seed=7)
+    x = torch.randn(3, *_SHAPE, generator=torch.Generator().manual_seed(8))
+    ctx = context(model, x, params={"low": _LOW, "high": _HIGH}, dynamo=dynamo)
+    classes = np.array([1, 0, 2])
+    got = get_method("deep_taylor").attribute(ctx, x.numpy(), np.zeros_like(x.numpy()), classes)
+    double = model.double()
+    prefix = nn.Sequential(*list(double)[: len(model) - len(head)])
+    with torch.no_grad():
+        ends = [prefix(torch.full((1, *_SHAPE), bound, dtype=torch.float64)) for bound in (_LOW, _HIGH)]
+        low, high = (t.reshape(-1).numpy() for t in (torch.minimum(*ends), torch.maximum(*ends)))
+        a = prefix(x.double()).reshape(3, -1).numpy()
+    model.float()
+    moved_shape = tuple(ends[0].shape[1:])
+    layers = dense_layers(head, moved_shape)
+    moves = dense_layers(nn.Sequential(nn.ZeroPad2d(1)), _SHAPE)[0][0] if pad else np.eye(a.shape[1])
+    want = np.stack([moves @ deep_taylor_ref(layers, a[k], int(classes[k]), low, high) for k in range(3)])
+    np.testing.assert_allclose(got.reshape(3, -1), want, rtol=1e-4, atol=1e-5)

@@ -428,7 +428,7 @@ def keras_dense_block(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, 
     return _keras_export(_BUILD_DENSE_BLOCK, tmp_path_factory.mktemp("keras_dense_block"))
 
 
-@pytest.mark.parametrize("method", [*_RULES[:2], *_RULES[3:]])
+@pytest.mark.parametrize("method", _RULES)
 def test_a_keras_norm_after_a_concatenation_is_the_batch_norm_it_stands_for(
     keras_dense_block: tuple[bytes, list[np.ndarray]], method: str
 ) -> None:
@@ -437,8 +437,7 @@ def test_a_keras_norm_after_a_concatenation_is_the_batch_norm_it_stands_for(
     Rescale went to Captum, and LRP gave the shift a bias's share. The methods' graph makes each such
     run the BatchNormalization it is (workers/models/dense_layers.py), so every rule method runs its
     own pass with the numbers of the torch twin with its BatchNorm2d (LRP passes relevance through
-    it, as Zennit's composites do). Deep Taylor stays refused: its z-beta layer is behind the
-    Normalization."""
+    it, as Zennit's composites do; Deep Taylor carries its bounds through the Normalization)."""
     data, weights = keras_dense_block
     said = inspect_model(data).methods[method]
     assert said.startswith("runs: torch graph") and "Captum" not in said, said
