@@ -64,6 +64,7 @@ __all__ = [
     "ConstantMatMul",
     "Plan",
     "Step",
+    "above_top",
     "below_output",
     "crossed_head",
     "elementwise",
@@ -77,6 +78,7 @@ __all__ = [
     "layer_norm_parts",
     "merge_parts",
     "plan_graph",
+    "relayed_factor",
     "run_node",
     "scale_and_shift",
     "without_head",
@@ -651,7 +653,7 @@ def _down_from(steps: Sequence[Step], output: fx.Node) -> list[Step]:
 
 # Between the output and the layer that receives its relevance, these would make the relevance
 # that layer receives differ from its own output's share: a constant added (not absorbed), a factor
-# (counted twice), a norm; and an activation other than ReLU (SiLU, GELU, tanh, a gated product,
+# other than one positive number (relayed_factor), a norm; and an activation other than ReLU (SiLU, GELU, tanh, a gated product,
 # ReLU6 where it clips), whose rule passes relevance on as a share of its value: the output's
 # relevance is no such share, and the layer would receive y^2 / z for y (checked: SiLU on logits).
 _NOT_ABOVE_TOP = {
@@ -663,15 +665,36 @@ _NOT_ABOVE_TOP = {
 }
 
 
+def relayed_factor(plan: Plan, step: Step) -> float | None:
+    """The multiplier of a ``factor`` step that multiplies or divides by one positive number (the
+    mean of a distilled model's two heads, ``(head(x) + head_dist(x)) / 2``), else None. Above the
+    layer or merge that receives the output's relevance such a factor passes it on unchanged: the
+    relevance of ``c z`` is that of ``z``, scaled with it."""
+    if step.kind != "factor" or len(step.node.args) != 2:
+        return None
+    name = _operator_name(step.node, step.module)
+    other = [a for a in step.node.args if a is not step.source]
+    value = _constant(plan.graph, other[0]) if len(other) == 1 else None
+    if not _is_positive_scalar(value):
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return 1.0 / number if name in _DIV_NAMES else number
+
+
+def above_top(plan: Plan) -> list[Step]:
+    """The steps between the output and the layer or merge that receives its relevance (LRP)."""
+    return _down_from(plan.steps, plan.output)[:-1]
+
+
 def _refuse_above_top_layer(plan: Plan, method: str) -> None:
     """LRP: relevance enters at the output and is split by layer rules, or by the proportional rule
     at a merge there (``f(x) + g(x)`` as the model's output: MONAI's residual units); a constant shift
     or factor, a norm or an activation between the output and them would hand them more or less than
     their output's share."""
-    *above, _ = _down_from(plan.steps, plan.output)
-    for between in above:
+    for between in above_top(plan):
         passed = between.kind == "scale" and not folds_into(plan, between)  # folded: part of the layer
-        if between.kind in _NOT_ABOVE_TOP or passed:
+        relayed = relayed_factor(plan, between) is not None
+        if (between.kind in _NOT_ABOVE_TOP and not relayed) or passed:
             raise NotApplicable(
                 method,
                 f"{_NOT_ABOVE_TOP.get(between.kind, 'the batch norm')} '{between.node.name}' comes after "

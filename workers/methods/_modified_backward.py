@@ -41,6 +41,7 @@ from workers.methods._fx_plan import (
     ConstantMatMul,
     Plan,
     Step,
+    above_top,
     below_output,
     evaluate,
     family_plan,
@@ -49,6 +50,7 @@ from workers.methods._fx_plan import (
     is_elementwise,
     is_self_gated,
     layer_norm_parts,
+    relayed_factor,
 )
 from workers.methods._lrp_rules import Epsilon, LayerRule, ZBox, stabilize
 from workers.methods._passes import rows_per_pass
@@ -148,6 +150,9 @@ class RelevanceGraph:
             or (step.kind == "scale" and step.node not in self.folded)
         }
         self.gates = {step.node for step in plan.steps if step.kind == "gate"}
+        # a positive number the output is multiplied by after the top layer or merge: relevance passes
+        relayed = {step.node: relayed_factor(plan, step) for step in above_top(plan)}
+        self.relayed = {node: factor for node, factor in relayed.items() if factor is not None}
         self.norms = {step.node: step.module for step in plan.steps if step.kind == "norm"}
 
     @classmethod
@@ -204,6 +209,7 @@ class RelevanceGraph:
         replace.update({node: partial(_passed, module) for node, module in self.passes.items()})
         replace.update({node: _unchanged for node in self.folded})
         replace.update({node: partial(_held_norm, module) for node, module in self.norms.items()})
+        replace.update({node: partial(_relayed, factor) for node, factor in self.relayed.items()})
         start = x = x.detach()
         if bounds is not None and self.scalings:  # relevance is taken at the first layer's input
             assert moved is not None
@@ -334,6 +340,11 @@ def _unchanged(z: torch.Tensor) -> torch.Tensor:
 
 def _given(value: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
     return value
+
+
+def _relayed(factor: float, z: torch.Tensor) -> torch.Tensor:
+    """``factor * z``, the relevance above the top layer passed on unchanged (gradient 1)."""
+    return rerouted(z * factor, z, torch.ones_like(z))
 
 
 def _over_value(value: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:

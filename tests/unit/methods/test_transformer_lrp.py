@@ -264,7 +264,7 @@ def test_the_report_says_what_the_pass_holds_constant(dynamo: bool) -> None:
 
 
 class _ShiftedOutput(nn.Module):
-    """A head whose logits are scaled or shifted by a constant after the last layer."""
+    """A head whose logits are scaled or shifted by a constant after the last layer (``none``: not)."""
 
     def __init__(self, how: str) -> None:
         super().__init__()
@@ -273,19 +273,47 @@ class _ShiftedOutput(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.fc(torch.relu(self.body(x.flatten(1))))
-        return logits * 2.0 if self.how == "factor" else logits + torch.tensor([0.5, -1.0, 2.0])
+        if self.how == "shift":
+            return logits + torch.tensor([0.5, -1.0, 2.0])
+        if self.how == "halved":
+            return logits / 2.0
+        return logits * {"factor": 2.0, "negative": -2.0}[self.how] if self.how != "none" else logits
 
 
 @pytest.mark.parametrize(
-    ("how", "words"), [("factor", "the constant factor"), ("shift", "the constant shift")]
+    ("how", "words"), [("negative", "the constant factor"), ("shift", "the constant shift")]
 )
 def test_a_constant_after_the_last_layer_is_refused(how: str, words: str) -> None:
     """The last layer receives the output's relevance itself: a shift after it would not be
-    absorbed, a factor would be counted twice."""
+    absorbed, and a negative factor would turn the relevance it passes on against the layer's own
+    output."""
     ctx = _context(_ShiftedOutput(how).eval(), {})
     x = X.numpy()
     with pytest.raises(NotApplicable, match=f"{words} '.*' comes after the last Linear/Conv layer"):
         get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), np.zeros(len(x), dtype=np.int64))
+
+
+@pytest.mark.parametrize("how", ["factor", "halved"])
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta"])
+def test_a_positive_factor_after_the_last_layer_passes_the_relevance_on(how: str, name: str) -> None:
+    """A distilled model's output is the mean of its two heads, (head(x) + head_dist(x)) / 2: the
+    relevance of c z is that of z, scaled with it, so it passes unchanged to the layer below, which
+    gives the numbers of the same model with c folded into that layer (LeViT's and DeiT's heads were
+    refused before)."""
+    model = _ShiftedOutput(how).eval()
+    folded = _ShiftedOutput(how).eval()
+    folded.how = "none"
+    factor = 2.0 if how == "factor" else 0.5
+    with torch.no_grad():
+        folded.fc.weight.mul_(factor)
+        folded.fc.bias.mul_(factor)
+    x, classes = X.numpy(), np.array([0, 2, 1, 0][: len(X)])
+    params = {"epsilon": 1e-9} if name == "lrp_epsilon" else {}
+    got = get_method(name).attribute(_context(model, params), x, np.zeros_like(x), classes)
+    want = get_method(name).attribute(_context(folded, params), x, np.zeros_like(x), classes)
+    # alpha-beta's stabiliser (1e-6) does not scale with the layer: differences of 1e-4 of the largest
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    assert np.abs(want).max() > 1e-3
 
 
 @pytest.mark.parametrize(
