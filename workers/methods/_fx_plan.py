@@ -452,9 +452,9 @@ def plan_graph(
     implementation scales a difference's parts and multipliers by ``s`` (swapping them where
     ``s < 0``): what folding the norm into the layers before it gives; and for LRP, whose pass folds
     one that directly follows a Linear/Conv layer feeding nothing else into that layer (Zennit's
-    canonizers do the same: :func:`folds_into`, :func:`folded_layer`) and passes relevance through
-    any other unchanged (the ``Pass`` Zennit's composites give a batch norm: DenseNet's, after its
-    concatenations, which no canonizer merges).
+    canonizers do the same: :func:`folds_into`, :func:`folded_layer`) and takes any other by its
+    gradient: the epsilon rule on it as a diagonal layer (Zennit's Norm rule), its shift absorbing a
+    share (DenseNet's, after its concatenations, which no canonizer merges).
 
     ``clips``: admit ReLU6 (a clamp to [0, c]) for LRP, which passes relevance through it unchanged
     (Zennit's ``Pass``): where the unit saturates its gradient would drop relevance the layer above

@@ -130,7 +130,12 @@ class RelevanceGraph:
         views = _input_views(path)
         self.first = first.node if first is not None else None
         self.moved_input = source if source is not None and views.get(source) else None
-        self.scalings = {s.node for s in path if s.kind in _ELEMENTWISE_AFFINE and s.node in views}
+        # Scalings and shifts of the input on its one way to the first layer (a normalization baked
+        # into the model): relevance is taken at the first layer's input, as where the normalization
+        # is preprocessing, and goes back to each raw value unchanged (not x times the gradient:
+        # x / (x - mean) of it, unbounded near the mean).
+        chain = _input_chain(plan, path, views, self.moved_input)
+        self.scalings = {s.node for s in path if s.kind in _ELEMENTWISE_AFFINE and s.node in chain}
         self._bounds_at: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self.has_rules = bool(layers) or split_at is not None  # relevance is value times g
         # a batch norm or a bias folded into the layer before (on the path only: a gate's branch
@@ -140,14 +145,15 @@ class RelevanceGraph:
             for step in path
             if step.kind == "folded" or (step.kind == "scale" and folds_into(plan, step))
         }
-        # ReLU6, SiLU, Hardswish and a batch norm not folded (Zennit's Pass) pass relevance through;
-        # a gate is taken as a constant
+        # ReLU6, SiLU and Hardswish pass relevance through; a gate is taken as a constant. A batch
+        # norm not folded keeps its gradient: the epsilon rule on it as a diagonal layer (Zennit's
+        # Norm), its shift absorbing a share. Passing relevance through unchanged (Zennit's default
+        # Pass) hands the layer below relevance of the norm's output over its own: LeViT's attention
+        # scores then grew to 1e7 where a pre-norm activation was near 0 and the shift was not.
         self.passes = {
             step.node: step.module
             for step in plan.steps
-            if step.kind == "clip"
-            or (step.kind == "gated" and is_self_gated(step.module))
-            or (step.kind == "scale" and step.node not in self.folded)
+            if step.kind == "clip" or (step.kind == "gated" and is_self_gated(step.module))
         }
         self.gates = {step.node for step in plan.steps if step.kind == "gate"}
         # a positive number the output is multiplied by after the top layer or merge: relevance passes
@@ -211,7 +217,7 @@ class RelevanceGraph:
         replace.update({node: partial(_held_norm, module) for node, module in self.norms.items()})
         replace.update({node: partial(_relayed, factor) for node, factor in self.relayed.items()})
         start = x = x.detach()
-        if bounds is not None and self.scalings:  # relevance is taken at the first layer's input
+        if self.scalings:  # relevance is taken at the first layer's input
             assert moved is not None
             with torch.no_grad():
                 start = evaluate(self.plan, x, until=moved)[moved]
@@ -261,8 +267,8 @@ class RelevanceGraph:
 
     def _moved_back(self, x: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
         """Relevance at the first layer's input taken back to ``x``: by the moves' gradient, each
-        value's to where it came from, and unchanged through the elementwise scalings and shifts (as
-        LRP passes it through a batch norm it does not fold)."""
+        value's to where it came from, and unchanged through the elementwise scalings and shifts (a
+        normalization only re-expresses each value)."""
         assert self.moved_input is not None
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
@@ -270,6 +276,24 @@ class RelevanceGraph:
             carried = evaluate(self.plan, x, identity, until=self.moved_input)[self.moved_input]
             (back,) = torch.autograd.grad(carried, x, relevance)
         return back
+
+
+def _input_chain(
+    plan: Plan, path: list[Step], views: dict[fx.Node, bool], moved: fx.Node | None
+) -> set[fx.Node]:
+    """The view nodes from the input to ``moved`` where they are its only way: each read by the next
+    alone (reads of its shape aside). Empty where the input or a view of it also goes elsewhere."""
+    if moved is None:
+        return set()
+    static = {step.node for step in plan.steps if step.kind == "static"}
+    by_node = {step.node: step for step in path}
+    chain, node = {moved}, by_node[moved].source
+    while node is not None:
+        if node not in views or len([user for user in node.users if user not in static]) != 1:
+            return set()
+        chain.add(node)
+        node = by_node[node].source
+    return chain
 
 
 def _first_layer(path: list[Step]) -> Step | None:

@@ -116,7 +116,7 @@ def _normalized_cnn(pad: bool, seed: int) -> tuple[nn.Sequential, nn.Sequential]
 def test_deep_taylor_sees_the_input_through_a_normalization(pad: bool, dynamo: bool) -> None:
     """z-beta at the first convolution with the input's box carried through the normalization (per
     channel, swapped where the scale is negative; 0 at a zero pad's positions), and its relevance
-    taken back unchanged through the normalization, as LRP passes it through a batch norm. Before,
+    taken back unchanged through the normalization, as where it is preprocessing. Before,
     Deep Taylor was refused: its first layer did not read the input."""
     model, head = _normalized_cnn(pad, seed=7)
     x = torch.randn(3, *_SHAPE, generator=torch.Generator().manual_seed(8))
@@ -135,3 +135,20 @@ def test_deep_taylor_sees_the_input_through_a_normalization(pad: bool, dynamo: b
     moves = dense_layers(nn.Sequential(nn.ZeroPad2d(1)), _SHAPE)[0][0] if pad else np.eye(a.shape[1])
     want = np.stack([moves @ deep_taylor_ref(layers, a[k], int(classes[k]), low, high) for k in range(3)])
     np.testing.assert_allclose(got.reshape(3, -1), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta"])
+def test_lrp_of_a_baked_normalization_is_that_of_the_normalized_input(name: str) -> None:
+    """With the normalization inside the model, the relevance is the one the model without it gives
+    the normalized input, position by position (as where the normalization is preprocessing); x
+    times the gradient would give x / (x - mean) of it."""
+    model, head = _normalized_cnn(pad=False, seed=9)
+    x = torch.randn(3, *_SHAPE, generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        a = model[0](x)
+    classes = np.array([2, 1, 0])
+    method = get_method(name)
+    got = method.attribute(context(model, x), x.numpy(), np.zeros_like(x.numpy()), classes)
+    want = method.attribute(context(head, a), a.numpy(), np.zeros_like(a.numpy()), classes)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    assert np.abs(want).max() > 1e-3

@@ -2,8 +2,8 @@
 keeps BatchNormalization after a Gemm (a tabular model's Linear -> BatchNorm1d -> ReLU). LRP folds
 the norm into the layer before it, as Zennit's canonizers do (docs/science.md 5.8): checked against
 Zennit with its SequentialMergeBatchNorm canonizer on the torch model. A norm that cannot be folded
-(after a concatenation, as DenseNet's, or after a layer that also feeds something else) passes
-relevance unchanged, as Zennit's composites' Pass rule for a BatchNorm does."""
+(after a concatenation, as DenseNet's, or after a layer that also feeds something else) gets the
+epsilon rule as the diagonal layer it is (Zennit's Norm rule on it)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from torch import nn
 from zennit.attribution import Gradient
 from zennit.canonizers import SequentialMergeBatchNorm
 from zennit.core import Composite, Hook
-from zennit.rules import Pass
+from zennit.rules import Norm
 
 from tests.models import to_onnx
 from workers.methods import AttributionContext, get_method
@@ -114,9 +114,9 @@ IMAGES = torch.randn(4, 2, 6, 6, generator=torch.Generator().manual_seed(54))
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_a_norm_no_layer_takes_in_passes_relevance_as_zennits_composites_do(name: str, dynamo: bool) -> None:
-    """Relevance passes through such a norm unchanged: the ``Pass`` rule Zennit's composites give a
-    BatchNorm. Before, LRP refused the model."""
+def test_a_norm_no_layer_takes_in_gets_the_epsilon_rule_as_a_diagonal_layer(name: str, dynamo: bool) -> None:
+    """Such a norm keeps its gradient: the epsilon rule on it as the diagonal layer it is, its shift
+    absorbing a share (Zennit's Norm rule on the BatchNorm). Before, LRP refused the model."""
     model = _DenseBlock()
     layers = [model.first, model.grow, model.last, model.linear, model.head]
     params, rules = CASES[name]
@@ -125,7 +125,7 @@ def test_a_norm_no_layer_takes_in_passes_relevance_as_zennits_composites_do(name
 
     def mapping(ctx: dict, module_name: str, module: nn.Module) -> Hook | None:
         if isinstance(module, nn.BatchNorm1d | nn.BatchNorm2d):
-            return Pass()
+            return Norm()
         return hooks[id(module)].zennit() if id(module) in hooks else None
 
     classes = np.array([0, 1, 2, 0])
@@ -135,9 +135,10 @@ def test_a_norm_no_layer_takes_in_passes_relevance_as_zennits_composites_do(name
             IMAGES.clone().requires_grad_(True),
             lambda out: torch.zeros_like(out).scatter_(1, c[:, None], 1.0) * out.detach(),
         )
-    assert float(want.abs().max()) > 1e-3
+    assert float(want.abs().max()) > 1e-6  # not a map of zeros (Deep Taylor's z+ keeps little here)
     data = to_onnx(model, IMAGES[:2], opset=18, dynamo=True) if dynamo else to_onnx(model, IMAGES[:2])
     loaded = load_model(data, "onnx", "cpu")
     ctx = AttributionContext(loaded, parse_players("grid:2x2", (2, 6, 6)), Target(), params)
     ours = get_method(name).attribute(ctx, IMAGES.numpy(), np.zeros_like(IMAGES.numpy()), classes)
-    np.testing.assert_allclose(ours, want.detach().numpy(), rtol=1e-4, atol=1e-5 * float(want.abs().max()))
+    # (stabilisers of 1e-6 on small denominators: differences of 1e-4 of the largest)
+    np.testing.assert_allclose(ours, want.detach().numpy(), rtol=1e-4, atol=1e-4 * float(want.abs().max()))

@@ -436,8 +436,9 @@ def test_a_keras_norm_after_a_concatenation_is_the_batch_norm_it_stands_for(
     layer as Sub, Mul, Add and Div with per-channel constants: RevealCancel refused them, DeepLIFT
     Rescale went to Captum, and LRP gave the shift a bias's share. The methods' graph makes each such
     run the BatchNormalization it is (workers/models/dense_layers.py), so every rule method runs its
-    own pass with the numbers of the torch twin with its BatchNorm2d (LRP passes relevance through
-    it, as Zennit's composites do; Deep Taylor carries its bounds through the Normalization)."""
+    own pass with the numbers of the torch twin with its BatchNorm2d (LRP's epsilon rule on it as a
+    diagonal layer; the relevance taken at the normalized input; Deep Taylor's bounds carried through
+    the Normalization)."""
     data, weights = keras_dense_block
     said = inspect_model(data).methods[method]
     assert said.startswith("runs: torch graph") and "Captum" not in said, said
