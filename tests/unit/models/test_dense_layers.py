@@ -103,3 +103,74 @@ def test_a_cast_that_changes_the_type_stays() -> None:
     )
     assert fuse_dense_layers(model) == 0
     assert [n.op_type for n in model.graph.node] == ["Cast", "Cast"]
+
+
+def _scaled_and_shifted(
+    shapes: dict[str, tuple[int, ...]], ops: str, constants_as_nodes: bool = False
+) -> onnx.ModelProto:
+    """x (N, ...) -> Relu -> one op per letter of ``ops`` (s: Sub, m: Mul, a: Add, d: Div) by the
+    constant of that letter's shape, as Keras writes a batch norm or a Normalization layer."""
+    r = np.random.default_rng(2)
+    names = {"s": "Sub", "m": "Mul", "a": "Add", "d": "Div"}
+    nodes, inits, value = [oh.make_node("Relu", ["x"], ["r"])], [], "r"
+    for i, letter in enumerate(ops):
+        constant = (r.uniform(0.5, 2.0, shapes[letter]) * r.choice([-1, 1], shapes[letter])).astype(
+            np.float32
+        )
+        tensor = nh.from_array(constant, f"c{i}")
+        if constants_as_nodes:
+            nodes.append(oh.make_node("Constant", [], [f"c{i}"], value=tensor))
+        else:
+            inits.append(tensor)
+        out = "y" if i == len(ops) - 1 else f"v{i}"
+        nodes.append(oh.make_node(names[letter], [value, f"c{i}"], [out]))
+        value = out
+    return nodes, inits
+
+
+@pytest.mark.parametrize(
+    ("shape", "constants", "ops", "expected"),
+    [
+        (
+            [None, 3, 4, 5],
+            {"s": (1, 3, 1, 1), "m": (3, 1, 1), "a": (1, 3, 1, 1)},
+            "sma",
+            ["BatchNormalization"],
+        ),
+        (
+            [None, 4, 5, 3],
+            {"s": (3,), "m": (1, 1, 1, 3), "a": (3,)},
+            "sma",
+            ["Transpose", "BatchNormalization", "Transpose"],
+        ),
+        ([None, 6], {"s": (6,), "d": (1, 6)}, "sd", ["BatchNormalization"]),
+        ([None, 6], {"s": (6,), "m": (1,), "a": (6,)}, "sma", ["BatchNormalization"]),  # a scalar among them
+        ([None, 3, 4, 5], {"a": (1, 3, 1, 1)}, "a", ["Add"]),  # a shift alone: a bias's rule
+        ([None, 3, 4, 5], {"m": (3, 1, 1)}, "m", ["Mul"]),  # a scaling alone: a factor's rule
+        ([None, 3, 4, 5], {"s": (1,), "m": (1,)}, "sm", ["Sub", "Mul"]),  # no channel axis to read
+        ([None, 3, 4, 5], {"s": (3, 4, 5), "m": (3, 1, 1)}, "sm", ["Sub", "Mul"]),  # per element
+        ([None, 3, 4, 5], {"s": (1, 1, 4, 1), "m": (1, 1, 4, 1)}, "sm", ["Sub", "Mul"]),  # along the height
+    ],
+)
+@pytest.mark.parametrize("as_nodes", [False, True], ids=["weights", "constant-nodes"])
+def test_a_run_of_per_channel_constants_is_the_batch_norm_it_stands_for(
+    shape: list, constants: dict, ops: str, expected: list[str], as_nodes: bool
+) -> None:
+    """Keras writes a batch norm no convolution takes in (after a pooling or a concatenation) as
+    Sub, Mul, Add, and its Normalization layer as Sub, Div, with per-channel constants (in Constant
+    nodes for the latter): one BatchNormalization (between Transposes where the channels are last),
+    with the same values; anything else stays as it is."""
+    nodes, inits = _scaled_and_shifted(constants, ops, as_nodes)
+    model = _model(nodes, shape, inits)
+    original = model.SerializeToString()
+    rewritten = fuse_dense_layers(model)
+    ops_after = [n.op_type for n in model.graph.node if n.op_type not in ("Relu", "Constant")]
+    assert ops_after == expected
+    assert rewritten == (1 if "BatchNormalization" in expected else 0)
+    x = (
+        np.random.default_rng(3)
+        .normal(size=(2, *[5 if d is None else d for d in shape[1:]]))
+        .astype(np.float32)
+    )
+    run = lambda data: ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]  # noqa: E731
+    np.testing.assert_allclose(run(model.SerializeToString()), run(original), rtol=1e-5, atol=1e-6)
