@@ -58,6 +58,29 @@ def _keras_export(build: str, where: Path) -> tuple[bytes, list[np.ndarray]]:
     return (where / "model.onnx").read_bytes(), [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
 
+def _first(a: np.ndarray) -> np.ndarray:
+    """Channels-last rows as the channels-first twin reads them."""
+    return np.ascontiguousarray(a.transpose(0, 3, 1, 2))
+
+
+def _assert_twins_numbers(
+    data: bytes, twin: nn.Module, method: str, classes: list[int], seed: int
+) -> np.ndarray:
+    """``method`` on the Keras export gives the numbers of its channels-first torch ``twin``, on rows
+    of normal inputs and references a tenth their size; returns the rows."""
+    r = np.random.default_rng(seed)
+    x = r.normal(size=(len(classes), *_SHAPE)).astype(np.float32)
+    x0 = 0.1 * r.normal(size=x.shape).astype(np.float32)
+    chosen = np.array(classes)
+    ctx = AttributionContext(load_model(data, "onnx", "cpu"), parse_players("grid:2x2", _SHAPE), Target(), {})
+    got = get_method(method).attribute(ctx, x, x0, chosen)
+    twin_ctx = context(twin, torch.from_numpy(_first(x[:1])))
+    want = get_method(method).attribute(twin_ctx, _first(x), _first(x0), chosen)
+    np.testing.assert_allclose(_first(got), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    assert np.abs(want).max() > 1e-3  # not two maps of zeros
+    return x
+
+
 _BUILD = textwrap.dedent(
     """
     inputs = keras.Input((10, 10, 3))
@@ -145,18 +168,7 @@ def test_the_rule_methods_give_the_twins_numbers(
     keras_cnn: tuple[bytes, list[np.ndarray]], method: str
 ) -> None:
     data, weights = keras_cnn
-    r = np.random.default_rng(1)
-    x = r.normal(size=(4, *_SHAPE)).astype(np.float32)
-    x0 = 0.1 * r.normal(size=x.shape).astype(np.float32)
-    classes = np.array([0, 2, 1, 0])
-    model = load_model(data, "onnx", "cpu")
-    ctx = AttributionContext(model, parse_players("grid:2x2", _SHAPE), Target(), {})
-    got = get_method(method).attribute(ctx, x, x0, classes)
-    first = lambda a: np.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
-    twin_ctx = context(_twin(weights), torch.from_numpy(first(x[:1])))
-    want = get_method(method).attribute(twin_ctx, first(x), first(x0), classes)
-    np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5)
-    assert np.abs(want).max() > 1e-3  # not two maps of zeros
+    _assert_twins_numbers(data, _twin(weights), method, [0, 2, 1, 0], seed=1)
 
 
 def test_a_bias_along_another_axis_stays_an_add() -> None:
@@ -312,17 +324,7 @@ def test_a_keras_batch_norm_is_folded_into_its_convolution(tmp_path: Path, metho
     assert {"Sub", "Mul"} <= {node.op_type for node in onnx.load_from_string(data).graph.node}
     if method == "deeplift_rescale":
         assert "xaudit's Rescale pass" in inspect_model(data).methods[method]
-    r = np.random.default_rng(1)
-    x = r.normal(size=(4, *_SHAPE)).astype(np.float32)
-    x0 = 0.1 * r.normal(size=x.shape).astype(np.float32)
-    classes = np.array([0, 2, 1, 0])
-    ctx = AttributionContext(load_model(data, "onnx", "cpu"), parse_players("grid:2x2", _SHAPE), Target(), {})
-    got = get_method(method).attribute(ctx, x, x0, classes)
-    first = lambda a: np.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
-    want = get_method(method).attribute(
-        context(twin, torch.from_numpy(first(x[:1]))), first(x), first(x0), classes
-    )
-    np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    _assert_twins_numbers(data, twin, method, [0, 2, 1, 0], seed=1)
 
 
 _BUILD_PADDED = textwrap.dedent(
@@ -353,17 +355,7 @@ def test_deep_taylor_reads_the_input_through_keras_zero_padding(tmp_path: Path, 
         linear.weight.copy_(dense.T)
         linear.bias.copy_(b2)
     twin = nn.Sequential(conv, nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), linear).eval()
-    r = np.random.default_rng(3)
-    x = r.normal(size=(3, *_SHAPE)).astype(np.float32)
-    x0 = 0.1 * r.normal(size=x.shape).astype(np.float32)
-    classes = np.array([2, 0, 1])
-    ctx = AttributionContext(load_model(data, "onnx", "cpu"), parse_players("grid:2x2", _SHAPE), Target(), {})
-    got = get_method(method).attribute(ctx, x, x0, classes)
-    first = lambda a: np.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
-    want = get_method(method).attribute(
-        context(twin, torch.from_numpy(first(x[:1]))), first(x), first(x0), classes
-    )
-    np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    _assert_twins_numbers(data, twin, method, [2, 0, 1], seed=3)
 
 
 _BUILD_DENSE_BLOCK = textwrap.dedent(
@@ -443,20 +435,9 @@ def test_a_keras_norm_after_a_concatenation_is_the_batch_norm_it_stands_for(
     said = inspect_model(data).methods[method]
     assert said.startswith("runs: torch graph") and "Captum" not in said, said
     twin = _DenseBlockTwin(weights)
-    r = np.random.default_rng(1)
-    x = r.normal(size=(3, *_SHAPE)).astype(np.float32)
-    x0 = 0.1 * r.normal(size=x.shape).astype(np.float32)
-    classes = np.array([0, 2, 1])
-    ctx = AttributionContext(load_model(data, "onnx", "cpu"), parse_players("grid:2x2", _SHAPE), Target(), {})
-    got = get_method(method).attribute(ctx, x, x0, classes)
-    first = lambda a: np.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
+    x = _assert_twins_numbers(data, twin, method, [0, 2, 1], seed=1)
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(
-        twin(torch.from_numpy(first(x))).detach().numpy(),
+        twin(torch.from_numpy(_first(x))).detach().numpy(),
         session.run(None, {session.get_inputs()[0].name: x})[0], rtol=1e-4, atol=1e-5,
     )  # fmt: skip
-    want = get_method(method).attribute(
-        context(twin, torch.from_numpy(first(x[:1]))), first(x), first(x0), classes
-    )
-    np.testing.assert_allclose(first(got), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
-    assert np.abs(want).max() > 1e-3
