@@ -166,7 +166,7 @@ class RelevanceGraph:
         """The pass, or None where the first layer's rule needs the input and that layer is not at
         the input (Zennit's hooks then write it: :func:`lrp_plan`)."""
         path = output_path(plan)
-        if rules(0).needs_input_layer and not _first_layer_at_input(path):
+        if rules(0).needs_input_layer and not _first_layer_at_input(plan, path):
             return None
         # the rules' index counts the layers relevance passes (a gate's branch has none)
         index = {s.node: i for i, s in enumerate(s for s in path if s.kind == "affine")}
@@ -255,10 +255,10 @@ class RelevanceGraph:
         key = (tuple(x.shape[1:]), x.dtype, x.device, rule)
         if key not in self._bounds_at:
             assert self.moved_input is not None
-            with torch.no_grad():
+            with torch.no_grad():  # all rows: a graph may be exported for a fixed batch
                 ends = [
-                    evaluate(self.plan, torch.full_like(x[:1], bound), until=self.moved_input)[
-                        self.moved_input
+                    evaluate(self.plan, torch.full_like(x, bound), until=self.moved_input)[self.moved_input][
+                        :1
                     ]
                     for bound in (rule.low, rule.high)
                 ]
@@ -286,14 +286,19 @@ def _input_chain(
     if moved is None:
         return set()
     static = {step.node for step in plan.steps if step.kind == "static"}
+    way = _way_in(path, moved)
+    if any(len([user for user in step.node.users if user not in static]) != 1 for step in way[1:]):
+        return set()
+    return {step.node for step in way}
+
+
+def _way_in(path: list[Step], view: fx.Node) -> list[Step]:
+    """The steps from the input view ``view`` back to the input, following their sources."""
     by_node = {step.node: step for step in path}
-    chain, node = {moved}, by_node[moved].source
-    while node is not None:
-        if node not in views or len([user for user in node.users if user not in static]) != 1:
-            return set()
-        chain.add(node)
-        node = by_node[node].source
-    return chain
+    way = [by_node[view]]
+    while way[-1].source is not None:
+        way.append(by_node[way[-1].source])
+    return way
 
 
 def _first_layer(path: list[Step]) -> Step | None:
@@ -301,11 +306,19 @@ def _first_layer(path: list[Step]) -> Step | None:
     return next((step for step in path if step.kind == "affine"), None)
 
 
-def _first_layer_at_input(path: list[Step]) -> bool:
-    """Whether the first Linear/Conv layer on the output's path takes the (reshaped) input, or there
-    is none: where a rule's extra leaf (z-beta's bound terms) can sit."""
+def _first_layer_at_input(plan: Plan, path: list[Step]) -> bool:
+    """Whether the first Linear/Conv layer on the output's path takes the input (reshaped, moved, or
+    scaled on its one way there), or there is none: where a rule's extra leaf (z-beta's bound
+    terms) can sit. A normalization whose output also goes elsewhere is not such a way: its
+    relevance could not be taken back through it alone."""
     first = _first_layer(path)
-    return first is None or first.source in _input_views(path)
+    if first is None or first.source is None:
+        return True
+    views = _input_views(path)
+    if first.source not in views:
+        return False
+    scaled = any(step.kind in _ELEMENTWISE_AFFINE for step in _way_in(path, first.source))
+    return not scaled or bool(_input_chain(plan, path, views, first.source))
 
 
 def _input_views(path: list[Step]) -> dict[fx.Node, bool]:
@@ -334,7 +347,7 @@ def lrp_plan(graph: Any, method: str, first_needs_input: bool) -> Plan:
     if not first_needs_input:
         return plan
     path = output_path(plan)
-    if _first_layer_at_input(path):
+    if _first_layer_at_input(plan, path):
         return plan
     lacking = {_ZENNIT_LACKS[s.kind] for s in plan.steps if s.kind in _ZENNIT_LACKS}
     if any(isinstance(s.module, ConstantMatMul) for s in plan.steps):

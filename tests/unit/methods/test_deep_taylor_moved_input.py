@@ -16,6 +16,7 @@ from torch import nn
 from tests.unit.methods._context import context, dense_layers
 from tests.unit.methods.test_lrp import deep_taylor_ref
 from workers.methods import get_method
+from xaudit.contract.errors import NotApplicable
 
 _SHAPE = (2, 6, 6)
 _LOW, _HIGH = -2.5, 3.0
@@ -152,3 +153,32 @@ def test_lrp_of_a_baked_normalization_is_that_of_the_normalized_input(name: str)
     want = method.attribute(context(head, a), a.numpy(), np.zeros_like(a.numpy()), classes)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
     assert np.abs(want).max() > 1e-3
+
+
+class _ForkedNormalization(nn.Module):
+    """The input read normalized by one convolution and raw by another: its relevance does not come
+    back through the normalization alone. (The normalized input read twice is fine: both readers
+    read the one tensor the relevance is taken at.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(11)
+        self.normalize = _Normalize([0.3, -0.2], [1.5, -0.8])
+        self.left, self.right = nn.Conv2d(2, 3, 3, padding=1), nn.Conv2d(2, 3, 3, padding=1)
+        self.head = nn.Linear(3 * 6 * 6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.normalize(x)
+        return self.head((torch.relu(self.left(a)) + torch.relu(self.right(x))).flatten(1))
+
+
+def test_an_input_read_past_its_normalization_is_refused_by_deep_taylor_only() -> None:
+    x = torch.randn(2, *_SHAPE, generator=torch.Generator().manual_seed(12))
+    model = _ForkedNormalization().eval()
+    refs, classes = np.zeros_like(x.numpy()), np.array([0, 1])
+    with pytest.raises(NotApplicable, match="z-beta rule needs the input itself"):
+        get_method("deep_taylor").attribute(
+            context(model, x, params={"low": _LOW, "high": _HIGH}), x.numpy(), refs, classes
+        )
+    relevance = get_method("lrp_epsilon").attribute(context(model, x), x.numpy(), refs, classes)
+    assert np.isfinite(relevance).all() and np.abs(relevance).max() > 1e-4
