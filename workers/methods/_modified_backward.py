@@ -120,23 +120,24 @@ class RelevanceGraph:
         # (the proportional rule), a concatenation's each part its own slice. None: the topmost
         # rule layer receives the relevance itself.
         self.split_at = split_at
-        # Where a rule's extra leaf (z-beta's bound terms) sits when the input reaches it moved
-        # (transposed, padded, cropped) or scaled and shifted elementwise (a normalization), not just
-        # reshaped: the bounds there are the input's bounds carried along (_bounds), and the
-        # relevance goes back to the input by the moves' gradient, unchanged through the scalings
-        # and shifts (docs/science.md 5.8).
-        first = _first_layer(path)
-        source = first.source if first is not None else None
+        # The layers that read the input, each by its view of it (z-beta's layers: a recurrent layer
+        # reads it at every step). Where a view is moved (transposed, padded, cropped, a time step)
+        # or scaled and shifted elementwise (a normalization), not just reshaped, the bounds there
+        # are the input's bounds carried along (_bounds), and a rule's leaf's relevance goes back to
+        # the input by the moves' gradient, unchanged through the scalings (docs/science.md 5.8).
         views = _input_views(path)
-        self.first = first.node if first is not None else None
-        self.moved_input = source if source is not None and views.get(source) else None
+        self.input_layers = {s.node: s.source for s in path if s.kind == "affine" and s.source in views}
+        self.moved_sources = {source for source in self.input_layers.values() if views.get(source)}
+        sources = set(self.input_layers.values())
+        single = next(iter(sources)) if len(sources) == 1 else None
+        self.moved_input = single if single in self.moved_sources else None
         # Scalings and shifts of the input on its one way to the first layer (a normalization baked
         # into the model): relevance is taken at the first layer's input, as where the normalization
         # is preprocessing, and goes back to each raw value unchanged (not x times the gradient:
         # x / (x - mean) of it, unbounded near the mean).
         chain = _input_chain(plan, path, views, self.moved_input)
         self.scalings = {s.node for s in path if s.kind in _ELEMENTWISE_AFFINE and s.node in chain}
-        self._bounds_at: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._bounds_at: dict[tuple[Any, ...], dict[fx.Node, tuple[torch.Tensor, torch.Tensor]]] = {}
         self.has_rules = bool(layers) or split_at is not None  # relevance is value times g
         # a batch norm or a bias folded into the layer before (on the path only: a gate's branch
         # keeps its own layers, and with them its norms and biases)
@@ -168,8 +169,11 @@ class RelevanceGraph:
         path = output_path(plan)
         if rules(0).needs_input_layer and not _first_layer_at_input(plan, path):
             return None
-        # the rules' index counts the layers relevance passes (a gate's branch has none)
+        # the rules' index counts the layers relevance passes (a gate's branch has none); a rule for
+        # the input (z-beta) goes to every layer that reads it, as Deep Taylor's input domain asks
         index = {s.node: i for i, s in enumerate(s for s in path if s.kind == "affine")}
+        views = _input_views(path)
+        input_rule = rules(0) if rules(0).needs_input_layer else None
         # a batch norm right after a layer is folded into it; the norm itself then passes values on
         norms = {s.source: s.module for s in path if s.kind == "scale" and folds_into(plan, s)}
         nonneg: set[fx.Node] = set()
@@ -181,7 +185,9 @@ class RelevanceGraph:
                 nonneg.add(step.node)
             if step.kind in ("affine", "avgpool"):
                 rule = rules(index[step.node]) if step.kind == "affine" else _NORM
-                if rule.needs_input_layer and index[step.node] != 0:  # its extra leaf: the input only
+                if step.kind == "affine" and input_rule is not None and step.source in views:
+                    rule = input_rule
+                if rule.needs_input_layer and step.source not in views:  # its extra leaf: the input only
                     return None
                 norm = norms.get(step.node)
                 module = step.module
@@ -201,17 +207,24 @@ class RelevanceGraph:
     def relevance(self, x: torch.Tensor, target: Target, classes: torch.Tensor) -> torch.Tensor:
         """Input relevance for rows ``x``, seeded (as in Zennit) by the one-hot target score."""
         leaves: list[torch.Tensor] = []
+        leaf_sources: list[fx.Node | None] = []  # the input view each leaf sits at
         moved = self.moved_input
-        first_rule = self.layers[self.first][1] if self.first in self.layers else None
-        bounds = self._bounds(x, first_rule) if moved is not None and first_rule is not None else None
-        replace: dict[fx.Node, Any] = {
-            node: (
-                lambda a, m=module, r=rule, t=top, s=sign, b=bounds if node == self.first else None: (
-                    r.modified(m, a, t, s, leaves, b)
-                )
-            )
-            for node, (module, rule, top, sign) in self.layers.items()
-        }
+        input_rule = next((spec[1] for node, spec in self.layers.items() if node in self.input_layers), None)
+        bounds = self._bounds(x, input_rule) if input_rule is not None and self.moved_sources else {}
+
+        def ruled(node: fx.Node, module: Any, rule: LayerRule, top: bool, sign: bool) -> Any:
+            source = self.input_layers.get(node)
+            at = bounds.get(source) if source is not None else None
+
+            def call(a: torch.Tensor) -> torch.Tensor:
+                count = len(leaves)
+                out = rule.modified(module, a, top, sign, leaves, at)
+                leaf_sources.extend([source] * (len(leaves) - count))
+                return out
+
+            return call
+
+        replace: dict[fx.Node, Any] = {node: ruled(node, *spec) for node, spec in self.layers.items()}
         replace.update({node: partial(_passed, module) for node, module in self.passes.items()})
         replace.update({node: _unchanged for node in self.folded})
         replace.update({node: partial(_held_norm, module) for node, module in self.norms.items()})
@@ -232,37 +245,46 @@ class RelevanceGraph:
         if target.kind != "logit":  # the softmax is crossed by its gradient, as under Zennit
             scores = target.transform(scores)
         seed = torch.zeros_like(scores).scatter_(1, classes[:, None], 1.0) * scores.detach()
-        carried = moved is not None and bool(leaves) and start is x  # the leaf's relevance: moved back
-        grads = torch.autograd.grad(scores, [start, *leaves], seed, retain_graph=carried)
+        # z-beta's bound terms: relevance at the reshaped input, or taken back from a moved view
+        carried = [start is x and source in self.moved_sources for source in leaf_sources]
+        grads = torch.autograd.grad(scores, [start, *leaves], seed, retain_graph=any(carried))
         relevance = start.detach() * grads[0] if self.has_rules else grads[0]
-        for extra in grads[1:]:  # z-beta's bound terms: relevance at the (reshaped or moved) input
-            if not carried:
+        for extra, back in zip(grads[1:], carried, strict=True):
+            if not back:
                 relevance = relevance + extra.reshape(relevance.shape)
-            else:
-                assert moved is not None
-                relevance = relevance + torch.autograd.grad(env[moved], x, extra)[0]
+        if any(carried):
+            views = [
+                env[source] for source, back in zip(leaf_sources, carried, strict=True) if back and source
+            ]
+            extras = [extra for extra, back in zip(grads[1:], carried, strict=True) if back]
+            relevance = relevance + torch.autograd.grad(views, x, extras)[0]
         if start is not x:
             relevance = self._moved_back(x, relevance)
         return relevance.detach()
 
-    def _bounds(self, x: torch.Tensor, rule: LayerRule) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """z-beta's bounds at the first layer's moved input, (1, *its shape): the input's constant
-        bounds carried through the moves, scalings and shifts on the way, the smaller and the larger
-        of the two at each position (a negative scale swaps them); 0 where a zero pad adds positions,
-        which hold no input. Once per input shape; None for a rule without bounds."""
+    def _bounds(self, x: torch.Tensor, rule: LayerRule) -> dict[fx.Node, tuple[torch.Tensor, torch.Tensor]]:
+        """z-beta's bounds at each moved view of the input a layer reads, (1, *its shape): the
+        input's constant bounds carried through the moves, scalings and shifts on the way, the
+        smaller and the larger of the two at each position (a negative scale swaps them); 0 where a
+        zero pad adds positions, which hold no input. Once per input shape; none for a rule without
+        bounds."""
         if not isinstance(rule, ZBox):
-            return None
+            return {}
         key = (tuple(x.shape[1:]), x.dtype, x.device, rule)
         if key not in self._bounds_at:
-            assert self.moved_input is not None
+            last = [step.node for step in self.plan.steps if step.node in self.moved_sources][-1]
             with torch.no_grad():  # all rows: a graph may be exported for a fixed batch
                 ends = [
-                    evaluate(self.plan, torch.full_like(x, bound), until=self.moved_input)[self.moved_input][
-                        :1
-                    ]
+                    evaluate(self.plan, torch.full_like(x, bound), until=last)
                     for bound in (rule.low, rule.high)
                 ]
-            self._bounds_at[key] = (torch.minimum(*ends), torch.maximum(*ends))
+            self._bounds_at[key] = {
+                source: (
+                    torch.minimum(ends[0][source][:1], ends[1][source][:1]),
+                    torch.maximum(ends[0][source][:1], ends[1][source][:1]),
+                )
+                for source in self.moved_sources
+            }
         return self._bounds_at[key]
 
     def _moved_back(self, x: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
