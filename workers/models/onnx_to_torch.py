@@ -36,6 +36,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
+from workers.models.lstm_unroll import unroll_lstms  # noqa: E402
 from workers.models.ml_ops import ml_ops_as_onnx  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
@@ -192,6 +193,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         _finite_constants(copy)
         fuse_gelu(copy)
         fuse_dense_layers(copy)
+        unroll_lstms(copy)
         module = _unnested(convert(copy))
     except InvalidModel:
         raise
