@@ -182,3 +182,31 @@ def test_an_input_read_past_its_normalization_is_refused_by_deep_taylor_only() -
         )
     relevance = get_method("lrp_epsilon").attribute(context(model, x), x.numpy(), refs, classes)
     assert np.isfinite(relevance).all() and np.abs(relevance).max() > 1e-4
+
+
+class _Twice(nn.Module):
+    """relu(conv(x)) computed by two layers with the same weights and summed (``twice``), or once and
+    doubled: the same function, and the same Deep Taylor map when every layer that reads the input
+    gets z-beta (the second layer got z+ before, as if its input were an activation)."""
+
+    def __init__(self, twice: bool) -> None:
+        super().__init__()
+        torch.manual_seed(13)
+        self.left, self.right = nn.Conv2d(2, 3, 3, padding=1), nn.Conv2d(2, 3, 3, padding=1)
+        self.right.load_state_dict(self.left.state_dict())
+        self.head, self.twice = nn.Linear(3 * 6 * 6, 3), twice
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        left = torch.relu(self.left(x))
+        merged = left + torch.relu(self.right(x)) if self.twice else left * 2.0
+        return self.head(merged.flatten(1))
+
+
+def test_every_layer_that_reads_the_input_gets_z_beta() -> None:
+    x = torch.randn(3, *_SHAPE, generator=torch.Generator().manual_seed(14))
+    refs, classes, params = np.zeros_like(x.numpy()), np.array([0, 2, 1]), {"low": _LOW, "high": _HIGH}
+    deep_taylor = get_method("deep_taylor")
+    got = deep_taylor.attribute(context(_Twice(True).eval(), x, params=params), x.numpy(), refs, classes)
+    want = deep_taylor.attribute(context(_Twice(False).eval(), x, params=params), x.numpy(), refs, classes)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    assert np.abs(want).max() > 1e-3
