@@ -36,13 +36,13 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
-from workers.models.lstm_unroll import unroll_lstms  # noqa: E402
 from workers.models.ml_ops import ml_ops_as_onnx  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
 from workers.models.onnx_outputs import only_output  # noqa: E402
 from workers.models.onnx_shapes import infer_shapes_light  # noqa: E402
 from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
+from workers.models.recurrent_unroll import unroll_recurrent  # noqa: E402
 
 __all__ = ["method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
 
@@ -193,7 +193,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         _finite_constants(copy)
         fuse_gelu(copy)
         fuse_dense_layers(copy)
-        unroll_lstms(copy)
+        unroll_recurrent(copy)
         module = _unnested(convert(copy))
     except InvalidModel:
         raise

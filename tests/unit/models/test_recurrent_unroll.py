@@ -1,5 +1,5 @@
 """torch's nn.LSTM as its exporters write it, one ``LSTM`` node, written out step by step for the
-methods' graph (workers/models/lstm_unroll.py): the same values as onnxruntime's operator, and the
+methods' graph (workers/models/recurrent_unroll.py): the same values as onnxruntime's operator, and the
 LRP methods (before: refused by name) give the numbers of the same LSTM written out by hand in torch,
 its gates held constant (Arras et al. 2017), Deep Taylor with z-beta at every step's input layer."""
 
@@ -16,7 +16,7 @@ from tests.models import to_onnx
 from tests.unit.methods._context import context
 from workers.inspect_model import inspect_model
 from workers.methods import get_method
-from workers.models.lstm_unroll import MAX_STEPS, unroll_lstms
+from workers.models.recurrent_unroll import MAX_STEPS, unroll_recurrent
 
 _STEPS, _FEATURES, _HIDDEN = 6, 4, 5
 X = torch.randn(3, _STEPS, _FEATURES, generator=torch.Generator().manual_seed(1))
@@ -87,7 +87,7 @@ def test_the_written_out_lstm_has_the_operators_values(
     model = onnx.load_from_string(data)
     lstms = sum(node.op_type == "LSTM" for node in model.graph.node)
     assert lstms >= 1
-    assert unroll_lstms(model) == lstms
+    assert unroll_recurrent(model) == lstms
     assert "LSTM" not in {node.op_type for node in model.graph.node}
     x = np.random.default_rng(3).normal(size=(4, _STEPS, _FEATURES)).astype(np.float32)
     name = model.graph.input[0].name
@@ -99,7 +99,7 @@ def test_a_long_sequence_stays_one_operator() -> None:
     """Written out, a sequence longer than MAX_STEPS would make a graph of thousands of nodes."""
     long = torch.randn(1, MAX_STEPS + 1, _FEATURES)
     model = onnx.load_from_string(to_onnx(_Lstm().eval(), long))
-    assert unroll_lstms(model) == 0
+    assert unroll_recurrent(model) == 0
     assert "LSTM" in {node.op_type for node in model.graph.node}
 
 
@@ -114,6 +114,84 @@ def test_the_lrp_methods_give_the_written_out_lstms_numbers(name: str, dynamo: b
     refs = np.zeros_like(X.numpy())
     params = {"low": -3.0, "high": 3.0} if name == "deep_taylor" else {}
     got = get_method(name).attribute(context(lstm, X, params=params, dynamo=dynamo), X.numpy(), refs, classes)
+    want = get_method(name).attribute(context(twin, X, params=params), X.numpy(), refs, classes)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    assert np.abs(want).max() > 1e-3
+
+
+class _Gru(nn.Module):
+    def __init__(self, bidirectional: bool = False, layers: int = 1) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.gru = nn.GRU(_FEATURES, _HIDDEN, layers, batch_first=True, bidirectional=bidirectional)
+        self.head = nn.Linear(_HIDDEN * (2 if bidirectional else 1), 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(x)
+        return self.head(out[:, -1])
+
+
+class _WrittenOutGru(nn.Module):
+    """The same one-layer GRU written out in torch (its gate order r, z, n), 1 - z as sigmoid(-z)."""
+
+    def __init__(self, gru: _Gru) -> None:
+        super().__init__()
+        rnn, size = gru.gru, _HIDDEN
+        self.x = nn.Linear(_FEATURES, 3 * size)
+        self.h = nn.Linear(size, 3 * size)
+        self.head = gru.head
+        with torch.no_grad():
+            self.x.weight.copy_(rnn.weight_ih_l0)
+            self.x.bias.copy_(rnn.bias_ih_l0)
+            self.x.bias[: 2 * size] += rnn.bias_hh_l0[: 2 * size]
+            self.h.weight.copy_(rnn.weight_hh_l0)
+            self.h.bias.zero_()
+            self.h.bias[2 * size :] = rnn.bias_hh_l0[2 * size :]
+        self.state_bias = rnn.bias_hh_l0[2 * size :].detach().clone()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = _HIDDEN
+        h = None
+        for t in range(x.shape[1]):
+            z = self.x(x[:, t])
+            if h is None:
+                gates, recurrent = z[:, : 2 * size], self.state_bias
+            else:
+                state = self.h(h)
+                gates, recurrent = z[:, : 2 * size] + state[:, : 2 * size], state[:, 2 * size :]
+            reset, update = torch.sigmoid(gates[:, :size]), gates[:, size:]
+            new = torch.tanh(z[:, 2 * size :] + reset * recurrent)
+            kept = torch.sigmoid(-update) * new
+            h = kept if h is None else kept + torch.sigmoid(update) * h
+        assert h is not None
+        return self.head(h)
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+@pytest.mark.parametrize(("bidirectional", "layers"), [(False, 1), (True, 1), (False, 2)])
+def test_the_written_out_gru_has_the_operators_values(bidirectional: bool, layers: int, dynamo: bool) -> None:
+    data = _export(_Gru(bidirectional, layers).eval(), dynamo)
+    model = onnx.load_from_string(data)
+    grus = sum(node.op_type == "GRU" for node in model.graph.node)
+    assert grus >= 1 and unroll_recurrent(model) == grus
+    assert "GRU" not in {node.op_type for node in model.graph.node}
+    x = np.random.default_rng(5).normal(size=(4, _STEPS, _FEATURES)).astype(np.float32)
+    name = model.graph.input[0].name
+    run = lambda blob: ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {name: x})[0]  # noqa: E731
+    np.testing.assert_allclose(run(model.SerializeToString()), run(data), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
+def test_the_lrp_methods_give_the_written_out_grus_numbers(name: str, dynamo: bool) -> None:
+    gru = _Gru().eval()
+    twin = _WrittenOutGru(gru).eval()
+    said = inspect_model(_export(gru, dynamo)).methods[name]
+    assert said.startswith("runs: torch graph; xaudit's LRP pass") and "sigmoid gates" in said, said
+    classes = np.array([1, 0, 2])
+    refs = np.zeros_like(X.numpy())
+    params = {"low": -3.0, "high": 3.0} if name == "deep_taylor" else {}
+    got = get_method(name).attribute(context(gru, X, params=params, dynamo=dynamo), X.numpy(), refs, classes)
     want = get_method(name).attribute(context(twin, X, params=params), X.numpy(), refs, classes)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
     assert np.abs(want).max() > 1e-3
