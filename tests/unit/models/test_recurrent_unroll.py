@@ -44,7 +44,7 @@ class _Lstm(nn.Module):
         return self.head(out[:, -1])
 
 
-class _WrittenOut(nn.Module):
+class _WrittenOutLstm(nn.Module):
     """The same one-layer LSTM written out in torch (its gate order i, f, g, o)."""
 
     def __init__(self, lstm: _Lstm) -> None:
@@ -75,48 +75,12 @@ def _export(model: nn.Module, dynamo: bool) -> bytes:
     return to_onnx(model, X[:1], opset=18, dynamo=True) if dynamo else to_onnx(model, X[:1])
 
 
-@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
-@pytest.mark.parametrize(
-    ("bidirectional", "layers", "state"),
-    [(False, 1, False), (True, 1, False), (False, 2, False), (False, 1, True)],
-)
-def test_the_written_out_lstm_has_the_operators_values(
-    bidirectional: bool, layers: int, state: bool, dynamo: bool
-) -> None:
-    data = _export(_Lstm(bidirectional, layers, state).eval(), dynamo)
-    model = onnx.load_from_string(data)
-    lstms = sum(node.op_type == "LSTM" for node in model.graph.node)
-    assert lstms >= 1
-    assert unroll_recurrent(model) == lstms
-    assert "LSTM" not in {node.op_type for node in model.graph.node}
-    x = np.random.default_rng(3).normal(size=(4, _STEPS, _FEATURES)).astype(np.float32)
-    name = model.graph.input[0].name
-    run = lambda blob: ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {name: x})[0]  # noqa: E731
-    np.testing.assert_allclose(run(model.SerializeToString()), run(data), rtol=1e-5, atol=1e-6)
-
-
 def test_a_long_sequence_stays_one_operator() -> None:
     """Written out, a sequence longer than MAX_STEPS would make a graph of thousands of nodes."""
     long = torch.randn(1, MAX_STEPS + 1, _FEATURES)
     model = onnx.load_from_string(to_onnx(_Lstm().eval(), long))
     assert unroll_recurrent(model) == 0
     assert "LSTM" in {node.op_type for node in model.graph.node}
-
-
-@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
-@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
-def test_the_lrp_methods_give_the_written_out_lstms_numbers(name: str, dynamo: bool) -> None:
-    lstm = _Lstm().eval()
-    twin = _WrittenOut(lstm).eval()
-    said = inspect_model(_export(lstm, dynamo)).methods[name]
-    assert said.startswith("runs: torch graph; xaudit's LRP pass") and "sigmoid gates" in said, said
-    classes = np.array([0, 2, 1])
-    refs = np.zeros_like(X.numpy())
-    params = {"low": -3.0, "high": 3.0} if name == "deep_taylor" else {}
-    got = get_method(name).attribute(context(lstm, X, params=params, dynamo=dynamo), X.numpy(), refs, classes)
-    want = get_method(name).attribute(context(twin, X, params=params), X.numpy(), refs, classes)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
-    assert np.abs(want).max() > 1e-3
 
 
 class _Gru(nn.Module):
@@ -167,31 +131,49 @@ class _WrittenOutGru(nn.Module):
         return self.head(h)
 
 
+_KINDS = {"LSTM": (_Lstm, _WrittenOutLstm), "GRU": (_Gru, _WrittenOutGru)}
+
+
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
-@pytest.mark.parametrize(("bidirectional", "layers"), [(False, 1), (True, 1), (False, 2)])
-def test_the_written_out_gru_has_the_operators_values(bidirectional: bool, layers: int, dynamo: bool) -> None:
-    data = _export(_Gru(bidirectional, layers).eval(), dynamo)
+@pytest.mark.parametrize(
+    ("kind", "options"),
+    [
+        ("LSTM", {}),
+        ("LSTM", {"bidirectional": True}),
+        ("LSTM", {"layers": 2}),
+        ("LSTM", {"state": True}),
+        ("GRU", {}),
+        ("GRU", {"bidirectional": True}),
+        ("GRU", {"layers": 2}),
+    ],
+)
+def test_the_written_out_layer_has_the_operators_values(kind: str, options: dict, dynamo: bool) -> None:
+    data = _export(_KINDS[kind][0](**options).eval(), dynamo)
     model = onnx.load_from_string(data)
-    grus = sum(node.op_type == "GRU" for node in model.graph.node)
-    assert grus >= 1 and unroll_recurrent(model) == grus
-    assert "GRU" not in {node.op_type for node in model.graph.node}
-    x = np.random.default_rng(5).normal(size=(4, _STEPS, _FEATURES)).astype(np.float32)
+    layers = sum(node.op_type == kind for node in model.graph.node)
+    assert layers >= 1 and unroll_recurrent(model) == layers
+    assert kind not in {node.op_type for node in model.graph.node}
+    x = np.random.default_rng(3).normal(size=(4, _STEPS, _FEATURES)).astype(np.float32)
     name = model.graph.input[0].name
     run = lambda blob: ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {name: x})[0]  # noqa: E731
     np.testing.assert_allclose(run(model.SerializeToString()), run(data), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 @pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
-def test_the_lrp_methods_give_the_written_out_grus_numbers(name: str, dynamo: bool) -> None:
-    gru = _Gru().eval()
-    twin = _WrittenOutGru(gru).eval()
-    said = inspect_model(_export(gru, dynamo)).methods[name]
+def test_the_lrp_methods_give_the_written_out_layers_numbers(name: str, kind: str, dynamo: bool) -> None:
+    layer, written_out = _KINDS[kind]
+    model = layer().eval()
+    twin = written_out(model).eval()
+    said = inspect_model(_export(model, dynamo)).methods[name]
     assert said.startswith("runs: torch graph; xaudit's LRP pass") and "sigmoid gates" in said, said
-    classes = np.array([1, 0, 2])
+    classes = np.array([0, 2, 1])
     refs = np.zeros_like(X.numpy())
     params = {"low": -3.0, "high": 3.0} if name == "deep_taylor" else {}
-    got = get_method(name).attribute(context(gru, X, params=params, dynamo=dynamo), X.numpy(), refs, classes)
+    got = get_method(name).attribute(
+        context(model, X, params=params, dynamo=dynamo), X.numpy(), refs, classes
+    )
     want = get_method(name).attribute(context(twin, X, params=params), X.numpy(), refs, classes)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
     assert np.abs(want).max() > 1e-3
