@@ -191,8 +191,9 @@ def test_worker_time_limit_fails_a_long_job(tmp_path: Path, redis: RedisServer) 
     try:
         api = stub(service.address)
         sha = upload(api, to_onnx(relu_mlp(4), torch.zeros(2, MLP_FEATURES)))
-        # Long by size, not by an out-of-bounds parameter (steps are capped at 1024 by the job spec).
-        x = np.random.default_rng(4).normal(size=(64, MLP_FEATURES)).astype(np.float32)
+        # Long by size, not by an out-of-bounds parameter (steps are capped at 1024 by the job spec):
+        # 64 samples took 2.3 s on a quiet CI machine, under the 3 s limit; 256 take four times that.
+        x = np.random.default_rng(4).normal(size=(256, MLP_FEATURES)).astype(np.float32)
         slow = api.SubmitAudit(request(sha, x, {"integrated_gradients": {"steps": "1024"}}), timeout=30)
         done = wait_done(api, slow.id, timeout=180)
         assert done.state == audit_pb2.JOB_STATE_FAILED, done
