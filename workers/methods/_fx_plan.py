@@ -729,6 +729,10 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
             continue
         own_input = node.args[0] if node.args else None
         users, reshaped = _through_reshapes(graph, node) if every else (list(node.users), [])
+        # 1 - g, a gate too (a GRU's h = z h + (1 - z) n, as Keras writes it): its uses are products
+        complements = [user for user in users if every and _is_complement(graph, user, node)]
+        users = [user for user in users if user not in complements]
+        users += [user for complement in complements for user in complement.users]
         products = [
             _leaves((user.args, user.kwargs)) for user in users if _is_product(graph, user, matrix=every)
         ]
@@ -739,7 +743,17 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
             found[node] = module
             # the weights reshaped are the same gate (the plan evaluates them from the held weights)
             found.update(dict.fromkeys(reshaped, module))
+            found.update(dict.fromkeys(complements, module))
     return found
+
+
+def _is_complement(graph: fx.GraphModule, node: fx.Node, gate: fx.Node) -> bool:
+    """``node`` is 1 - ``gate``: in [0, 1] where the gate is, as a gate must be."""
+    name = _operator_name(node, _module(graph, node))
+    if name not in _SUB_NAMES or len(node.args) != 2 or node.args[1] is not gate:
+        return False
+    one = _constant(graph, node.args[0])
+    return one is not None and torch.as_tensor(one).numel() == 1 and float(one) == 1.0
 
 
 def _through_reshapes(graph: fx.GraphModule, node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
@@ -1087,7 +1101,11 @@ def held_constant(graph: nn.Module, method: str) -> str:
             name = _operator_name(step.node, step.module)
             if _is_softmax(step.module) or name in _WHERE_NAMES:
                 held["attention weights"] = True
-            elif _is_sigmoid_gate(step.module) or _is_written_hard_sigmoid(plan.graph, step.node):
+            elif (  # a sigmoid, a hard sigmoid written out, or 1 - a sigmoid gate
+                _is_sigmoid_gate(step.module)
+                or _is_written_hard_sigmoid(plan.graph, step.node)
+                or name in _SUB_NAMES
+            ):
                 held["sigmoid gates"] = True
             else:
                 held["GELU's factor"] = True

@@ -98,9 +98,10 @@ class _Gru(nn.Module):
 class _WrittenOutGru(nn.Module):
     """The same one-layer GRU written out in torch (its gate order r, z, n), 1 - z as sigmoid(-z)."""
 
-    def __init__(self, gru: _Gru) -> None:
+    def __init__(self, gru: _Gru, complement: bool = False) -> None:
         super().__init__()
         rnn, size = gru.gru, _HIDDEN
+        self.complement = complement  # 1 - sigmoid(u), as Keras writes it, instead of sigmoid(-u)
         self.x = nn.Linear(_FEATURES, 3 * size)
         self.h = nn.Linear(size, 3 * size)
         self.head = gru.head
@@ -125,7 +126,7 @@ class _WrittenOutGru(nn.Module):
                 gates, recurrent = z[:, : 2 * size] + state[:, : 2 * size], state[:, 2 * size :]
             reset, update = torch.sigmoid(gates[:, :size]), gates[:, size:]
             new = torch.tanh(z[:, 2 * size :] + reset * recurrent)
-            kept = torch.sigmoid(-update) * new
+            kept = (1.0 - torch.sigmoid(update) if self.complement else torch.sigmoid(-update)) * new
             h = kept if h is None else kept + torch.sigmoid(update) * h
         assert h is not None
         return self.head(h)
@@ -177,3 +178,20 @@ def test_the_lrp_methods_give_the_written_out_layers_numbers(name: str, kind: st
     want = get_method(name).attribute(context(twin, X, params=params), X.numpy(), refs, classes)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
     assert np.abs(want).max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
+def test_one_minus_a_gate_is_a_gate(name: str) -> None:
+    """Keras writes its GRU's h = z h + (1 - z) n with a Sub(1, sigmoid): the sigmoid's uses were a
+    product and that Sub, so it was no gate and LRP refused the GRU. 1 - z is a gate too: the same
+    relevance as with sigmoid(-u)."""
+    gru = _Gru().eval()
+    classes, refs = np.array([2, 1, 0]), np.zeros_like(X.numpy())
+    params = {"low": -3.0, "high": 3.0} if name == "deep_taylor" else {}
+    written = _WrittenOutGru(gru, complement=True).eval()
+    said = get_method(name).implementation(context(written, X, params=params).model)
+    assert said is not None and said.endswith("sigmoid gates"), said
+    got = get_method(name).attribute(context(written, X, params=params), X.numpy(), refs, classes)
+    twin = _WrittenOutGru(gru).eval()
+    want = get_method(name).attribute(context(twin, X, params=params), X.numpy(), refs, classes)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
