@@ -238,12 +238,13 @@ class _UnrolledLstm(nn.Module):
         return self.out(h)
 
 
-@pytest.mark.parametrize("method", ["lrp_epsilon", "lrp_alpha_beta"])
+@pytest.mark.parametrize("method", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
 def test_a_keras_lstm_gets_lrp_with_its_gates_held(tmp_path: Path, method: str) -> None:
     """Keras writes its LSTM out step by step (MatMul, Slice, Sigmoid, Tanh, Mul) with Casts between;
     the Casts after its Gathers and Slices were of unknown type and stopped LRP. Now LRP holds the
     sigmoid gates constant (Arras et al. 2017) and gives the numbers of the same LSTM written out in
-    torch; players are windows of time (windows:K:axis=0; plain windows:K cuts the features axis)."""
+    torch (Deep Taylor with z-beta at each step's input layer); players are windows of time
+    (windows:K:axis=0; plain windows:K cuts the features axis)."""
     data, weights = _keras_export(_BUILD_LSTM, tmp_path)
     twin = _UnrolledLstm(weights).eval()
     x = np.random.default_rng(1).normal(size=(3, 7, 4)).astype(np.float32)
