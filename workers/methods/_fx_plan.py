@@ -653,9 +653,10 @@ def _down_from(steps: Sequence[Step], output: fx.Node) -> list[Step]:
 
 # Between the output and the layer that receives its relevance, these would make the relevance
 # that layer receives differ from its own output's share: a constant added (not absorbed), a factor
-# other than one positive number (relayed_factor), a norm; and an activation other than ReLU (SiLU, GELU, tanh, a gated product,
-# ReLU6 where it clips), whose rule passes relevance on as a share of its value: the output's
-# relevance is no such share, and the layer would receive y^2 / z for y (checked: SiLU on logits).
+# other than one positive number (relayed_factor), a norm (a batch norm that is not folded into the
+# layer too); and an activation other than ReLU (SiLU, GELU, tanh, a gated product, ReLU6 where it
+# clips), whose rule passes relevance on as a share of its value: the output's relevance is no such
+# share, and the layer would receive y^2 / z for y (checked: SiLU on logits).
 _NOT_ABOVE_TOP = {
     "factor": "the constant factor",
     "bias": "the constant shift",
@@ -692,9 +693,9 @@ def _refuse_above_top_layer(plan: Plan, method: str) -> None:
     or factor, a norm or an activation between the output and them would hand them more or less than
     their output's share."""
     for between in above_top(plan):
-        passed = between.kind == "scale" and not folds_into(plan, between)  # folded: part of the layer
+        unfolded = between.kind == "scale" and not folds_into(plan, between)  # folded: part of the layer
         relayed = relayed_factor(plan, between) is not None
-        if (between.kind in _NOT_ABOVE_TOP and not relayed) or passed:
+        if (between.kind in _NOT_ABOVE_TOP and not relayed) or unfolded:
             raise NotApplicable(
                 method,
                 f"{_NOT_ABOVE_TOP.get(between.kind, 'the batch norm')} '{between.node.name}' comes after "

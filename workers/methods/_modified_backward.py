@@ -82,9 +82,6 @@ _ZENNIT_LACKS = {
     "branch": "attention and GELU gates",
 }
 _PASS_SIGN = ("relu", "shape", "move", "maxpool", "avgpool", "gated")  # x >= 0 in, x >= 0 out
-# Elementwise scalings and shifts z-beta's layer may read the input through (a normalization):
-# batch norms, and products, quotients, sums and differences with constants.
-_ELEMENTWISE_AFFINE = ("scale", "factor", "bias")
 
 
 def output_path(plan: Plan) -> list[Step]:
@@ -103,13 +100,14 @@ def output_path(plan: Plan) -> list[Step]:
 
 class RelevanceGraph:
     """The plan with each rule layer's modified output; ``None`` from :meth:`build` where a rule
-    cannot be written this way (a z-beta layer whose input is not a reshaped input)."""
+    cannot be written this way (a z-beta layer whose input is no view of the model's input)."""
 
     def __init__(
         self,
         plan: Plan,
         layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]],
         path: list[Step],
+        views: dict[fx.Node, bool],
         split_at: fx.Node | None = None,
     ) -> None:
         self.plan = plan
@@ -125,7 +123,6 @@ class RelevanceGraph:
         # or scaled and shifted elementwise (a normalization), not just reshaped, the bounds there
         # are the input's bounds carried along (_bounds), and a rule's leaf's relevance goes back to
         # the input by the moves' gradient, unchanged through the scalings (docs/science.md 5.8).
-        views = _input_views(path)
         self.input_layers = {s.node: s.source for s in path if s.kind == "affine" and s.source in views}
         self.moved_sources = {source for source in self.input_layers.values() if views.get(source)}
         sources = set(self.input_layers.values())
@@ -136,7 +133,7 @@ class RelevanceGraph:
         # is preprocessing, and goes back to each raw value unchanged (not x times the gradient:
         # x / (x - mean) of it, unbounded near the mean).
         chain = _input_chain(plan, path, views, self.moved_input)
-        self.scalings = {s.node for s in path if s.kind in _ELEMENTWISE_AFFINE and s.node in chain}
+        self.scalings = {s.node for s in path if s.node in chain and is_elementwise(s)}
         self._bounds_at: dict[tuple[Any, ...], dict[fx.Node, tuple[torch.Tensor, torch.Tensor]]] = {}
         self.has_rules = bool(layers) or split_at is not None  # relevance is value times g
         # a batch norm or a bias folded into the layer before (on the path only: a gate's branch
@@ -167,12 +164,12 @@ class RelevanceGraph:
         """The pass, or None where the first layer's rule needs the input and that layer is not at
         the input (Zennit's hooks then write it: :func:`lrp_plan`)."""
         path = output_path(plan)
-        if rules(0).needs_input_layer and not _first_layer_at_input(plan, path):
+        views = _input_views(path)
+        if rules(0).needs_input_layer and not _first_layer_at_input(plan, path, views):
             return None
         # the rules' index counts the layers relevance passes (a gate's branch has none); a rule for
         # the input (z-beta) goes to every layer that reads it, as Deep Taylor's input domain asks
         index = {s.node: i for i, s in enumerate(s for s in path if s.kind == "affine")}
-        views = _input_views(path)
         input_rule = rules(0) if rules(0).needs_input_layer else None
         # a batch norm right after a layer is folded into it; the norm itself then passes values on
         norms = {s.source: s.module for s in path if s.kind == "scale" and folds_into(plan, s)}
@@ -197,12 +194,12 @@ class RelevanceGraph:
                 layers[step.node] = (module, rule, False, step.source in nonneg)
         top = below_output(plan.steps, plan.output)
         if top.kind == "merge":  # relevance is split there: the pass divides it by the merge's value
-            return cls(plan, layers, path, split_at=top.node)
+            return cls(plan, layers, path, views, split_at=top.node)
         if layers:  # the topmost rule layer receives relevance, not the modified gradient
             assert top.node in layers
             module, rule, _, sign = layers[top.node]
             layers[top.node] = (module, rule, True, sign)
-        return cls(plan, layers, path)
+        return cls(plan, layers, path, views)
 
     def relevance(self, x: torch.Tensor, target: Target, classes: torch.Tensor) -> torch.Tensor:
         """Input relevance for rows ``x``, seeded (as in Zennit) by the one-hot target score."""
@@ -328,7 +325,7 @@ def _first_layer(path: list[Step]) -> Step | None:
     return next((step for step in path if step.kind == "affine"), None)
 
 
-def _first_layer_at_input(plan: Plan, path: list[Step]) -> bool:
+def _first_layer_at_input(plan: Plan, path: list[Step], views: dict[fx.Node, bool]) -> bool:
     """Whether the first Linear/Conv layer on the output's path takes the input (reshaped, moved, or
     scaled on its one way there), or there is none: where a rule's extra leaf (z-beta's bound
     terms) can sit. A normalization whose output also goes elsewhere is not such a way: its
@@ -336,25 +333,23 @@ def _first_layer_at_input(plan: Plan, path: list[Step]) -> bool:
     first = _first_layer(path)
     if first is None or first.source is None:
         return True
-    views = _input_views(path)
     if first.source not in views:
         return False
-    scaled = any(step.kind in _ELEMENTWISE_AFFINE for step in _way_in(path, first.source))
+    scaled = any(is_elementwise(step) for step in _way_in(path, first.source))
     return not scaled or bool(_input_chain(plan, path, views, first.source))
 
 
 def _input_views(path: list[Step]) -> dict[fx.Node, bool]:
-    """The input and reshapes and moves of it (transpositions, zero or copying pads, crops: Keras'
-    ZeroPadding2D before a ResNet's first convolution): where a rule's extra leaf (z-beta's bounds)
-    can sit; each with whether a move is on its way from the input (its relevance then goes back by
-    the gradient, not by a reshape)."""
+    """The input and its views: reshapes, moves (transpositions, zero or copying pads, crops: Keras'
+    ZeroPadding2D before a ResNet's first convolution) and elementwise scalings and shifts (a
+    normalization baked into the model), where a rule's extra leaf (z-beta's bounds) can sit; each
+    with whether a move or a scaling is on its way from the input (its relevance then goes back by
+    more than a reshape)."""
     views: dict[fx.Node, bool] = {}
     for step in path:
         if step.kind == "input":
             views[step.node] = False
-        elif step.kind in ("shape", "move", *_ELEMENTWISE_AFFINE) and step.source in views:
-            if step.kind in _ELEMENTWISE_AFFINE and not is_elementwise(step):
-                continue  # a concatenation with a constant (a class token) is no view of the input
+        elif (step.kind in ("shape", "move") or is_elementwise(step)) and step.source in views:
             views[step.node] = views[step.source] or step.kind != "shape"
     return views
 
@@ -369,7 +364,7 @@ def lrp_plan(graph: Any, method: str, first_needs_input: bool) -> Plan:
     if not first_needs_input:
         return plan
     path = output_path(plan)
-    if _first_layer_at_input(plan, path):
+    if _first_layer_at_input(plan, path, _input_views(path)):
         return plan
     lacking = {_ZENNIT_LACKS[s.kind] for s in plan.steps if s.kind in _ZENNIT_LACKS}
     if any(isinstance(s.module, ConstantMatMul) for s in plan.steps):
