@@ -221,6 +221,7 @@ class RevealCancelGraph:
         split: dict[fx.Node, tuple[Split, fx.Node | None]] = {}
         reveal: dict[fx.Node, Reveal] = {}
         at_x: dict[fx.Node, torch.Tensor] = {}  # max-pooling inputs at x
+        factors: dict[fx.Node, torch.Tensor] = {}  # factor nodes' constants, for the backward pass too
         for step in self.plan.steps:
             node, src = step.node, step.source
             if step.kind == "input":
@@ -273,7 +274,9 @@ class RevealCancelGraph:
             elif step.kind in ("factor", "bias"):  # c * d (d / c), d + c: the shift has no difference
                 assert src is not None
                 shape = (len(dx), *ref.values[node].shape[1:])
-                factor = self._factor(step, delta) if step.kind == "factor" else None
+                if step.kind == "factor":
+                    factors[node] = self._factor(step, delta)
+                factor = factors.get(node)
                 delta[node] = (delta[src] if factor is None else delta[src] * factor).expand(shape)
                 if src in split:
                     parts, made_by = split[src]
@@ -297,13 +300,14 @@ class RevealCancelGraph:
         out0 = at_rows(output, torch.float64).expand(delta[output].shape).reshape(k, -1)
         seeded = seed(out0 + delta[output].reshape(k, -1).to(torch.float64), out0)
         start = Pair(seeded.reshape(delta[output].shape).to(self.dtype))
-        return self._backward(delta, reveal, at_x, start), shaky
+        return self._backward(delta, reveal, at_x, factors, start), shaky
 
     def _backward(
         self,
         delta: dict[fx.Node, Any],
         reveal: dict[fx.Node, Reveal],
         at_x: dict[fx.Node, torch.Tensor],
+        factors: dict[fx.Node, torch.Tensor],
         start: Pair,
     ) -> torch.Tensor:
         pairs: dict[fx.Node, Pair] = {self.plan.output: start}
@@ -333,8 +337,7 @@ class RevealCancelGraph:
             elif step.kind == "scale":
                 give(src, scaled_pair(pair, self._scale(node, delta[src])))
             elif step.kind in ("factor", "bias"):
-                factor = self._factor(step, delta) if step.kind == "factor" else None
-                back = pair if factor is None else scaled_pair(pair, factor)
+                back = scaled_pair(pair, factors[node]) if node in factors else pair
                 give(src, back.map(partial(_summed_to, shape=delta[src].shape)))
             elif step.kind == "move":
                 origin, move = self._moved(step, delta)
