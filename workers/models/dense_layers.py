@@ -63,7 +63,7 @@ _SAME_RANK = {
     "InstanceNormalization", "LayerNormalization", "MaxPool", "Pad", "Resize", "Transpose",
 }  # fmt: skip
 _REDUCTIONS = {"ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum"}
-_PER_CHANNEL = {"Add", "Sub", "Mul", "Div"}  # a constant per channel after a Conv (_conv_affine)
+_PER_CHANNEL = {"Add", "Sub", "Mul", "Div"}  # by a constant per channel (_conv_affine, _channel_norms)
 
 
 def fuse_dense_layers(model: onnx.ModelProto) -> int:
@@ -287,10 +287,9 @@ def _channel_layout(
     off its first constant of more than one value: the axis 1 or the last one; None for another."""
     step: onnx.NodeProto | None = node
     while step is not None and step.op_type in _PER_CHANNEL and len(step.input) == 2:
-        tensor = weights.get(step.input[1])
-        if tensor is None or len(tensor.dims) > rank:
+        shape = _aligned(weights.get(step.input[1]), rank)
+        if shape is None:
             return None
-        shape = [1] * (rank - len(tensor.dims)) + list(tensor.dims)
         wide = [axis for axis, size in enumerate(shape) if size != 1]
         if len(wide) > 1 or (wide and wide[0] not in (1, rank - 1)):
             return None
@@ -304,13 +303,21 @@ def _channel_layout(
 def _per_channel(tensor: onnx.TensorProto | None, rank: int, axis: int, channels: int) -> np.ndarray | None:
     """A constant that varies along ``axis`` only, as the (channels,) vector it broadcasts to; None
     for anything else (a per-element constant, a rank above the activation's)."""
-    if tensor is None or len(tensor.dims) > rank:
+    shape = _aligned(tensor, rank)
+    if tensor is None or shape is None:
         return None
-    shape = [1] * (rank - len(tensor.dims)) + list(tensor.dims)  # as broadcasting aligns it
     if math.prod(shape) not in (1, channels) or (math.prod(shape) == channels and shape[axis] != channels):
         return None
     values = numpy_helper.to_array(tensor).astype(np.float64).reshape(-1)
     return np.broadcast_to(values, (channels,)).copy()
+
+
+def _aligned(tensor: onnx.TensorProto | None, rank: int) -> list[int] | None:
+    """A constant's dimensions as broadcasting aligns them with an activation of ``rank`` axes; None
+    for no constant or one of a higher rank."""
+    if tensor is None or len(tensor.dims) > rank:
+        return None
+    return [1] * (rank - len(tensor.dims)) + list(tensor.dims)
 
 
 def _copied(node: onnx.NodeProto) -> onnx.NodeProto:

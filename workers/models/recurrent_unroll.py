@@ -37,7 +37,9 @@ __all__ = ["MAX_STEPS", "unroll_recurrent"]
 
 MAX_STEPS = 256  # time steps times directions
 _GATES = {"LSTM": 4, "GRU": 3}
-_ZERO_SOURCES = {"ConstantOfShape", "Expand", "Slice", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Cast"}
+# An initial state torch's exporters make of the batch size: a constant, expanded, sliced, reshaped.
+_ZERO_MAKERS = {"ConstantOfShape", "Constant"}
+_ZERO_CARRIERS = {"Expand", "Slice", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Cast"}
 
 
 def unroll_recurrent(model: onnx.ModelProto) -> int:
@@ -112,9 +114,9 @@ def _is_zero(name: str, producers: dict[str, onnx.NodeProto], weights: dict[str,
     if name in weights:
         return not numpy_helper.to_array(weights[name]).any()
     node = producers.get(name)
-    if node is None or node.op_type not in _ZERO_SOURCES | {"Constant"}:
+    if node is None or node.op_type not in _ZERO_MAKERS | _ZERO_CARRIERS:
         return False
-    if node.op_type in ("ConstantOfShape", "Constant"):
+    if node.op_type in _ZERO_MAKERS:
         value = attributes(node).get("value")
         return value is None or not numpy_helper.to_array(value).any()
     return _is_zero(node.input[0], producers, weights)
