@@ -30,7 +30,10 @@ pass walks the nodes in reverse and applies one rule per node kind (see
   writes a batch norm it cannot fold, and its Normalization layer, as Sub, Mul, Add, Div) the same
   with that constant's values, and bias (a constant shift) passes differences, parts and
   multipliers unchanged (summed back over any axis the constant broadcast them along);
-- maxpool: the plain gradient at the input. This is *not* summation-to-delta: with a non-zero
+- maxpool: the plain gradient at the input (a tied window's to its first maximum, as torch's
+  kernels and Captum route it), at the input's values at x taken from the activation before it,
+  so that units a ReLU turns off at x are exact zeros and float32 and float64 plans see the same
+  ties (:meth:`RevealCancelGraph._value_at_x`). This is *not* summation-to-delta: with a non-zero
   reference a max-pooling network's attributions need not add up to f(x) - f(x0), and the audit
   is meant to show it.
 
@@ -258,7 +261,7 @@ class RevealCancelGraph:
                     shaky |= unresolved
             elif step.kind == "maxpool":
                 assert src is not None and step.module is not None
-                at_x[src] = at_rows(src) + delta[src]
+                at_x[src] = self._value_at_x(src, at_rows, delta)
                 delta[node] = step.module(at_x[src]) - at_rows(node)
             elif step.kind == "merge":
                 delta[node] = run_node(self.plan, step, delta.__getitem__)
@@ -349,6 +352,32 @@ class RevealCancelGraph:
                     (grad,) = torch.autograd.grad(step.module(u), u, collapse(pair, delta[node]))
                 give(src, Pair(grad))
         return torch.zeros_like(delta[self._input])  # no path reached the input
+
+    def _value_at_x(
+        self, node: fx.Node, at_rows: Callable[[fx.Node], torch.Tensor], delta: dict[fx.Node, Any]
+    ) -> torch.Tensor:
+        """A max pooling's input at x. Behind a ReLU or clip (through reshapes and data movement:
+        Keras pools between Transposes), that activation of the pre-activation at x, moved as the
+        graph moves it: a unit off at x is then an exact zero in float32 and float64 plans alike,
+        where reference plus difference leaves rounding that would break the ties among them."""
+        moves: list[Step] = []
+        step = self._steps[node]
+        while step.kind in ("shape", "move") and step.source is not None:
+            if not isinstance(delta[step.source], torch.Tensor):  # a part of a Split's tuple
+                break
+            moves.append(step)
+            step = self._steps[step.source]
+        if step.kind not in ACTIVATIONS or step.source is None:
+            return at_rows(node) + delta[node]
+        z = at_rows(step.source) + delta[step.source]
+        if step.kind == "relu":
+            value = torch.relu(z)
+        else:
+            assert isinstance(step.module, nn.Hardtanh)  # ReLU6, or a clamp to [0, c]
+            value = z.clamp(min=0, max=float(step.module.max_val))
+        for move in reversed(moves):
+            value = _substituted(self.plan, move, delta, value)
+        return value
 
     def _maps_at(self, node: fx.Node, like: torch.Tensor) -> AffineMaps:
         """The maps of ``node`` for inputs shaped like ``like``: dense products where cheaper."""

@@ -113,3 +113,34 @@ def test_a_residual_network_agrees_with_every_product_in_float64(monkeypatch: py
     scale = np.abs(want).reshape(rows, -1).max(axis=1)
     off = np.abs(got - want).reshape(rows, -1).max(axis=1) / scale
     assert off.max() <= 2e-5, off  # 4e-7 to 7e-7 of each row's largest attribution here
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_max_pool_ties_are_the_models_not_the_roundings(seed: int) -> None:
+    """A max-pool window of units a ReLU turns off at x is a tie, and the gradient sends it to the
+    first zero. Taken as reference plus difference, those zeros carried each plan's rounding, which
+    broke the tie: the float32 plan (a chain) and the float64 one (any graph with a sum) disagreed
+    by up to 93% of a row's largest attribution. The values at x now come from the ReLU itself."""
+    from functools import partial
+
+    from tests.models import maxpool_cnn
+    from workers.methods._revealcancel_graph import Reference, RevealCancelGraph
+    from workers.methods.deeplift_revealcancel import target_seed
+    from workers.targets import Target
+
+    gen = torch.Generator().manual_seed(seed)
+    x, x0 = torch.rand(128, 1, 8, 8, generator=gen), torch.rand(1, 1, 8, 8, generator=gen)
+    graph = context(maxpool_cnn(seed=seed), x[:1]).model.torch_hookable("deeplift_revealcancel")
+    rows, classes = torch.zeros(128, dtype=torch.long), torch.zeros(128, dtype=torch.long)
+    got = {}
+    for dtype in (torch.float32, torch.float64):
+        plan = RevealCancelGraph(graph, "deeplift_revealcancel", dtype)
+        ref = plan.reference(x0.double(), rows)
+        dx = x.to(dtype) - x0.to(dtype)
+        seed_fn = partial(target_seed, Target(), classes=classes, head=plan.head)
+        m, _ = plan.multipliers(dx, Reference(ref.values, rows), seed_fn)
+        got[dtype] = (dx * m).double().reshape(128, -1)
+    h = torch.relu(maxpool_cnn(seed=seed)[0](x)).detach()
+    assert (h.unfold(2, 2, 2).unfold(3, 2, 2).reshape(128, 3, 16, 4) == 0).all(-1).any()  # ties there
+    scale = got[torch.float64].abs().amax(1).clamp_min(1e-12)
+    assert ((got[torch.float32] - got[torch.float64]).abs().amax(1) / scale).max() < 1e-5

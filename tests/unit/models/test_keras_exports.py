@@ -84,9 +84,10 @@ def _assert_twins_numbers(
 _BUILD = textwrap.dedent(
     """
     inputs = keras.Input((10, 10, 3))
-    # Biases that keep the first ReLUs on: a max-pool window of zeros has no one gradient (the tie goes
-    # by float32 rounding), and RevealCancel would compare tie-breaking rather than rules.
-    x = keras.layers.Conv2D(4, 3, activation="relu", padding="same", bias_initializer=keras.initializers.Constant(3.0))(inputs)
+    # Zero biases: about half the first ReLUs are off, so max-pool windows of zeros (ties) are common,
+    # and RevealCancel's float64 plan (the Keras graph's Transposes) and float32 plan (the twin) must
+    # break them alike (workers/methods/_max_pool_ties.py).
+    x = keras.layers.Conv2D(4, 3, activation="relu", padding="same")(inputs)
     x = keras.layers.MaxPooling2D()(x)
     x = keras.layers.Conv2D(6, 3, activation="relu", bias_initializer="random_normal")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
