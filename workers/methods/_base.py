@@ -24,6 +24,7 @@ __all__ = [
     "Capabilities",
     "Method",
     "TorchMethod",
+    "at_references",
     "derived_seed",
     "distinct_references",
     "to_numpy",
@@ -185,3 +186,28 @@ def distinct_references(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     new = torch.ones(len(x0), dtype=torch.bool, device=x0.device)
     new[1:] = (flat[1:] != flat[:-1]).any(1)
     return x0[new], torch.cumsum(new, 0) - 1
+
+
+def at_references(
+    value: torch.Tensor, size: int, refs: int, runs: torch.Tensor, rows: int
+) -> torch.Tensor:
+    """A tensor of the pass over the ``refs`` distinct references, for its counterpart of ``size``
+    entries on the first axis in a pass of ``rows`` rows (``runs``: each row's reference), as the
+    reference half of Captum's doubled batch would hold it: indexed by row, broadcast where one
+    reference serves every row, and block by block where a graph folds several entries per row into
+    its first axis (Swin's attention windows, the tiles of a multiple-instance model), row-major."""
+    if value.shape[0] == size and refs == rows:
+        return value  # every row its own reference, in order
+    if value.shape[0] == 1 or (refs == 1 and value.shape[0] == size):
+        return value  # broadcasts: a constant's, one reference's, or a first axis that is not the batch
+    per_row = size // rows
+    if per_row * rows != size or value.shape[0] != refs * per_row:
+        raise ValueError(
+            f"a tensor's first axis ({size} entries for {rows} rows, {value.shape[0]} for {refs} "
+            "references) is not a batch of rows"
+        )
+    blocks = value.reshape(refs, per_row, *value.shape[1:])
+    if bool((runs == runs[0]).all()):  # one reference for these rows: its block, repeated
+        block = blocks[int(runs[0])]
+        return block if per_row == 1 else block.repeat(rows, *(1,) * (value.ndim - 1))
+    return blocks[runs].reshape(size, *value.shape[1:])

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workers.methods._base import distinct_references
+from workers.methods._base import at_references, distinct_references
 from workers.methods._rescale_graph import EPS  # Captum's DeepLift eps, as xaudit's own pass takes it
 
 __all__ = ["RULED", "ModuleCalledTwice", "ReferenceOnceDeepLift"]
@@ -64,11 +64,9 @@ class ReferenceOnceDeepLift:
         ``multiply_by_inputs=True``). Raises :class:`ModuleCalledTwice` before any backward pass."""
         refs, runs = distinct_references(x0)
         at_reference = self._reference_values(refs)
-        rows = None if len(refs) == 1 else runs  # one reference broadcasts over every row
 
-        def reference(module: nn.Module, which: int) -> torch.Tensor:
-            value = at_reference[module][which]
-            return value if rows is None else value[rows]
+        def reference(module: nn.Module, which: int, like: torch.Tensor) -> torch.Tensor:
+            return at_references(at_reference[module][which], like.shape[0], len(refs), runs, len(x))
 
         def rule(
             module: nn.Module,
@@ -77,8 +75,8 @@ class ReferenceOnceDeepLift:
             z: torch.Tensor,
             y: torch.Tensor,
         ) -> torch.Tensor:
-            delta_in = z - reference(module, 0)
-            delta_out = y - reference(module, 1)
+            delta_in = z - reference(module, 0, z)
+            delta_out = y - reference(module, 1, y)
             return torch.where(delta_in.abs() < EPS, grad_input, grad_output * delta_out / delta_in)
 
         x = x.detach().requires_grad_(True)

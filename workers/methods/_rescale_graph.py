@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from workers.methods._base import distinct_references
+from workers.methods._base import at_references, distinct_references
 from workers.methods._fx_plan import ACTIVATIONS, Plan, elementwise, evaluate, family_plan
 from workers.methods._reroute import rerouted
 from workers.targets import Target
@@ -60,19 +60,17 @@ class RescaleGraph:
     ) -> torch.Tensor:
         """(x - x0) times the Rescale multipliers of the target score of ``classes``."""
         refs, runs = distinct_references(x0)
-        rows = None if len(refs) == len(x0) else runs  # every row its own reference: no gather
         with torch.no_grad():
             env0 = evaluate(self.plan, refs)
 
-        def at_reference(node: fx.Node) -> torch.Tensor:
-            value: torch.Tensor = env0[node]
-            return value if rows is None or len(value) == 1 else value[rows]  # one reference broadcasts
+        def at_reference(node: fx.Node, like: torch.Tensor) -> torch.Tensor:
+            return at_references(env0[node], like.shape[0], len(refs), runs, len(x))
 
         def rescaled(z: torch.Tensor, step: Any) -> torch.Tensor:
             with torch.no_grad():  # in place on two temporaries: new tensors cost more than arithmetic
                 y = torch.relu(z) if step.kind == "relu" else elementwise(step)(z)
-                delta_in = z - at_reference(step.source)
-                multiplier = torch.sub(y, at_reference(step.node)).div_(delta_in)
+                delta_in = z - at_reference(step.source, z)
+                multiplier = torch.sub(y, at_reference(step.node, y)).div_(delta_in)
                 unchanged = delta_in.abs_() < EPS
                 if step.kind == "relu":
                     gradient = torch.sign(y, out=delta_in)  # the ReLU's own gradient: 1 where z > 0, else 0

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from workers.methods._base import at_references
 from workers.methods._fx_plan import (
     ACTIVATIONS,
     BoundPReLU,
@@ -210,14 +211,17 @@ class RevealCancelGraph:
         references ``ref`` (``ref.rows`` one per row of dx). ``seed(out, out0)`` gives the multipliers
         of the outputs, all three shaped (k, -1). Below float64, also the rows (k,) bool whose
         result rounding may have changed (:func:`ambiguous_rows`); None in float64."""
-        same = bool((ref.rows == ref.rows[0]).all())
-        first = int(ref.rows[0])
+        refs = len(ref.values[self._input])
         below = self.dtype != torch.float64
         shaky = torch.zeros(len(dx), dtype=torch.bool, device=dx.device) if below else None
 
-        def at_rows(node: fx.Node, dtype: torch.dtype = self.dtype) -> torch.Tensor:
-            value = ref.values[node].to(dtype)  # cast the distinct rows, then spread them
-            return value[first : first + 1] if same else value[ref.rows]
+        def at_rows(
+            node: fx.Node, like: torch.Tensor | None = None, dtype: torch.dtype = self.dtype
+        ) -> torch.Tensor:
+            """``node`` at the rows' references, for a tensor shaped like ``like`` (by default
+            ``node``'s difference): the distinct rows cast, then spread."""
+            size = (delta[node] if like is None else like).shape[0]
+            return at_references(ref.values[node].to(dtype), size, refs, ref.rows, len(dx))
 
         delta: dict[fx.Node, Any] = {}
         # parts, the affine node that made them (None: a merge of several)
@@ -262,7 +266,7 @@ class RevealCancelGraph:
             elif step.kind == "maxpool":
                 assert src is not None and step.module is not None
                 at_x[src] = self._value_at_x(src, at_rows, delta)
-                delta[node] = step.module(at_x[src]) - at_rows(node)
+                delta[node] = step.module(at_x[src]) - at_rows(node, at_x[src])
             elif step.kind == "merge":
                 delta[node] = run_node(self.plan, step, delta.__getitem__)
                 if node in self.split_nodes:
@@ -300,7 +304,7 @@ class RevealCancelGraph:
 
         output = self.plan.output
         k = len(dx)
-        out0 = at_rows(output, torch.float64).expand(delta[output].shape).reshape(k, -1)
+        out0 = at_rows(output, dtype=torch.float64).expand(delta[output].shape).reshape(k, -1)
         seeded = seed(out0 + delta[output].reshape(k, -1).to(torch.float64), out0)
         start = Pair(seeded.reshape(delta[output].shape).to(self.dtype))
         return self._backward(delta, reveal, at_x, factors, start), shaky
@@ -354,7 +358,7 @@ class RevealCancelGraph:
         return torch.zeros_like(delta[self._input])  # no path reached the input
 
     def _value_at_x(
-        self, node: fx.Node, at_rows: Callable[[fx.Node], torch.Tensor], delta: dict[fx.Node, Any]
+        self, node: fx.Node, at_rows: Callable[..., torch.Tensor], delta: dict[fx.Node, Any]
     ) -> torch.Tensor:
         """A max pooling's input at x. Behind a ReLU or clip (through reshapes and data movement:
         Keras pools between Transposes), that activation of the pre-activation at x, moved as the

@@ -2,7 +2,8 @@
 Captum's own attributions (RowwiseDeepLift on the doubled batch) on the graphs xaudit's Rescale
 pass leaves to Captum: sigmoid and tanh-family activations, squeeze-and-excitation gates and SiLU
 written as ``x * sigmoid(x)`` (Captum's hook on the Sigmoid's input replaces that tensor's whole
-gradient, the Mul's share included: reproduced, not corrected), a softmax inside the network, a GRU."""
+gradient, the Mul's share included: reproduced, not corrected), a softmax inside the network, a GRU,
+softmaxes over windows folded into the batch (Swin's attention)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,19 @@ class _Recurrent(nn.Module):
         return self.head(torch.tanh(out[:, -1]))
 
 
+class _Windows(nn.Module):
+    """Attention-like softmaxes over windows folded into the batch, as Swin partitions its tokens:
+    the hooked Softmax sees four entries per row along its first axis."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        windows = self.a(x).reshape(-1, 4)  # (rows * 4, 4), row-major
+        return self.b(torch.tanh(torch.softmax(windows, dim=1)).reshape(-1, 16))
+
+
 class _PoolThenSigmoid(nn.Module):
     """A max-pool straight after a convolution (Captum's own max-pool rule acts) and a Sigmoid."""
 
@@ -73,7 +87,13 @@ class _PoolThenSigmoid(nn.Module):
         return self.head(torch.sigmoid(self.pool(self.conv(x))).flatten(1))
 
 
-SHAPES = {"sigmoid_mlp": (4,), "squeeze_excite": (1, 8, 8), "softmax_inside": (4,), "gru": (5, 4)}
+SHAPES = {
+    "sigmoid_mlp": (4,),
+    "squeeze_excite": (1, 8, 8),
+    "softmax_inside": (4,),
+    "gru": (5, 4),
+    "windows": (16,),
+}
 
 
 def _module(kind: str) -> nn.Module:
@@ -83,6 +103,7 @@ def _module(kind: str) -> nn.Module:
         "squeeze_excite": _SqueezeExcite,
         "softmax_inside": _SoftmaxInside,
         "gru": _Recurrent,
+        "windows": _Windows,
     }
     return builders[kind]().eval()
 
