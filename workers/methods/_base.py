@@ -188,9 +188,7 @@ def distinct_references(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x0[new], torch.cumsum(new, 0) - 1
 
 
-def at_references(
-    value: torch.Tensor, size: int, refs: int, runs: torch.Tensor, rows: int
-) -> torch.Tensor:
+def at_references(value: torch.Tensor, size: int, refs: int, runs: torch.Tensor, rows: int) -> torch.Tensor:
     """A tensor of the pass over the ``refs`` distinct references, for its counterpart of ``size``
     entries on the first axis in a pass of ``rows`` rows (``runs``: each row's reference), as the
     reference half of Captum's doubled batch would hold it: indexed by row, broadcast where one
