@@ -226,7 +226,15 @@ def _default_layout(sample_shape: tuple[int | None, ...] | None) -> str:
     spec = auto_players(shape)
     if spec == "grid:2x2x2":
         where = "channels last" if channels_last(shape) else "channels first"
-        return f"{spec}, blocks over the volume's depth, height and width ({where})"
+        said = f"{spec}, blocks over the volume's depth, height and width ({where})"
+        if not channels_last(shape) and shape[1] in (1, 3) and shape[0] != shape[1]:
+            # (N, C, H, W) reads as a volume (C, D, H, W), but its second axis looks like an image's
+            # channels: a stack of tiles or frames, which a multiple-instance model takes.
+            said += (
+                f"; if its first axis holds {shape[0]} separate images (tiles, frames), "
+                f"give each its player: --players windows:{shape[0]}:axis=0"
+            )
+        return said
     if spec == "grid:3x3" and channels_last(shape):
         return f"{spec}, patches over height and width, the channels last (axis {len(shape)})"
     return ""

@@ -146,3 +146,29 @@ def test_an_audit_of_a_volume_reports_its_layout() -> None:
     np.testing.assert_allclose(
         heat, result.attributions["gradient_x_input"][0].astype(np.float64).sum(axis=(0, 1)), rtol=1e-10
     )
+
+
+class _Tiles(nn.Module):
+    """A multiple-instance model: each of a sample's tiles through one CNN, then their mean."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.head = nn.Conv2d(3, 2, 3, padding=1), nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tiles = x.reshape(-1, *x.shape[2:])  # (rows * tiles, 3, H, W)
+        features = torch.relu(self.conv(tiles)).mean((2, 3)).reshape(x.shape[0], x.shape[1], 2)
+        return self.head(features.mean(1))
+
+
+def test_inspect_suggests_a_player_per_tile_for_a_stack_of_images() -> None:
+    """(tiles, 3, H, W) reads as a volume by shape; inspect says how to make each tile a player, and
+    says nothing of the kind for a volume whose second axis is depth."""
+    torch.manual_seed(2)
+    stack = inspect_model(to_onnx(_Tiles().eval(), torch.zeros(1, 4, 3, 8, 8))).text()
+    assert "if its first axis holds 4 separate images" in stack
+    assert "--players windows:4:axis=0" in stack
+    volume = nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), nn.Flatten(), nn.Linear(2 * 6 * 8 * 8, 2))
+    said = inspect_model(to_onnx(volume.eval(), torch.zeros(1, 1, 6, 8, 8))).text()
+    assert "blocks over the volume's depth" in said and "separate images" not in said
+    assert parse_players("windows:4:axis=0", (4, 3, 8, 8)).n == 4
