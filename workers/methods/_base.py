@@ -194,8 +194,14 @@ def at_references(value: torch.Tensor, size: int, refs: int, runs: torch.Tensor,
     reference half of Captum's doubled batch would hold it: indexed by row, broadcast where one
     reference serves every row, and block by block where a graph folds several entries per row into
     its first axis (Swin's attention windows, the tiles of a multiple-instance model), row-major."""
-    if value.shape[0] == size and refs == rows:
-        return value  # every row its own reference, in order
+    import torch
+
+    if (
+        value.shape[0] == size
+        and refs == rows
+        and bool((runs == torch.arange(rows, device=runs.device)).all())
+    ):
+        return value  # every row its own reference, in order (not a chunk of rows whose runs start later)
     if value.shape[0] == 1 or (refs == 1 and value.shape[0] == size):
         return value  # broadcasts: a constant's, one reference's, or a first axis that is not the batch
     per_row = size // rows

@@ -87,6 +87,9 @@ def test_reference_values_are_spread_row_by_row_block_by_block() -> None:
     per_row = torch.arange(4.0)[:, None]  # one entry per row: indexed, or a single row broadcast
     assert torch.equal(at_references(per_row, 3, 4, torch.tensor([3, 3, 0]), 3), per_row[[3, 3, 0]])
     assert at_references(per_row, 3, 4, torch.tensor([2, 2, 2]), 3).shape == (1, 1)
+    # A chunk of as many rows as there are references, all of one (RevealCancel passes in chunks).
+    assert torch.equal(at_references(per_row, 4, 4, torch.tensor([2, 2, 3, 3]), 4), per_row[[2, 2, 3, 3]])
+    assert at_references(per_row, 4, 4, torch.arange(4), 4) is per_row  # each row its own, in order
     # The batch on another axis, one reference: broadcast as it is ((T, 1, C) against (T, k, C)).
     seq = torch.ones(5, 1, 2)
     assert at_references(seq, 5, 1, torch.zeros(3, dtype=torch.long), 3) is seq
