@@ -122,6 +122,23 @@ def _audit(
     return json.loads(out.read_text())
 
 
+def _own_deeplift_adds_up(model: Path, report: dict) -> None:
+    """xaudit's own DeepLIFT passes (Rescale and RevealCancel) keep summation-to-delta on every
+    sub-input, a max-pool aside (its gradient rule need not: docs/science.md 5.8). A silent error in
+    them (RevealCancel once gave every folded tile the first tile's reference) shows here first."""
+    if model.suffix != ".onnx":
+        return
+    ops = {node.op_type for node in onnx.load(str(model), load_external_data=False).graph.node}
+    if "MaxPool" in ops:
+        return
+    for entry in report["methods"]:
+        own = entry["name"] == "deeplift_revealcancel" or str(entry.get("implementation", "")).startswith(
+            "xaudit's Rescale pass"
+        )
+        if own and entry["verdict"] != "not_applicable":
+            assert entry["completeness_residual"] < 1e-3, (entry["name"], entry["completeness_residual"])
+
+
 def _judged(report: dict, check: dict) -> dict[str, str]:
     """Every method judged or not_applicable with a reason; inspect agrees on what can run."""
     # A model whose output ignores the input (torchvision's ViT has a zero-initialised head) or
@@ -159,6 +176,7 @@ def test_custom_models_inspect_and_audit(
     assert {i["name"]: i["batch_axis"] for i in check["inputs"]} == zoo.batch_axes
     report = _audit(zoo, tmp_path, capsys)
     reasons = _judged(report, check)
+    _own_deeplift_adds_up(zoo.model, report)
     if zoo.expected is not None:
         np.testing.assert_allclose(
             report["game"]["target_values"], zoo.expected.max(axis=1), rtol=1e-4, atol=1e-4
@@ -224,6 +242,7 @@ def test_torchvision_models_audit(
     report = _audit(zoo, tmp_path, capsys, ("--baseline", "blur") if arch == "monai_unet" else ())
     reasons = _judged(report, check)
     assert report["game"]["target_values"][0] == pytest.approx(float(zoo.expected.max()), rel=1e-3, abs=1e-4)
+    _own_deeplift_adds_up(zoo.model, report)
     if arch.startswith("vit") and exporter == "dynamo_batch2":  # the recipe that keeps it dynamic
         assert check["inputs"][0]["shape"].startswith("(batch,") and check["fixed_batch"] is None
         assert "grad_cam" not in reasons and "deeplift_rescale" not in reasons
