@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -188,30 +188,40 @@ def distinct_references(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x0[new], torch.cumsum(new, 0) - 1
 
 
-def at_references(value: torch.Tensor, size: int, refs: int, runs: torch.Tensor, rows: int) -> torch.Tensor:
-    """A tensor of the pass over the ``refs`` distinct references, for its counterpart of ``size``
-    entries on the first axis in a pass of ``rows`` rows (``runs``: each row's reference), as the
-    reference half of Captum's doubled batch would hold it: indexed by row, broadcast where one
-    reference serves every row, and block by block where a graph folds several entries per row into
-    its first axis (Swin's attention windows, the tiles of a multiple-instance model), row-major."""
+def at_references(
+    value: torch.Tensor, shape: Sequence[int], refs: int, runs: torch.Tensor, rows: int
+) -> torch.Tensor:
+    """A tensor of the pass over the ``refs`` distinct references, for its counterpart of ``shape``
+    in a pass of ``rows`` rows (``runs``: each row's reference), as the reference half of Captum's
+    doubled batch would hold it: indexed by row, broadcast where one reference serves every row, and
+    block by block where a graph folds several entries per row into its batch axis (Swin's attention
+    windows, the tiles of a multiple-instance model), row-major. The batch axis is the one whose
+    size differs between the two passes (the first, or the second of a (sequence, batch, features)
+    layout, torch's default for its transformer layers)."""
     import torch
 
-    if (
-        value.shape[0] == size
-        and refs == rows
-        and bool((runs == torch.arange(rows, device=runs.device)).all())
-    ):
-        return value  # every row its own reference, in order (not a chunk of rows whose runs start later)
-    if value.shape[0] == 1 or (refs == 1 and value.shape[0] == size):
-        return value  # broadcasts: a constant's, one reference's, or a first axis that is not the batch
-    per_row = size // rows
-    if per_row * rows != size or value.shape[0] != refs * per_row:
+    if tuple(value.shape) == tuple(shape):
+        if refs == rows and bool((runs == torch.arange(rows, device=runs.device)).all()):
+            return value  # every row its own reference, in order (not a chunk whose runs start later)
+        if refs == 1:
+            return value  # one row, one reference; or a tensor without a batch axis
+        axis = 0
+    else:
+        axis = next(a for a, (m, n) in enumerate(zip(value.shape, shape, strict=True)) if m != n)
+    if value.shape[axis] == 1:
+        return value  # broadcasts: one reference, one entry per row
+    per_row = shape[axis] // rows
+    if per_row * rows != shape[axis] or value.shape[axis] != refs * per_row:
         raise ValueError(
-            f"a tensor's first axis ({size} entries for {rows} rows, {value.shape[0]} for {refs} "
-            "references) is not a batch of rows"
+            f"a tensor's batch axis ({shape[axis]} entries for {rows} rows, {value.shape[axis]} for "
+            f"{refs} references) is not a batch of rows"
         )
-    blocks = value.reshape(refs, per_row, *value.shape[1:])
+    front = value.movedim(axis, 0)
+    blocks = front.reshape(refs, per_row, *front.shape[1:])
     if bool((runs == runs[0]).all()):  # one reference for these rows: its block, repeated
-        block = blocks[int(runs[0])]
-        return block if per_row == 1 else block.repeat(rows, *(1,) * (value.ndim - 1))
-    return blocks[runs].reshape(size, *value.shape[1:])
+        spread = blocks[int(runs[0])]
+        if per_row > 1:
+            spread = spread.repeat(rows, *(1,) * (front.ndim - 1))
+    else:
+        spread = blocks[runs].reshape(shape[axis], *front.shape[1:])
+    return spread.movedim(0, axis)

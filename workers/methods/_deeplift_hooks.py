@@ -66,7 +66,7 @@ class ReferenceOnceDeepLift:
         at_reference = self._reference_values(refs)
 
         def reference(module: nn.Module, which: int, like: torch.Tensor) -> torch.Tensor:
-            return at_references(at_reference[module][which], like.shape[0], len(refs), runs, len(x))
+            return at_references(at_reference[module][which], like.shape, len(refs), runs, len(x))
 
         def rule(
             module: nn.Module,

@@ -64,7 +64,7 @@ class RescaleGraph:
             env0 = evaluate(self.plan, refs)
 
         def at_reference(node: fx.Node, like: torch.Tensor) -> torch.Tensor:
-            return at_references(env0[node], like.shape[0], len(refs), runs, len(x))
+            return at_references(env0[node], like.shape, len(refs), runs, len(x))
 
         def rescaled(z: torch.Tensor, step: Any) -> torch.Tensor:
             with torch.no_grad():  # in place on two temporaries: new tensors cost more than arithmetic

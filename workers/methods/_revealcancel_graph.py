@@ -220,8 +220,8 @@ class RevealCancelGraph:
         ) -> torch.Tensor:
             """``node`` at the rows' references, for a tensor shaped like ``like`` (by default
             ``node``'s difference): the distinct rows cast, then spread."""
-            size = (delta[node] if like is None else like).shape[0]
-            return at_references(ref.values[node].to(dtype), size, refs, ref.rows, len(dx))
+            shape = (delta[node] if like is None else like).shape
+            return at_references(ref.values[node].to(dtype), shape, refs, ref.rows, len(dx))
 
         delta: dict[fx.Node, Any] = {}
         # parts, the affine node that made them (None: a merge of several)
@@ -266,7 +266,8 @@ class RevealCancelGraph:
             elif step.kind == "maxpool":
                 assert src is not None and step.module is not None
                 at_x[src] = self._value_at_x(src, at_rows, delta)
-                delta[node] = step.module(at_x[src]) - at_rows(node, at_x[src])
+                pooled = step.module(at_x[src])
+                delta[node] = pooled - at_rows(node, pooled)
             elif step.kind == "merge":
                 delta[node] = run_node(self.plan, step, delta.__getitem__)
                 if node in self.split_nodes:
