@@ -375,11 +375,7 @@ class RevealCancelGraph:
         if step.kind not in ACTIVATIONS or step.source is None:
             return at_rows(node) + delta[node]
         z = at_rows(step.source) + delta[step.source]
-        if step.kind == "relu":
-            value = torch.relu(z)
-        else:
-            assert isinstance(step.module, nn.Hardtanh)  # ReLU6, or a clamp to [0, c]
-            value = z.clamp(min=0, max=float(step.module.max_val))
+        value = torch.relu(z) if step.kind == "relu" else elementwise(step)(z)  # as the Rescale pass
         for move in reversed(moves):
             value = _substituted(self.plan, move, delta, value)
         return value
