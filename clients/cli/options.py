@@ -89,7 +89,8 @@ def add_job_options(parser: argparse.ArgumentParser, *, audit: bool) -> None:
         "--players",
         default="auto",
         help="grid:RxC, grid:DxRxC (a volume), features, groups:FILE.json, mask:FILE.npy, windows:K (over the "
-        "last axis; windows:K:axis=0 over the time of a (time, features) sequence), tokens "
+        "last axis; windows:K:axis=0 over the time of a (time, features) sequence, or the K tiles of a "
+        "(K, C, H, W) stack), tokens "
         "or tokens:skip=P,P (default: grid:3x3 for images, grid:2x2x2 for volumes, features for up to 16 "
         "features)",
     )
