@@ -17,6 +17,7 @@ import onnxruntime as ort
 
 from workers.models.batch_coupling import rows_coupled_by
 from workers.models.ort_options import session_options
+from workers.models.pinned_shapes import unpin_constant_shapes
 
 __all__ = ["batch_pinned_by_outputs", "rebatched"]
 
@@ -25,9 +26,17 @@ logger = logging.getLogger(__name__)
 _BATCH = "xaudit_batch"
 
 
-def _symbolic(model: onnx.ModelProto, explained: str, size: int) -> onnx.ModelProto:
+def _symbolic(model: onnx.ModelProto, explained: str, size: int, unpin: bool) -> onnx.ModelProto | None:
+    """A copy of ``model`` with the batch declared symbolic; with ``unpin``, its constant shapes that
+    pin the batch rewritten too (workers/models/pinned_shapes.py), or None where there are none."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    if unpin:
+        for value in copy.graph.input:
+            if value.name == explained and len(value.type.tensor_type.shape.dim) > 0:
+                value.type.tensor_type.shape.dim[0].dim_value = size  # static for the shapes' inference
+        if not unpin_constant_shapes(copy):
+            return None
     for value in (*copy.graph.input, *copy.graph.output):
         dims = value.type.tensor_type.shape.dim
         if len(dims) > 0 and (value.name == explained or dims[0].dim_value == size):
@@ -73,20 +82,35 @@ def rebatched(
     declared = original.get_inputs()[0].shape[0]
     if len(original.get_inputs()) != 1 or (isinstance(declared, int) and declared != 1):
         return None  # a symbolic input batch comes with outputs pinned to 1 (batch_pinned_by_outputs)
-    data = _symbolic(model, explained, 1).SerializeToString()
     rows = np.concatenate([sample, sample * 0.5 + 0.25]).astype(dtype)
+    try:
+        alone = [original.run(None, {explained: rows[i : i + 1]}) for i in range(2)]
+    except Exception as exc:  # the model's own error comes again, precisely, where it is used
+        logger.info("fixed-batch model fails on one row: %s", str(exc).splitlines()[0][:160])
+        return None
+    for unpin in (False, True):  # the declared batch alone; then with the shapes that pin it rewritten
+        widened = _symbolic(model, explained, 1, unpin)
+        if widened is not None:
+            data = widened.SerializeToString()
+            del widened
+            if _rows_kept(data, explained, rows, alone):
+                return data
+    return None
+
+
+def _rows_kept(data: bytes, explained: str, rows: np.ndarray, alone: list[list[np.ndarray]]) -> bool:
+    """Whether the widened model gives, on ``rows`` at once, what the original gave on each alone."""
     try:
         options = session_options()
         options.log_severity_level = 4  # a graph that pins the batch fails here by design: logged below
         session = ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
         both = session.run(None, {explained: rows})
-        alone = [original.run(None, {explained: rows[i : i + 1]}) for i in range(2)]
     except Exception as exc:  # the graph pins the batch somewhere (a Reshape to (1, -1)...)
         logger.info("fixed-batch model cannot be re-batched: %s", str(exc).splitlines()[0][:160])
-        return None
+        return False
     for k, out in enumerate(both):
         single = np.concatenate([alone[0][k], alone[1][k]])
         if np.shape(out) != single.shape or not np.allclose(out, single, rtol=1e-4, atol=1e-5):
             logger.info("fixed-batch model mixes rows when re-batched: evaluated one row per call")
-            return None
-    return data
+            return False
+    return True

@@ -248,8 +248,9 @@ def test_torchvision_models_audit(
         assert "grad_cam" not in reasons and "deeplift_rescale" not in reasons
     elif arch.startswith("vit") and exporter.startswith("dynamo"):
         # From a batch-1 example the exporter pins ViT's batch to 1 (it keeps it dynamic for the
-        # CNNs): declared (Dim("batch")), or declared symbolic with outputs of batch 1 (Dim.AUTO). A
-        # Reshape to (1, 768, 4) stops re-batching, so the model is evaluated one row per call: the
+        # CNNs): declared (Dim("batch")), or declared symbolic with outputs of batch 1 (Dim.AUTO). Its
+        # class token concatenated at batch 1 and its heads' reshapes stop re-batching, even with the
+        # constant shapes rewritten (workers/models/pinned_shapes.py), so the model is evaluated one row per call: the
         # LRP methods and Grad-CAM call its graph row by row, DeepLIFT (Captum's, two rows per call)
         # is not applicable.
         assert check["inputs"][0]["shape"].startswith("(1," if exporter == "dynamo" else "(s")

@@ -246,20 +246,24 @@ def test_external_data_size_cap(tmp_path: Path) -> None:
         inline_external_data(path, path.read_bytes(), max_bytes=64)
 
 
-def _fixed_batch(flatten: str, batch: int | str = 1) -> bytes:
-    """(1, 3, 6, 6) -> Conv -> Relu -> flatten -> MatMul, the flatten either row-wise (Flatten) or
-    pinning the batch (Reshape to (1, -1)) as some exporters write it. ``batch="s77"``: the input's
-    batch declared symbolic but the output's fixed at 1, as torch.onnx.export (dynamo) writes a
-    graph whose batch torch.export specialised (``Dim.AUTO`` on torchvision's ViT)."""
+def _fixed_batch(flatten: str, batch: int | str = 1, expand_token: bool = False) -> bytes:
+    """(1, 3, 6, 6) -> Conv -> Relu -> flatten -> MatMul, the flatten row-wise (``Flatten``), a
+    ``Reshape`` to (1, -1) as some exporters write it (at batch 1 the same model as one to (-1, 32):
+    re-batched so, workers/models/pinned_shapes.py), or ``Token``: the flattened row and a constant
+    (1, 4) row concatenated, as a class token is at batch 1, which pins the batch for good.
+    ``batch="s77"``: the input's batch declared symbolic but the output's fixed at 1, as
+    torch.onnx.export (dynamo) writes a graph whose batch torch.export specialised (``Dim.AUTO`` on
+    torchvision's ViT). ``expand_token``: the token expanded to the rows first, a twin that does not
+    pin the batch."""
     rng = np.random.default_rng(11)
     w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
-    fc = rng.standard_normal((32, 3)).astype(np.float32)
+    fc = rng.standard_normal((36 if flatten == "Token" else 32, 3)).astype(np.float32)
     nodes = [
         oh.make_node("Conv", ["x", "w"], ["c"], name="conv"),
         oh.make_node("Relu", ["c"], ["r"], name="relu"),
-        oh.make_node("Flatten", ["r"], ["f"], name="flat")
-        if flatten == "Flatten"
-        else oh.make_node("Reshape", ["r", "shape"], ["f"], name="flat"),
+        oh.make_node("Reshape", ["r", "shape"], ["f"], name="flat")
+        if flatten == "Reshape"
+        else oh.make_node("Flatten", ["r"], ["f"], name="flat"),
         oh.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
     ]
     inits = [
@@ -267,12 +271,28 @@ def _fixed_batch(flatten: str, batch: int | str = 1) -> bytes:
         nh.from_array(fc, "fc"),
         nh.from_array(np.array([1, -1], np.int64), "shape"),
     ]
+    if flatten == "Token":
+        token = "token"
+        nodes[2:] = [oh.make_node("Flatten", ["r"], ["rows"], name="flat")]
+        if expand_token:
+            token = "tokens"
+            nodes += [
+                oh.make_node("Shape", ["x"], ["n"], start=0, end=1),
+                oh.make_node("Concat", ["n", "width"], ["token_shape"], axis=0),
+                oh.make_node("Expand", ["token", "token_shape"], [token]),
+            ]
+            inits.append(nh.from_array(np.array([4], np.int64), "width"))
+        nodes += [
+            oh.make_node("Concat", [token, "rows"], ["f"], name="with_token", axis=1),
+            oh.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
+        ]
+        inits.append(nh.from_array(rng.standard_normal((1, 4)).astype(np.float32), "token"))
     inputs = [oh.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 6, 6])]
     return _model(nodes, inputs, [1, 3], inits).SerializeToString()
 
 
 @pytest.mark.parametrize("batch", [1, "s77"])
-@pytest.mark.parametrize("flatten", ["Flatten", "Reshape"])
+@pytest.mark.parametrize("flatten", ["Flatten", "Reshape", "Token"])
 def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(
     flatten: str, batch: int | str
 ) -> None:
@@ -282,10 +302,10 @@ def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(
     alone = np.concatenate([session.run(None, {"x": X[i : i + 1]})[0] for i in range(len(X))])
     np.testing.assert_allclose(prep.full_outputs, alone, rtol=1e-5, atol=1e-6)
     # Re-batched: one call for both rows; looped: one call per row (the graph pins the batch).
-    assert (prep.model.explained.fixed_batch is None) == (flatten == "Flatten")
+    assert (prep.model.explained.fixed_batch is None) == (flatten != "Token")
     graph = prep.model.torch_differentiable()
     np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), alone, rtol=1e-4, atol=1e-5)
-    if flatten == "Reshape":  # hooks would see one row per call: said, not attempted
+    if flatten == "Token":  # hooks would see one row per call: said, not attempted
         from xaudit.contract.errors import NotApplicable
 
         with pytest.raises(
@@ -298,9 +318,8 @@ def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(
         from workers.players import parse_players
         from workers.targets import Target
 
-        twin = prepare(
-            JobSpec(players="grid:2x2", device="cpu"), _fixed_batch("Flatten", batch), None, {"inputs": X}
-        )
+        twin_model = _fixed_batch("Token", batch, expand_token=True)
+        twin = prepare(JobSpec(players="grid:2x2", device="cpu"), twin_model, None, {"inputs": X})
         assert prep.model.hook_batch == 1 and twin.model.hook_batch is None
         classes = alone.argmax(1)
         for name in ("lrp_epsilon", "lrp_alpha_beta", "grad_cam"):

@@ -1,0 +1,179 @@
+"""A batch-1 export with the exporter's defaults (torch.onnx.export, dynamo, no dynamic axes) writes
+the batch of 1 into its constant shapes; xaudit rewrites them and re-batches the model only where
+two rows at once give what each gives alone (workers/models/pinned_shapes.py, rebatch.py)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+from torch import nn
+
+from workers.methods import AttributionContext, get_method
+from workers.models.pinned_shapes import unpin_constant_shapes
+from workers.models.rebatch import rebatched
+from workers.players import parse_players
+from workers.prepare import prepare
+from workers.targets import Target
+from xaudit.contract.spec import JobSpec
+
+X = np.random.default_rng(3).standard_normal((3, 3, 8, 8)).astype(np.float32)
+
+
+class _LayerNorm2d(nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class _ConvNeXtHead(nn.Module):
+    """convnext's last block and head at a 1x1 map: a channels-last residual branch, the pool, a
+    LayerNorm2d and ``torch.flatten``. The dynamo exporter writes the pool's result as an identity
+    ``as_strided`` (Reshape to (-1,), Gather at arange laid out (1, 8, 1, 1)) and the flatten as
+    ``Reshape(x, (1, 8))``: both pin the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 8)
+        self.mix = nn.Linear(8, 8)
+        self.scale = nn.Parameter(torch.full((8, 1, 1), 0.5))
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.norm = _LayerNorm2d(8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv(x))
+        x = x + self.scale * self.mix(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.fc(torch.flatten(self.norm(self.pool(x)), 1))
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The head exported from a one-row example with the defaults, and with a dynamic batch."""
+    torch.manual_seed(0)
+    model = _ConvNeXtHead().eval()
+    folder = tmp_path_factory.mktemp("pinned")
+    found = {}
+    for name, dynamic in (("defaults", None), ("dynamic", {"x": {0: torch.export.Dim("batch")}})):
+        path = folder / f"{name}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model, (torch.from_numpy(X[:1]),), str(path), dynamo=True, dynamic_shapes=dynamic
+            )
+        found[name] = _inlined(path)
+    return found
+
+
+def _inlined(path: Path) -> bytes:
+    proto = onnx.load(str(path))  # reads model.onnx.data beside it
+    return proto.SerializeToString()
+
+
+def test_the_defaults_pin_the_batch_in_constant_shapes(exports: dict[str, bytes]) -> None:
+    """What the rewrite is for, as torch 2.14 writes it: declared symbolic alone, two rows in give
+    one row out, the first row's (the Gather reads the first row's 8 values only)."""
+    proto = onnx.load_from_string(exports["defaults"])
+    assert [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 8, 8]
+    ops = [n.op_type for n in proto.graph.node]
+    assert "Gather" in ops and ops.count("Reshape") == 2
+    symbolic = onnx.load_from_string(exports["defaults"])
+    symbolic.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    del symbolic.graph.value_info[:]
+    session = ort.InferenceSession(symbolic.SerializeToString(), providers=["CPUExecutionProvider"])
+    both = session.run(None, {"x": X[:2]})[0]
+    first = session.run(None, {"x": X[:1]})[0]
+    assert both.shape == (1, 4)
+    np.testing.assert_allclose(both, first, rtol=1e-6)
+
+
+def test_a_default_export_is_rebatched_and_runs_every_method_as_its_dynamic_twin(
+    exports: dict[str, bytes],
+) -> None:
+    spec = JobSpec(players="grid:2x2", device="cpu")
+    pinned, twin = (prepare(spec, exports[k], None, {"inputs": X}) for k in ("defaults", "dynamic"))
+    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
+    session = ort.InferenceSession(exports["defaults"], providers=["CPUExecutionProvider"])
+    alone = np.concatenate([session.run(None, {"x": X[i : i + 1]})[0] for i in range(len(X))])
+    np.testing.assert_allclose(pinned.full_outputs, alone, rtol=1e-5, atol=1e-6)
+    assert "Gather" not in {
+        n.op_type for n in pinned.model.graph.proto.graph.node
+    }  # the identity as_strided is gone
+    players = parse_players("grid:2x2", X.shape[1:])
+    classes = alone.argmax(1)
+    # DeepLIFT feeds its inputs and references in one call: before, not applicable on this export.
+    for name in ("deeplift_rescale", "lrp_epsilon", "integrated_gradients", "grad_cam"):
+        got, want = (
+            get_method(name).attribute(
+                AttributionContext(p.model, players, Target(), {}), X, np.zeros_like(X), classes
+            )
+            for p in (pinned, twin)
+        )
+        assert np.abs(want).max() > 1e-4, name
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def _transposed_flatten() -> onnx.ModelProto:
+    """x (1, 4, 3) -> Transpose (4, 1, 3) -> Reshape (1, 12) -> MatMul: the Reshape's leading 1 is
+    not the batch. Rewritten to (-1, 12), two rows would mix: row 0 would read both rows' values."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        oh.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+        oh.make_node("Constant", [], ["shape"], value=nh.from_array(np.array([1, 12], np.int64))),
+        oh.make_node("Reshape", ["t", "shape"], ["f"]),
+        oh.make_node("MatMul", ["f", "w"], ["y"]),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        initializer=[nh.from_array(rng.standard_normal((12, 2)).astype(np.float32), "w")],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_rewrite_that_would_mix_rows_is_refused_by_the_two_row_check() -> None:
+    model = _transposed_flatten()
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    assert unpin_constant_shapes(rewritten) == 1  # rewritten, so only the check stands in the way
+    assert not any(n.op_type == "Constant" for n in rewritten.graph.node)  # the replaced shape dropped
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rows = np.random.default_rng(6).standard_normal((1, 4, 3)).astype(np.float32)
+    assert rebatched(model, "x", np.dtype(np.float32), rows, session) is None
+    inputs = np.random.default_rng(7).standard_normal((3, 4, 3)).astype(np.float32)
+    prep = prepare(
+        JobSpec(players="windows:3", device="cpu"), model.SerializeToString(), None, {"inputs": inputs}
+    )
+    assert prep.model.explained.fixed_batch == 1  # evaluated one row per call, and right
+    alone = np.concatenate([session.run(None, {"x": inputs[i : i + 1]})[0] for i in range(3)])
+    np.testing.assert_allclose(prep.full_outputs, alone, rtol=1e-6)
+
+
+def test_a_gather_that_is_not_the_identity_is_kept() -> None:
+    """Gather of a flattened tensor at reversed indices reorders it: not rewritten."""
+    nodes = [
+        oh.make_node("Reshape", ["x", "flat"], ["f"]),
+        oh.make_node("Gather", ["f", "order"], ["y"], axis=0),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])],
+        initializer=[
+            nh.from_array(np.array([-1], np.int64), "flat"),
+            nh.from_array(np.arange(6, dtype=np.int64)[::-1].reshape(1, 6).copy(), "order"),
+        ],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    assert unpin_constant_shapes(model) == 0
+    assert [n.op_type for n in model.graph.node] == ["Reshape", "Gather"]
