@@ -31,6 +31,7 @@ __all__ = [
     "needs_named_model",
     "onnx_input_names",
     "predict_samples",
+    "rebatched_graph",
 ]
 
 _MAX_ELEMENTS = 64 * 1024 * 1024
@@ -152,6 +153,33 @@ def _given(
     return explain, {explain: tensors["inputs"], **held}
 
 
+def rebatched_graph(
+    graph: OnnxGraph, explained: str, row: np.ndarray, given: Mapping[str, np.ndarray]
+) -> OnnxGraph:
+    """``graph`` re-batched where it computes row by row (workers/models/rebatch.py), checked on the
+    explained input's first row and the other inputs' first sample; else ``graph`` itself. The
+    digest stays the user's model's."""
+    from workers.models.named import OnnxGraph, batch_axis
+    from workers.models.rebatch import rebatched
+
+    spec = graph.input(explained)
+    feed, batched = {explained: row.astype(spec.dtype)}, {explained}
+    for name, value in given.items():
+        if name == explained:
+            continue
+        held = graph.input(name)
+        axis = batch_axis(held, spec)
+        if axis not in (0, None):
+            return graph  # a batch on another axis (an RNN's state): evaluated as declared
+        array = _as_declared(name, _checked(name, value, held), held, axis).astype(held.dtype)
+        if axis == 0:
+            batched.add(name)
+            array = array[:1]
+        feed[name] = array
+    data = rebatched(graph.proto, explained, feed, batched, graph.session)
+    return OnnxGraph(data, graph.sha256, graph.device) if data else graph
+
+
 def load_named(
     explain: str,
     output: str | None,
@@ -173,13 +201,9 @@ def load_named(
     explained, given = _given(explain, graph, tensors)
     spec = graph.input(explained)
     inputs = _with_batch(explained, _checked(explained, given[explained], spec), spec)
-    if spec.fixed_batch == 1 and len(graph.inputs) == 1:
-        from workers.models.rebatch import rebatched
-
-        data = rebatched(graph.proto, explained, spec.dtype, inputs[:1], graph.session) or b""
-        if data:  # the graph computes row by row: many rows per call; the digest stays the user's model's
-            graph = OnnxGraph(data, sha256, device)
-            spec = graph.input(explained)
+    if spec.fixed_batch == 1:
+        graph = rebatched_graph(graph, explained, inputs[:1], given)
+        spec = graph.input(explained)
     samples = len(inputs)
     fixed = {}
     for name, value in given.items():

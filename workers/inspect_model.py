@@ -9,6 +9,7 @@ and planning the rule methods on it, so "can run" here means the audit will not 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from workers.methods import ALL_METHODS, get_method
 from workers.methods._isolation import judged_alone
@@ -17,6 +18,11 @@ from workers.models.base import ModelAdapter
 from workers.players import auto_players
 from xaudit.contract.errors import NotApplicable, XauditError
 from xaudit.contract.layout import channels_last
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from workers.models.named import OnnxGraph
 
 __all__ = ["ModelCheck", "inspect_model"]
 
@@ -144,6 +150,22 @@ def _methods(model: ModelAdapter, check: ModelCheck) -> None:
             check.methods[name] = f"not applicable: {exc.reason}"
 
 
+def _example_rows(graph: OnnxGraph, explained: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Made-up values for re-batching's check, which compares the model with itself: one row of the
+    explained input and one sample of every input, ids 0 or 1 (valid in any vocabulary and as a
+    mask), floats standard normal."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    given = {}
+    for spec in graph.inputs:
+        shape = [d if isinstance(d, int) else 1 for d in spec.dims or ()]
+        given[spec.name] = (rng.integers(0, 2, shape) if spec.integer else rng.standard_normal(shape)).astype(
+            spec.dtype
+        )
+    return given[explained][:1], given
+
+
 def _onnx(data: bytes, path: str) -> ModelCheck:
     import hashlib
 
@@ -160,17 +182,14 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
     check.explained = explained.name
     check.fixed_batch = explained.fixed_batch
     check.rows_coupled_by = graph.rows_coupled_by
-    if explained.fixed_batch == 1 and len(graph.inputs) == 1 and not explained.integer:
-        from workers.models.rebatch import rebatched
+    if explained.fixed_batch == 1:
+        from workers.inputs import rebatched_graph
 
-        row = np.random.default_rng(0).standard_normal([1, *[d or 1 for d in explained.sample_shape or ()]])
-        widened = rebatched(graph.proto, explained.name, explained.dtype, row, graph.session)
-        if widened is not None:
+        widened = rebatched_graph(graph, explained.name, *_example_rows(graph, explained.name))
+        if widened is not graph:
             check.rebatched = True
-            unzipped = graph.unzipped  # the widened model is written from the rewritten one
-            graph = OnnxGraph(widened, graph.sha256, graph.device)
-            graph.unzipped = unzipped
-            explained = graph.input(explained.name)
+            widened.unzipped = graph.unzipped  # the widened model is written from the rewritten one
+            graph, explained = widened, widened.input(explained.name)
     for spec in graph.inputs:
         axis = batch_axis(spec, explained)
         check.inputs.append(

@@ -79,12 +79,17 @@ def batch_axis(spec: InputSpec, explained: InputSpec) -> int | None:
     """The axis of ``spec`` that runs over samples, read from the graph: the axis whose symbolic
     dim is the explained input's batch dim (RNN state ``(layers, batch, hidden)`` gives 1), else
     none (a scalar, a batch-less table): such inputs are held as given for every sample. Without
-    dim names (unnamed dynamic batch), a leading unknown dim is taken as the batch axis."""
+    dim names (unnamed dynamic batch), a leading unknown dim is taken as the batch axis. A graph
+    exported from a one-row example without dynamic axes declares every input's batch 1 (BERT's
+    ``(1, 8)`` ids and attention mask): where the explained input's batch is a fixed 1, a leading 1
+    is taken as the batch axis, so a mask may be given per sample (or one for all, sized 1)."""
     if spec.name == explained.name:
         return 0
     if not spec.dims or not explained.dims:
         return None
     lead = explained.dims[0]
+    if lead == 1 and spec.dims[0] == 1:
+        return 0
     if isinstance(lead, str) and lead:
         return spec.dims.index(lead) if lead in spec.dims else None
     if lead is None and not isinstance(spec.dims[0], int):

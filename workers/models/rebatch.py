@@ -4,12 +4,15 @@ Exporters without dynamic axes write the example's batch size into the input (``
 Most such graphs compute row by row anyway; then declaring the batch dim symbolic lets one call
 evaluate many rows (and gives rule methods a plain graph). Whether the graph really allows it is
 checked, not assumed: the re-batched model must give, on two different rows at once, what the
-original gives on each row alone. Otherwise the model is evaluated one row per call.
+original gives on each row alone. Otherwise the model is evaluated one row per call. The constant
+shapes an exporter wrote the batch of 1 into are rewritten first where the plain declaration is not
+enough (workers/models/pinned_shapes.py); the check decides there too.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import onnx
@@ -26,20 +29,23 @@ logger = logging.getLogger(__name__)
 _BATCH = "xaudit_batch"
 
 
-def _symbolic(model: onnx.ModelProto, explained: str, size: int, unpin: bool) -> onnx.ModelProto | None:
-    """A copy of ``model`` with the batch declared symbolic; with ``unpin``, its constant shapes that
-    pin the batch rewritten too (workers/models/pinned_shapes.py), or None where there are none."""
+def _symbolic(
+    model: onnx.ModelProto, batched: Collection[str], size: int, unpin: bool
+) -> onnx.ModelProto | None:
+    """A copy of ``model`` with the batch of the inputs ``batched`` and of the outputs declared
+    symbolic; with ``unpin``, its constant shapes that pin the batch rewritten too
+    (workers/models/pinned_shapes.py), or None where there are none."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     if unpin:
         for value in copy.graph.input:
-            if value.name == explained and len(value.type.tensor_type.shape.dim) > 0:
+            if value.name in batched and len(value.type.tensor_type.shape.dim) > 0:
                 value.type.tensor_type.shape.dim[0].dim_value = size  # static for the shapes' inference
         if not unpin_constant_shapes(copy):
             return None
     for value in (*copy.graph.input, *copy.graph.output):
         dims = value.type.tensor_type.shape.dim
-        if len(dims) > 0 and (value.name == explained or dims[0].dim_value == size):
+        if len(dims) > 0 and (value.name in batched or dims[0].dim_value == size):
             dims[0].dim_param = _BATCH  # clears dim_value (a oneof)
     del copy.graph.value_info[:]  # inferred shapes carried the fixed batch
     return copy
@@ -67,44 +73,56 @@ def batch_pinned_by_outputs(model: onnx.ModelProto) -> bool:
 def rebatched(
     model: onnx.ModelProto,
     explained: str,
-    dtype: np.dtype,
-    sample: np.ndarray,
+    feed: Mapping[str, np.ndarray],
+    batched: Collection[str],
     original: ort.InferenceSession,
 ) -> bytes | None:
-    """``model`` with a symbolic batch, or None when the graph does not compute row by row: it has
-    an operator known to couple a batch's rows (workers/models/batch_coupling.py; two rows may agree
-    within the check below and still be coupled), or its two-row check fails.
+    """``model`` with a symbolic batch on the inputs ``batched`` (the explained one among them), or
+    None when the graph does not compute row by row: it has an operator known to couple a batch's
+    rows (workers/models/batch_coupling.py; two rows may agree within the check below and still be
+    coupled), or its two-row check fails.
 
-    ``sample`` is one row (1, ...) of the explained input; the only other inputs allowed are none.
+    ``feed`` holds a value for every input of the model: one row (1, ...) of each batched input, the
+    others as they are held. The check varies the explained input's rows and repeats one value of the
+    other batched inputs: every call xaudit makes holds them at one sample's values for all its rows
+    (workers/models/named.py), which is all the widened model is asked to honour. (The dynamo
+    exporter writes BERT's attention mask, from a one-row example, as a gather of row 0's mask.)
     """
     if rows_coupled_by(model) is not None:
         return None
-    declared = original.get_inputs()[0].shape[0]
-    if len(original.get_inputs()) != 1 or (isinstance(declared, int) and declared != 1):
+    declared = {i.name: i.shape[0] if i.shape else None for i in original.get_inputs()}
+    if set(declared) != set(feed) or any(isinstance(declared[n], int) and declared[n] != 1 for n in batched):
         return None  # a symbolic input batch comes with outputs pinned to 1 (batch_pinned_by_outputs)
-    rows = np.concatenate([sample, sample * 0.5 + 0.25]).astype(dtype)
+    first = feed[explained]
+    second = np.roll(first, 1, axis=-1) if first.dtype.kind in "iub" else first * 0.5 + 0.25
+    rows = {
+        name: np.concatenate([first, second.astype(first.dtype)])
+        if name == explained
+        else (np.concatenate([value, value]) if name in batched else value)
+        for name, value in feed.items()
+    }
     try:
-        alone = [original.run(None, {explained: rows[i : i + 1]}) for i in range(2)]
+        alone = [original.run(None, {**feed, explained: rows[explained][i : i + 1]}) for i in range(2)]
     except Exception as exc:  # the model's own error comes again, precisely, where it is used
         logger.info("fixed-batch model fails on one row: %s", str(exc).splitlines()[0][:160])
         return None
     for unpin in (False, True):  # the declared batch alone; then with the shapes that pin it rewritten
-        widened = _symbolic(model, explained, 1, unpin)
+        widened = _symbolic(model, batched, 1, unpin)
         if widened is not None:
             data = widened.SerializeToString()
             del widened
-            if _rows_kept(data, explained, rows, alone):
+            if _rows_kept(data, rows, alone):
                 return data
     return None
 
 
-def _rows_kept(data: bytes, explained: str, rows: np.ndarray, alone: list[list[np.ndarray]]) -> bool:
+def _rows_kept(data: bytes, rows: Mapping[str, np.ndarray], alone: list[list[np.ndarray]]) -> bool:
     """Whether the widened model gives, on ``rows`` at once, what the original gave on each alone."""
     try:
         options = session_options()
         options.log_severity_level = 4  # a graph that pins the batch fails here by design: logged below
         session = ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
-        both = session.run(None, {explained: rows})
+        both = session.run(None, dict(rows))
     except Exception as exc:  # the graph pins the batch somewhere (a Reshape to (1, -1)...)
         logger.info("fixed-batch model cannot be re-batched: %s", str(exc).splitlines()[0][:160])
         return False

@@ -148,7 +148,7 @@ def test_a_rewrite_that_would_mix_rows_is_refused_by_the_two_row_check() -> None
     assert not any(n.op_type == "Constant" for n in rewritten.graph.node)  # the replaced shape dropped
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rows = np.random.default_rng(6).standard_normal((1, 4, 3)).astype(np.float32)
-    assert rebatched(model, "x", np.dtype(np.float32), rows, session) is None
+    assert rebatched(model, "x", {"x": rows}, {"x"}, session) is None
     inputs = np.random.default_rng(7).standard_normal((3, 4, 3)).astype(np.float32)
     prep = prepare(
         JobSpec(players="windows:3", device="cpu"), model.SerializeToString(), None, {"inputs": inputs}

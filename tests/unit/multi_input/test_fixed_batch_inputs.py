@@ -1,0 +1,143 @@
+"""Models of several inputs exported from a one-row example without dynamic axes, as
+``torch.onnx.export(model, (ids, mask), path)`` writes them by default: every input declared with a
+batch of 1. A mask is given per sample, and the model is re-batched where its rows are independent
+at one sample's held inputs (workers/models/named.py's batch_axis, workers/models/rebatch.py)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+from torch import nn
+
+from workers.explain import explain
+from workers.prepare import Prepared, prepare
+from xaudit.contract.spec import JobSpec
+
+IDS = np.random.default_rng(4).integers(1, 100, (3, 8)).astype(np.int64)
+MASK = np.ones((3, 8), np.int64)
+MASK[0, -2:] = 0  # each sample its own mask
+MASK[1, -1:] = 0
+
+
+class _Logits(nn.Module):
+    def __init__(self, bert: nn.Module) -> None:
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.bert(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+@pytest.fixture(scope="module")
+def bert_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """transformers' BertForSequenceClassification from its config (random weights), exported with
+    the defaults from one row, and its twin exported with a dynamic batch and sequence."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64, num_labels=3, initializer_range=0.3,
+    )  # fmt: skip
+    module = _Logits(BertForSequenceClassification(config).eval())
+    folder = tmp_path_factory.mktemp("bert")
+    ids, mask = torch.from_numpy(IDS), torch.from_numpy(MASK)
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    found = {}
+    for name, example, dynamic in (
+        ("defaults", (ids[:1], mask[:1]), None),
+        ("dynamic", (ids[:2], mask[:2]), ({0: batch, 1: sequence},) * 2),
+    ):
+        path = folder / f"{name}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module, example, str(path), dynamo=True, input_names=["input_ids", "attention_mask"],
+                dynamic_shapes=dynamic,
+            )  # fmt: skip
+        found[name] = _inlined(path)
+    return found
+
+
+def _inlined(path: Path) -> bytes:
+    return onnx.load(str(path)).SerializeToString()
+
+
+METHODS = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
+
+
+def _prepared(data: bytes, ids: np.ndarray, mask: np.ndarray) -> Prepared:
+    spec = JobSpec(
+        kind="attribution",
+        players="tokens",
+        explain="input_ids",
+        baseline="token:0",
+        device="cpu",
+        methods=METHODS,
+    )
+    return prepare(spec, data, None, {"inputs": ids, "input:attention_mask": mask})
+
+
+def test_a_default_bert_export_takes_a_mask_per_sample_and_is_rebatched(
+    bert_exports: dict[str, bytes],
+) -> None:
+    proto = onnx.load_from_string(bert_exports["defaults"])
+    assert [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in proto.graph.input] == [[1, 8]] * 2
+    pinned = _prepared(bert_exports["defaults"], IDS, MASK)
+    twin = _prepared(bert_exports["dynamic"], IDS, MASK)
+    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
+    assert pinned.model.axes == {"attention_mask": 0} and pinned.model.per_sample
+    session = ort.InferenceSession(bert_exports["defaults"], providers=["CPUExecutionProvider"])
+    feeds = ({"input_ids": IDS[i : i + 1], "attention_mask": MASK[i : i + 1]} for i in range(3))
+    alone = np.concatenate([session.run(None, feed)[0] for feed in feeds])
+    np.testing.assert_allclose(pinned.full_outputs, alone, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(twin.full_outputs, alone, rtol=1e-5, atol=1e-5)
+    got, want = (explain(p, METHODS).attributions for p in (pinned, twin))
+    for name in METHODS:  # DeepLIFT and LRP: before, not applicable on this export
+        assert np.abs(want[name]).max() > 1e-3, name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def _token_and_scaled_features() -> bytes:
+    """x (1, 4) and m (1, 4) -> Concat(token (1, 2), x * m) -> MatMul: the token concatenated at
+    batch 1 pins the batch for good, so the model runs one row per call, with m per sample."""
+    rng = np.random.default_rng(8)
+    graph = oh.make_graph(
+        [
+            oh.make_node("Mul", ["x", "m"], ["xm"]),
+            oh.make_node("Concat", ["token", "xm"], ["f"], axis=1),
+            oh.make_node("MatMul", ["f", "w"], ["y"]),
+        ],
+        "g",
+        [oh.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("x", "m")],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        initializer=[
+            nh.from_array(rng.standard_normal((1, 2)).astype(np.float32), "token"),
+            nh.from_array(rng.standard_normal((6, 2)).astype(np.float32), "w"),
+        ],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def test_a_pinned_two_input_model_runs_row_by_row_with_its_held_input_per_sample() -> None:
+    data = _token_and_scaled_features()
+    rng = np.random.default_rng(9)
+    x, m = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+    spec = JobSpec(players="features", explain="x", device="cpu")
+    prep = prepare(spec, data, None, {"inputs": x, "input:m": m})
+    assert prep.model.explained.fixed_batch == 1 and prep.model.axes == {"m": 0}
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    alone = np.concatenate([session.run(None, {"x": x[i : i + 1], "m": m[i : i + 1]})[0] for i in range(3)])
+    np.testing.assert_allclose(prep.full_outputs, alone, rtol=1e-6)
+    shared = prepare(spec, data, None, {"inputs": x, "input:m": m[:1]})  # one value for all samples
+    alone = np.concatenate([session.run(None, {"x": x[i : i + 1], "m": m[:1]})[0] for i in range(3)])
+    np.testing.assert_allclose(shared.full_outputs, alone, rtol=1e-6)
