@@ -7,8 +7,11 @@ there and only there (workers/models/rebatch.py then evaluated them one row per 
 sample, and DeepLIFT had no graph call over all rows). Two rewrites keep such a graph the same
 model at batch 1 and let more rows through:
 
-- a ``Reshape`` to a constant shape whose result starts with the batch of 1 reshapes to that
-  result's sizes at batch 1 (shape inference: every size is static there) with the first one -1;
+- a ``Reshape`` to a constant shape whose result holds the batch of 1 reshapes to that result's
+  sizes at batch 1 (shape inference: every size is static there) with the batch's -1: the first
+  size where it is 1, else the one size of 1 (time-major recurrent outputs (T, 1, H));
+- a recurrent operator's initial state given as constant zeros, sized for one row (the exporter
+  writes ``nn.LSTM``'s default state so), is left to the operator, whose default is zeros;
 - a ``Gather`` of a flattened tensor at ``arange(N)`` laid out in the tensor's own shape (how the
   exporter writes an ``as_strided`` view that is the identity: convnext's pooled features) is that
   tensor itself.
@@ -29,6 +32,7 @@ from workers.models.onnx_shapes import SHAPE_BYTES, infer_shapes_light
 __all__ = ["unpin_constant_shapes"]
 
 _STANDARD = ("", "ai.onnx")
+_RECURRENT = ("LSTM", "GRU", "RNN")
 
 
 def unpin_constant_shapes(model: onnx.ModelProto) -> int:
@@ -51,11 +55,19 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
     for node in graph.node:
         if _standard(node, "Reshape") and node.input[1] in constants:
             result = shapes.get(node.output[0])
-            if result and result[0] == 1 and 0 not in result and len(result) > 1:
+            at = _batch_position(result)
+            if result and at is not None:
                 name = f"{node.output[0]}_xaudit_rows_shape"
-                graph.initializer.append(numpy_helper.from_array(np.array([-1, *result[1:]], np.int64), name))
+                rows = np.array(result, np.int64)
+                rows[at] = -1
+                graph.initializer.append(numpy_helper.from_array(rows, name))
                 node.input[1] = name
                 count += 1
+        elif node.op_type in _RECURRENT and node.domain in _STANDARD:
+            for k in (5, 6)[: 2 if node.op_type == "LSTM" else 1]:
+                if k < len(node.input) and _all_zeros(constants.get(node.input[k])):
+                    node.input[k] = ""  # the operator's own initial state: zeros, at any batch
+                    count += 1
         elif (
             _standard(node, "Gather")
             and node.input[0] in flattened
@@ -69,6 +81,21 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
     if count:
         _drop_unread(graph)
     return count
+
+
+def _batch_position(result: list[int] | None) -> int | None:
+    """Where a Reshape's result at batch 1 holds the batch, as far as its sizes tell: first where it
+    leads with 1, else its one axis of size 1 (a time-major (T, 1, H) state), else nowhere."""
+    if not result or len(result) < 2 or 0 in result:
+        return None
+    if result[0] == 1:
+        return 0
+    ones = [k for k, size in enumerate(result) if size == 1]
+    return ones[0] if len(ones) == 1 else None
+
+
+def _all_zeros(tensor: onnx.TensorProto | None) -> bool:
+    return tensor is not None and not np.any(numpy_helper.to_array(tensor))
 
 
 def _standard(node: onnx.NodeProto, op_type: str) -> bool:
