@@ -4,7 +4,7 @@ torch's dynamo exporter, given a batch-1 example and no dynamic axes (its defaul
 example's sizes into every shape: ``torch.flatten(x, 1)`` before a classifier becomes
 ``Reshape(x, (1, 512))``, which fails at two rows. Most of torchvision's CNNs exported so stop
 there and only there (workers/models/rebatch.py then evaluated them one row per call, 2^n calls a
-sample, and DeepLIFT had no graph call over all rows). Two rewrites keep such a graph the same
+sample, and DeepLIFT had no graph call over all rows). Three rewrites keep such a graph the same
 model at batch 1 and let more rows through:
 
 - a ``Reshape`` to a constant shape whose result holds the batch of 1 reshapes to that result's
