@@ -4,7 +4,7 @@ torch's dynamo exporter, given a batch-1 example and no dynamic axes (its defaul
 example's sizes into every shape: ``torch.flatten(x, 1)`` before a classifier becomes
 ``Reshape(x, (1, 512))``, which fails at two rows. Most of torchvision's CNNs exported so stop
 there and only there (workers/models/rebatch.py then evaluated them one row per call, 2^n calls a
-sample, and DeepLIFT had no graph call over all rows). Three rewrites keep such a graph the same
+sample, and DeepLIFT had no graph call over all rows). Four rewrites keep such a graph the same
 model at batch 1 and let more rows through:
 
 - a ``Reshape`` to a constant shape whose result holds the batch of 1 reshapes to that result's
@@ -12,6 +12,8 @@ model at batch 1 and let more rows through:
   size where it is 1, else the one size of 1 (time-major recurrent outputs (T, 1, H));
 - a recurrent operator's initial state given as constant zeros, sized for one row (the exporter
   writes ``nn.LSTM``'s default state so), is left to the operator, whose default is zeros;
+- a ``Resize`` to constant sizes that keep the batch of 1 (``F.interpolate(x, size=...)``, as
+  LRASPP's segmentation head upsamples) takes its input's own rows as the first size;
 - a ``Gather`` of a flattened tensor at ``arange(N)`` laid out in the tensor's own shape (how the
   exporter writes an ``as_strided`` view that is the identity: convnext's pooled features) is that
   tensor itself.
@@ -51,6 +53,8 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
         for node in graph.node
         if _standard(node, "Reshape") and _values(constants.get(node.input[1])) == [-1]
     }
+    opset = next((o.version for o in model.opset_import if o.domain in _STANDARD), 0)
+    added: dict[str, list[onnx.NodeProto]] = {}  # by the output of the node that reads them
     count = 0
     for node in graph.node:
         if _standard(node, "Reshape") and node.input[1] in constants:
@@ -63,6 +67,16 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
                 graph.initializer.append(numpy_helper.from_array(rows, name))
                 node.input[1] = name
                 count += 1
+        elif _standard(node, "Resize") and _resized_batch_pinned(node, constants, opset):
+            sizes = numpy_helper.to_array(constants[node.input[3]]).astype(np.int64)
+            batch, rest = (f"{node.output[0]}_xaudit_{part}" for part in ("rows", "sizes"))
+            graph.initializer.append(numpy_helper.from_array(sizes[1:], rest))
+            added[node.output[0]] = [
+                onnx.helper.make_node("Shape", [node.input[0]], [batch], start=0, end=1),
+                onnx.helper.make_node("Concat", [batch, rest], [f"{rest}_all"], axis=0),
+            ]
+            node.input[3] = f"{rest}_all"  # the input's own rows, the other sizes as exported
+            count += 1
         elif node.op_type in _RECURRENT and node.domain in _STANDARD:
             for k in (5, 6)[: 2 if node.op_type == "LSTM" else 1]:
                 if k < len(node.input) and _all_zeros(constants.get(node.input[k])):
@@ -78,9 +92,24 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
             del node.input[:], node.attribute[:]
             node.input.append(source)
             count += 1
+    if added:  # each before the node that reads it, in the graph's order
+        nodes = [made for node in graph.node for made in (*added.get(node.output[0], ()), node)]
+        del graph.node[:]
+        graph.node.extend(nodes)
     if count:
         _drop_unread(graph)
     return count
+
+
+def _resized_batch_pinned(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], opset: int) -> bool:
+    """A Resize to constant sizes over every axis that keep the batch of 1 (interpolation to a fixed
+    size, ``F.interpolate(x, size=...)``), at an opset whose ``Shape`` reads the rows alone (15)."""
+    if len(node.input) < 4 or node.input[3] not in constants or opset < 15:
+        return False
+    if any(a.name == "axes" for a in node.attribute):
+        return False
+    sizes = _values(constants[node.input[3]])
+    return sizes is not None and len(sizes) > 1 and sizes[0] == 1
 
 
 def _batch_position(result: list[int] | None) -> int | None:

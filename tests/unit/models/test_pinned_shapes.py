@@ -254,3 +254,44 @@ def test_only_a_zero_initial_state_is_left_to_the_operator(state: float) -> None
     assert (model.graph.node[0].input[5] == "") == (state == 0.0)
     after = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(after.run(None, {"x": x})[0], want, rtol=1e-6)
+
+
+class _UpsamplingHead(nn.Module):
+    """Features at a quarter of the image, upsampled to a fixed size (``F.interpolate(x, size=...)``,
+    as LRASPP's head does), then a 1x1 convolution and a mean: a segmentation head, one score."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = nn.Conv2d(3, 4, 4, stride=4)
+        self.out = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up = nn.functional.interpolate(torch.relu(self.down(x)), size=(8, 8), mode="bilinear")
+        return self.out(up).mean((2, 3))
+
+
+def test_a_resize_to_a_fixed_size_is_rebatched_as_its_dynamic_twin(tmp_path: Path) -> None:
+    """The dynamo exporter writes the interpolation as Resize to sizes (1, 4, 8, 8): it pinned the
+    batch (torchvision's lraspp_mobilenet_v3_large exported with the defaults ran one row per call)."""
+    torch.manual_seed(2)
+    module = _UpsamplingHead().eval()
+    exports = {}
+    for name, dynamic in (("defaults", None), ("dynamic", {"x": {0: torch.export.Dim("batch")}})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            example = (torch.from_numpy(X[:1] if dynamic is None else X[:2]),)
+            torch.onnx.export(
+                module, example, str(tmp_path / f"{name}.onnx"), dynamo=True, dynamic_shapes=dynamic
+            )
+        exports[name] = _inlined(tmp_path / f"{name}.onnx")
+    resize = next(n for n in onnx.load_from_string(exports["defaults"]).graph.node if n.op_type == "Resize")
+    assert resize.input[3]  # to sizes, not scales
+    methods = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
+    spec = JobSpec(kind="attribution", players="grid:2x2", device="cpu", methods=methods)
+    pinned, twin = (prepare(spec, exports[k], None, {"inputs": X}) for k in ("defaults", "dynamic"))
+    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
+    np.testing.assert_allclose(pinned.full_outputs, twin.full_outputs, rtol=1e-5, atol=1e-6)
+    got, want = (explain(p, methods).attributions for p in (pinned, twin))
+    for name in methods:
+        assert np.abs(want[name]).max() > 1e-4, name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
