@@ -4,7 +4,7 @@ torch's dynamo exporter, given a batch-1 example and no dynamic axes (its defaul
 example's sizes into every shape: ``torch.flatten(x, 1)`` before a classifier becomes
 ``Reshape(x, (1, 512))``, which fails at two rows. Most of torchvision's CNNs exported so stop
 there and only there (workers/models/rebatch.py then evaluated them one row per call, 2^n calls a
-sample, and DeepLIFT had no graph call over all rows). Four rewrites keep such a graph the same
+sample, and DeepLIFT had no graph call over all rows). Five rewrites keep such a graph the same
 model at batch 1 and let more rows through:
 
 - a ``Reshape`` to a constant shape whose result holds the batch of 1 reshapes to that result's
@@ -14,6 +14,9 @@ model at batch 1 and let more rows through:
   writes ``nn.LSTM``'s default state so), is left to the operator, whose default is zeros;
 - a ``Resize`` to constant sizes that keep the batch of 1 (``F.interpolate(x, size=...)``, as
   LRASPP's segmentation head upsamples) takes its input's own rows as the first size;
+- a constant of one row that a ``Concat`` joins to the rows along another axis (a class token the
+  exporter did not expand at batch 1), or that a ``GatherElements`` reads along another axis at the
+  rows' indices (RoBERTa's buffered token-type ids), is expanded to the rows;
 - a ``Gather`` of a flattened tensor at ``arange(N)`` laid out in the tensor's own shape (how the
   exporter writes an ``as_strided`` view that is the identity: convnext's pooled features) is that
   tensor itself.
@@ -35,6 +38,8 @@ __all__ = ["unpin_constant_shapes"]
 
 _STANDARD = ("", "ai.onnx")
 _RECURRENT = ("LSTM", "GRU", "RNN")
+# Operators that put a constant of one row beside the rows along another axis.
+_MEETS_ROWS = ("Concat", "GatherElements")
 
 
 def unpin_constant_shapes(model: onnx.ModelProto) -> int:
@@ -54,6 +59,7 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
         if _standard(node, "Reshape") and _values(constants.get(node.input[1])) == [-1]
     }
     opset = next((o.version for o in model.opset_import if o.domain in _STANDARD), 0)
+    fixed = _constant_dims(graph)
     added: dict[str, list[onnx.NodeProto]] = {}  # by the output of the node that reads them
     count = 0
     for node in graph.node:
@@ -77,6 +83,8 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
             ]
             node.input[3] = f"{rest}_all"  # the input's own rows, the other sizes as exported
             count += 1
+        elif node.op_type in _MEETS_ROWS and node.domain in _STANDARD and opset >= 15:
+            count += _expand_constant_rows(node, fixed, added)
         elif node.op_type in _RECURRENT and node.domain in _STANDARD:
             for k in (5, 6)[: 2 if node.op_type == "LSTM" else 1]:
                 if k < len(node.input) and _all_zeros(constants.get(node.input[k])):
@@ -110,6 +118,50 @@ def _resized_batch_pinned(node: onnx.NodeProto, constants: dict[str, onnx.Tensor
         return False
     sizes = _values(constants[node.input[3]])
     return sizes is not None and len(sizes) > 1 and sizes[0] == 1
+
+
+def _expand_constant_rows(
+    node: onnx.NodeProto, fixed: dict[str, list[int]], added: dict[str, list[onnx.NodeProto]]
+) -> int:
+    """A constant of one row that a Concat joins to the rows along another axis (a class token), or
+    that a GatherElements reads along another axis at the rows' indices (RoBERTa's token-type ids),
+    expanded to the rows of the node's first other input; the number of constants expanded."""
+    rows_from = next((name for name in node.input if name and name not in fixed), None)
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    constants = node.input[:1] if node.op_type == "GatherElements" else node.input
+    count = 0
+    for k, name in enumerate(constants):
+        dims = fixed.get(name)
+        if rows_from is None or not dims or dims[0] != 1 or axis in (0, -len(dims)):
+            continue
+        made = f"{node.output[0]}_xaudit_rows_{k}"
+        added.setdefault(node.output[0], []).extend(
+            [
+                onnx.helper.make_node("Shape", [rows_from], [f"{made}_rows"], start=0, end=1),
+                onnx.helper.make_node(
+                    "Constant",
+                    [],
+                    [f"{made}_rest"],
+                    value=numpy_helper.from_array(np.array(dims[1:], np.int64)),
+                ),
+                onnx.helper.make_node("Concat", [f"{made}_rows", f"{made}_rest"], [f"{made}_shape"], axis=0),
+                onnx.helper.make_node("Expand", [name, f"{made}_shape"], [made]),
+            ]
+        )
+        node.input[k] = made
+        count += 1
+    return count
+
+
+def _constant_dims(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """The sizes of every initializer and Constant node's tensor, by name."""
+    found = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        if _standard(node, "Constant") and len(node.output) == 1:
+            tensor = next((a.t for a in node.attribute if a.name == "value"), None)
+            if tensor is not None:
+                found[node.output[0]] = list(tensor.dims)
+    return found
 
 
 def _batch_position(result: list[int] | None) -> int | None:

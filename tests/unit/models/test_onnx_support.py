@@ -246,15 +246,17 @@ def test_external_data_size_cap(tmp_path: Path) -> None:
         inline_external_data(path, path.read_bytes(), max_bytes=64)
 
 
-def _fixed_batch(flatten: str, batch: int | str = 1, expand_token: bool = False) -> bytes:
+def _fixed_batch(flatten: str, batch: int | str = 1, rowwise_twin: bool = False) -> bytes:
     """(1, 3, 6, 6) -> Conv -> Relu -> flatten -> MatMul, the flatten row-wise (``Flatten``), a
     ``Reshape`` to (1, -1) as some exporters write it (at batch 1 the same model as one to (-1, 32):
-    re-batched so, workers/models/pinned_shapes.py), or ``Token``: the flattened row and a constant
-    (1, 4) row concatenated, as a class token is at batch 1, which pins the batch for good.
+    re-batched so, workers/models/pinned_shapes.py), ``Token``: the flattened row and a constant
+    (1, 4) row concatenated, as a class token is at batch 1 (expanded to the rows, re-batched), or
+    ``Fold``: the row's 32 values folded to (4, 8) and back, a Reshape with no size of 1 to tell where
+    the batch goes, which pins the batch for good (``rowwise_twin``: to (-1, 4, 8) and (-1, 32), which
+    does not).
     ``batch="s77"``: the input's batch declared symbolic but the output's fixed at 1, as
     torch.onnx.export (dynamo) writes a graph whose batch torch.export specialised (``Dim.AUTO`` on
-    torchvision's ViT). ``expand_token``: the token expanded to the rows first, a twin that does not
-    pin the batch."""
+    torchvision's ViT)."""
     rng = np.random.default_rng(11)
     w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
     fc = rng.standard_normal((36 if flatten == "Token" else 32, 3)).astype(np.float32)
@@ -272,27 +274,29 @@ def _fixed_batch(flatten: str, batch: int | str = 1, expand_token: bool = False)
         nh.from_array(np.array([1, -1], np.int64), "shape"),
     ]
     if flatten == "Token":
-        token = "token"
-        nodes[2:] = [oh.make_node("Flatten", ["r"], ["rows"], name="flat")]
-        if expand_token:
-            token = "tokens"
-            nodes += [
-                oh.make_node("Shape", ["x"], ["n"], start=0, end=1),
-                oh.make_node("Concat", ["n", "width"], ["token_shape"], axis=0),
-                oh.make_node("Expand", ["token", "token_shape"], [token]),
-            ]
-            inits.append(nh.from_array(np.array([4], np.int64), "width"))
-        nodes += [
-            oh.make_node("Concat", [token, "rows"], ["f"], name="with_token", axis=1),
+        nodes[2:] = [
+            oh.make_node("Flatten", ["r"], ["rows"], name="flat"),
+            oh.make_node("Concat", ["token", "rows"], ["f"], name="with_token", axis=1),
             oh.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
         ]
         inits.append(nh.from_array(rng.standard_normal((1, 4)).astype(np.float32), "token"))
+    if flatten == "Fold":
+        folded, unfolded = ([-1, 4, 8], [-1, 32]) if rowwise_twin else ([4, 8], [1, 32])
+        nodes[2:] = [
+            oh.make_node("Flatten", ["r"], ["rows"], name="flat"),
+            oh.make_node("Reshape", ["rows", "folded"], ["fold"], name="fold"),
+            oh.make_node("Reshape", ["fold", "unfolded"], ["f"], name="unfold"),
+            oh.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
+        ]
+        inits += [
+            nh.from_array(np.array(v, np.int64), n) for v, n in ((folded, "folded"), (unfolded, "unfolded"))
+        ]
     inputs = [oh.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 6, 6])]
     return _model(nodes, inputs, [1, 3], inits).SerializeToString()
 
 
 @pytest.mark.parametrize("batch", [1, "s77"])
-@pytest.mark.parametrize("flatten", ["Flatten", "Reshape", "Token"])
+@pytest.mark.parametrize("flatten", ["Flatten", "Reshape", "Token", "Fold"])
 def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(
     flatten: str, batch: int | str
 ) -> None:
@@ -302,10 +306,10 @@ def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(
     alone = np.concatenate([session.run(None, {"x": X[i : i + 1]})[0] for i in range(len(X))])
     np.testing.assert_allclose(prep.full_outputs, alone, rtol=1e-5, atol=1e-6)
     # Re-batched: one call for both rows; looped: one call per row (the graph pins the batch).
-    assert (prep.model.explained.fixed_batch is None) == (flatten != "Token")
+    assert (prep.model.explained.fixed_batch is None) == (flatten != "Fold")
     graph = prep.model.torch_differentiable()
     np.testing.assert_allclose(graph(torch.from_numpy(X)).detach().numpy(), alone, rtol=1e-4, atol=1e-5)
-    if flatten == "Token":  # hooks would see one row per call: said, not attempted
+    if flatten == "Fold":  # hooks would see one row per call: said, not attempted
         from xaudit.contract.errors import NotApplicable
 
         with pytest.raises(
@@ -318,7 +322,7 @@ def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(
         from workers.players import parse_players
         from workers.targets import Target
 
-        twin_model = _fixed_batch("Token", batch, expand_token=True)
+        twin_model = _fixed_batch("Fold", batch, rowwise_twin=True)
         twin = prepare(JobSpec(players="grid:2x2", device="cpu"), twin_model, None, {"inputs": X})
         assert prep.model.hook_batch == 1 and twin.model.hook_batch is None
         classes = alone.argmax(1)

@@ -295,3 +295,47 @@ def test_a_resize_to_a_fixed_size_is_rebatched_as_its_dynamic_twin(tmp_path: Pat
     for name in methods:
         assert np.abs(want[name]).max() > 1e-4, name
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+class _HfVit(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import ViTConfig, ViTForImageClassification
+
+        config = ViTConfig(
+            image_size=8, patch_size=4, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, num_labels=3, initializer_range=0.3,
+        )  # fmt: skip
+        self.vit = ViTForImageClassification(config).eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.vit(pixel_values=x).logits
+
+
+def test_a_default_export_of_transformers_vit_is_rebatched_as_its_dynamic_twin(tmp_path: Path) -> None:
+    """From one row the exporter drops the class token's expansion to the batch and concatenates the
+    (1, 1, 32) parameter itself to the patches: the token is expanded to the rows again."""
+    torch.manual_seed(3)
+    module = _HfVit().eval()
+    exports = {}
+    for name, dynamic in (("defaults", None), ("dynamic", {"x": {0: torch.export.Dim("batch")}})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            example = (torch.from_numpy(X[:1] if dynamic is None else X[:2]),)
+            torch.onnx.export(
+                module, example, str(tmp_path / f"{name}.onnx"), dynamo=True, dynamic_shapes=dynamic
+            )
+        exports[name] = _inlined(tmp_path / f"{name}.onnx")
+    concat = [n for n in onnx.load_from_string(exports["defaults"]).graph.node if n.op_type == "Concat"]
+    assert concat and all(
+        n.op_type != "Expand" for n in onnx.load_from_string(exports["defaults"]).graph.node
+    )
+    methods = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
+    spec = JobSpec(kind="attribution", players="grid:2x2", device="cpu", methods=methods)
+    pinned, twin = (prepare(spec, exports[k], None, {"inputs": X}) for k in ("defaults", "dynamic"))
+    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
+    np.testing.assert_allclose(pinned.full_outputs, twin.full_outputs, rtol=1e-5, atol=1e-6)
+    got, want = (explain(p, methods).attributions for p in (pinned, twin))
+    for name in methods:
+        assert np.abs(want[name]).max() > 1e-4, name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)

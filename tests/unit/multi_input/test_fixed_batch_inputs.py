@@ -37,19 +37,25 @@ class _Logits(nn.Module):
         return self.bert(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
-@pytest.fixture(scope="module")
-def bert_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    """transformers' BertForSequenceClassification from its config (random weights), exported with
-    the defaults from one row, and its twin exported with a dynamic batch and sequence."""
-    from transformers import BertConfig, BertForSequenceClassification
+@pytest.fixture(scope="module", params=["bert", "roberta"])
+def bert_exports(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, bytes]:
+    """transformers' BertForSequenceClassification or RobertaForSequenceClassification from its
+    config (random weights), exported with the defaults from one row, and its twin exported with a
+    dynamic batch and sequence. From one row the exporter reads row 0's attention mask (a GatherND)
+    and, for RoBERTa, gathers its buffered token-type ids, a constant (1, 64), at the rows' positions
+    (a GatherElements that workers/models/pinned_shapes.py expands to the rows)."""
+    import transformers
 
     torch.manual_seed(0)
-    config = BertConfig(
+    family = {"bert": "Bert", "roberta": "Roberta"}[request.param]
+    config = getattr(transformers, f"{family}Config")(
         vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
         max_position_embeddings=64, num_labels=3, initializer_range=0.3,
     )  # fmt: skip
-    module = _Logits(BertForSequenceClassification(config).eval())
-    folder = tmp_path_factory.mktemp("bert")
+    module = _Logits(getattr(transformers, f"{family}ForSequenceClassification")(config).eval())
+    folder = tmp_path_factory.mktemp(request.param)
     ids, mask = torch.from_numpy(IDS), torch.from_numpy(MASK)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     found = {}
@@ -107,29 +113,32 @@ def test_a_default_bert_export_takes_a_mask_per_sample_and_is_rebatched(
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-def _token_and_scaled_features() -> bytes:
-    """x (1, 4) and m (1, 4) -> Concat(token (1, 2), x * m) -> MatMul: the token concatenated at
-    batch 1 pins the batch for good, so the model runs one row per call, with m per sample."""
+def _folded_features() -> bytes:
+    """x (1, 4) and m (1, 4) -> x * m -> Reshape (2, 2) -> Reshape (1, 4) -> MatMul: the fold, with no
+    size of 1 to tell where the batch goes, pins the batch for good, so the model runs one row per
+    call, with m per sample."""
     rng = np.random.default_rng(8)
     graph = oh.make_graph(
         [
             oh.make_node("Mul", ["x", "m"], ["xm"]),
-            oh.make_node("Concat", ["token", "xm"], ["f"], axis=1),
+            oh.make_node("Reshape", ["xm", "folded"], ["fold"]),
+            oh.make_node("Reshape", ["fold", "row"], ["f"]),
             oh.make_node("MatMul", ["f", "w"], ["y"]),
         ],
         "g",
         [oh.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("x", "m")],
         [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
         initializer=[
-            nh.from_array(rng.standard_normal((1, 2)).astype(np.float32), "token"),
-            nh.from_array(rng.standard_normal((6, 2)).astype(np.float32), "w"),
+            nh.from_array(np.array([2, 2], np.int64), "folded"),
+            nh.from_array(np.array([1, 4], np.int64), "row"),
+            nh.from_array(rng.standard_normal((4, 2)).astype(np.float32), "w"),
         ],
     )
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8).SerializeToString()
 
 
 def test_a_pinned_two_input_model_runs_row_by_row_with_its_held_input_per_sample() -> None:
-    data = _token_and_scaled_features()
+    data = _folded_features()
     rng = np.random.default_rng(9)
     x, m = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
     spec = JobSpec(players="features", explain="x", device="cpu")
