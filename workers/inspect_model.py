@@ -87,6 +87,10 @@ class ModelCheck:
                 f"  fixed batch size {self.fixed_batch}: evaluated {self.fixed_batch} row(s) per model call "
                 "(an audit of 2^n sub-inputs costs 2^n calls per sample)"
             )
+            lines.append(
+                "  export with a dynamic batch to audit many rows per call: from torch, an example of two "
+                'rows and dynamic_shapes={0: torch.export.Dim("batch")} on each batched input'
+            )
         if self.embedding_tensor:
             lines.append(f"  gradients on token ids are taken at '{self.embedding_tensor}'")
         lines.append("outputs:")

@@ -338,6 +338,20 @@ def test_fixed_batch_one_is_rebatched_when_the_graph_allows_it_else_looped(
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.parametrize("flatten", ["Reshape", "Fold"])
+def test_inspect_says_whether_a_fixed_batch_was_rebatched_and_how_to_export_one_that_was_not(
+    flatten: str,
+) -> None:
+    from workers.inspect_model import inspect_model
+
+    text = inspect_model(_fixed_batch(flatten)).text()
+    if flatten == "Reshape":
+        assert "re-batched, many rows per call" in text and "dynamic_shapes" not in text
+    else:
+        assert "fixed batch size 1: evaluated 1 row(s) per model call" in text
+        assert 'an example of two rows and dynamic_shapes={0: torch.export.Dim("batch")}' in text
+
+
 @pytest.mark.parametrize(
     ("op", "opset", "attrs"),
     [
