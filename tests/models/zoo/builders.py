@@ -204,7 +204,8 @@ def image_model(arch: str) -> nn.Module:
 def export_image_model(module: nn.Module, folder: Path, exporter: str, opset: int = 18) -> ZooModel:
     """``exporter``: ``dynamo`` (torch.onnx.export's default: model.onnx + model.onnx.data, the
     batch as ``Dim("batch")``), ``dynamo_auto`` (the same with ``Dim.AUTO``), ``dynamo_batch2``
-    (``Dim("batch")`` from an example of two rows, which keeps ViT's batch dynamic), ``legacy``
+    (``Dim("batch")`` from an example of two rows, which keeps ViT's batch dynamic),
+    ``dynamo_defaults`` (no ``dynamic_shapes``: ``torch.onnx.export(model, (x,), path)``), ``legacy``
     (TorchScript-based exporter at ``opset``) or ``torchscript``. From this batch-1 example the
     dynamo exporter pins ViT's batch to 1 either way: ``Dim("batch")`` declares the input
     ``(1, 3, 32, 32)``; ``Dim.AUTO`` declares it ``(s77, 3, 32, 32)`` while its outputs and a
@@ -227,6 +228,9 @@ def export_image_model(module: nn.Module, folder: Path, exporter: str, opset: in
                 module, (example,), str(path), dynamo=True, input_names=["input"],
                 dynamic_shapes=({0: batch},), external_data=True, verbose=False,
             )  # fmt: skip
+        elif exporter == "dynamo_defaults":  # no dynamic axes: the batch of 1 written into the graph
+            path = folder / "model.onnx"
+            torch.onnx.export(module, (x,), str(path), dynamo=True, input_names=["input"], verbose=False)
         else:
             path = folder / "model.onnx"
             torch.onnx.export(

@@ -56,6 +56,12 @@ AUDITED = (
     # The dynamo exporter's operators that onnx2torch lacks (workers/models/onnx_converters.py).
     + ([] if FULL else [("shufflenet_v2_x0_5", "dynamo"), ("swin_t", "dynamo_batch2")])
     + [("vit_tiny", "dynamo_auto"), ("vit_tiny", "dynamo_batch2")]
+    # The exporter's defaults pin the batch to 1; re-batched (workers/models/pinned_shapes.py).
+    + [
+        (a, "dynamo_defaults")
+        for a in ARCHS
+        if a == "resnet18" or (FULL and not a.startswith(("vit", "swin")))
+    ]
     + [(a, e) for a in sorted(DYNAMO_ARCHS) for e in ("dynamo", "torchscript") if FULL or e == "dynamo"]
     + [(a, e) for a in TIMM_ARCHS for e in ("dynamo", "legacy") if FULL or e == "dynamo"]
     + [
@@ -258,6 +264,9 @@ def test_torchvision_models_audit(
         assert "fixed batch of 1" in reasons["deeplift_rescale"]
         assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "grad_cam"} & set(reasons), reasons
         assert "integrated_gradients" not in reasons and "shapley_value" not in reasons
+    if exporter == "dynamo_defaults":  # declared (1, 3, 32, 32), the batch written into its shapes
+        assert check["fixed_batch"] == 1 and check["rebatched"]
+        assert "deeplift_rescale" not in reasons, reasons  # one graph call over all rows again
     if arch == "resnet18":  # residual sums have rules (docs/science.md 5.8), from every exporter
         assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_revealcancel"} & set(reasons)
     if arch == "densenet121":  # batch norms after its concatenations: DeepLIFT's rule, LRP's Pass
