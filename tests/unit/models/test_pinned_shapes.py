@@ -27,6 +27,7 @@ from workers.targets import Target
 from xaudit.contract.spec import JobSpec
 
 X = np.random.default_rng(3).standard_normal((3, 3, 8, 8)).astype(np.float32)
+METHODS = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
 
 
 class _LayerNorm2d(nn.LayerNorm):
@@ -59,23 +60,44 @@ class _ConvNeXtHead(nn.Module):
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     """The head exported from a one-row example with the defaults, and with a dynamic batch."""
     torch.manual_seed(0)
-    model = _ConvNeXtHead().eval()
-    folder = tmp_path_factory.mktemp("pinned")
-    found = {}
-    for name, dynamic in (("defaults", None), ("dynamic", {"x": {0: torch.export.Dim("batch")}})):
-        path = folder / f"{name}.onnx"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                model, (torch.from_numpy(X[:1]),), str(path), dynamo=True, dynamic_shapes=dynamic
-            )
-        found[name] = _inlined(path)
-    return found
+    return _default_and_dynamic(_ConvNeXtHead().eval(), X, tmp_path_factory.mktemp("pinned"))
 
 
 def _inlined(path: Path) -> bytes:
     proto = onnx.load(str(path))  # reads model.onnx.data beside it
     return proto.SerializeToString()
+
+
+def _default_and_dynamic(
+    module: nn.Module, rows: np.ndarray, folder: Path, name: str = "x"
+) -> dict[str, bytes]:
+    """``module`` exported by the dynamo exporter from one row with its defaults, and from two rows
+    with a dynamic batch (the twin), its one input named ``name``."""
+    found = {}
+    for kind, dynamic in (("defaults", None), ("dynamic", {name: {0: torch.export.Dim("batch")}})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            example = (torch.from_numpy(rows[:1] if dynamic is None else rows[:2]),)
+            torch.onnx.export(
+                module, example, str(folder / f"{kind}.onnx"), dynamo=True, input_names=[name],
+                dynamic_shapes=dynamic,
+            )  # fmt: skip
+        found[kind] = _inlined(folder / f"{kind}.onnx")
+    return found
+
+
+def _rebatched_as_the_twin(
+    exports: dict[str, bytes], inputs: np.ndarray, spec: JobSpec, floor: float
+) -> None:
+    """The default export is re-batched, and its outputs and attributions (``spec.methods``, each
+    larger than ``floor`` somewhere) are the dynamic twin's."""
+    pinned, twin = (prepare(spec, exports[k], None, {"inputs": inputs}) for k in ("defaults", "dynamic"))
+    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
+    np.testing.assert_allclose(pinned.full_outputs, twin.full_outputs, rtol=1e-5, atol=1e-6)
+    got, want = (explain(p, spec.methods).attributions for p in (pinned, twin))
+    for name in spec.methods:
+        assert np.abs(want[name]).max() > floor, name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 def test_the_defaults_pin_the_batch_in_constant_shapes(exports: dict[str, bytes]) -> None:
@@ -204,30 +226,13 @@ def test_a_default_export_of_a_text_rnn_is_rebatched_as_its_dynamic_twin(
     model ran one row per call: `--methods all` on one sentence of 10 tokens took 461 s (Integrated
     Gradients 406 s), DeepLIFT not applicable; re-batched, 6.7 s."""
     torch.manual_seed(1)
-    module = _TextRnn(cell, bidirectional).eval()
     ids = np.random.default_rng(2).integers(1, 40, (3, 10)).astype(np.int64)
-    exports = {}
-    for name, dynamic in (("defaults", None), ("dynamic", {"ids": {0: torch.export.Dim("batch")}})):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            example = (torch.from_numpy(ids[:1] if dynamic is None else ids[:2]),)
-            torch.onnx.export(
-                module, example, str(tmp_path / f"{name}.onnx"), dynamo=True, input_names=["ids"],
-                dynamic_shapes=dynamic,
-            )  # fmt: skip
-        exports[name] = _inlined(tmp_path / f"{name}.onnx")
+    exports = _default_and_dynamic(_TextRnn(cell, bidirectional).eval(), ids, tmp_path, "ids")
     proto = onnx.load_from_string(exports["defaults"])
     assert [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim] == [1, 10]
     assert cell in {n.op_type for n in proto.graph.node}
-    methods = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
-    spec = JobSpec(kind="attribution", players="tokens", baseline="token:0", device="cpu", methods=methods)
-    pinned, twin = (prepare(spec, exports[k], None, {"inputs": ids}) for k in ("defaults", "dynamic"))
-    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
-    np.testing.assert_allclose(pinned.full_outputs, twin.full_outputs, rtol=1e-5, atol=1e-6)
-    got, want = (explain(p, methods).attributions for p in (pinned, twin))
-    for name in methods:
-        assert np.abs(want[name]).max() > 1e-3, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    spec = JobSpec(kind="attribution", players="tokens", baseline="token:0", device="cpu", methods=METHODS)
+    _rebatched_as_the_twin(exports, ids, spec, floor=1e-3)
 
 
 @pytest.mark.parametrize("state", [0.0, 0.5])
@@ -274,27 +279,11 @@ def test_a_resize_to_a_fixed_size_is_rebatched_as_its_dynamic_twin(tmp_path: Pat
     """The dynamo exporter writes the interpolation as Resize to sizes (1, 4, 8, 8): it pinned the
     batch (torchvision's lraspp_mobilenet_v3_large exported with the defaults ran one row per call)."""
     torch.manual_seed(2)
-    module = _UpsamplingHead().eval()
-    exports = {}
-    for name, dynamic in (("defaults", None), ("dynamic", {"x": {0: torch.export.Dim("batch")}})):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            example = (torch.from_numpy(X[:1] if dynamic is None else X[:2]),)
-            torch.onnx.export(
-                module, example, str(tmp_path / f"{name}.onnx"), dynamo=True, dynamic_shapes=dynamic
-            )
-        exports[name] = _inlined(tmp_path / f"{name}.onnx")
+    exports = _default_and_dynamic(_UpsamplingHead().eval(), X, tmp_path)
     resize = next(n for n in onnx.load_from_string(exports["defaults"]).graph.node if n.op_type == "Resize")
     assert resize.input[3]  # to sizes, not scales
-    methods = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
-    spec = JobSpec(kind="attribution", players="grid:2x2", device="cpu", methods=methods)
-    pinned, twin = (prepare(spec, exports[k], None, {"inputs": X}) for k in ("defaults", "dynamic"))
-    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
-    np.testing.assert_allclose(pinned.full_outputs, twin.full_outputs, rtol=1e-5, atol=1e-6)
-    got, want = (explain(p, methods).attributions for p in (pinned, twin))
-    for name in methods:
-        assert np.abs(want[name]).max() > 1e-4, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    spec = JobSpec(kind="attribution", players="grid:2x2", device="cpu", methods=METHODS)
+    _rebatched_as_the_twin(exports, X, spec, floor=1e-4)
 
 
 class _HfVit(nn.Module):
@@ -316,26 +305,8 @@ def test_a_default_export_of_transformers_vit_is_rebatched_as_its_dynamic_twin(t
     """From one row the exporter drops the class token's expansion to the batch and concatenates the
     (1, 1, 32) parameter itself to the patches: the token is expanded to the rows again."""
     torch.manual_seed(3)
-    module = _HfVit().eval()
-    exports = {}
-    for name, dynamic in (("defaults", None), ("dynamic", {"x": {0: torch.export.Dim("batch")}})):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            example = (torch.from_numpy(X[:1] if dynamic is None else X[:2]),)
-            torch.onnx.export(
-                module, example, str(tmp_path / f"{name}.onnx"), dynamo=True, dynamic_shapes=dynamic
-            )
-        exports[name] = _inlined(tmp_path / f"{name}.onnx")
-    concat = [n for n in onnx.load_from_string(exports["defaults"]).graph.node if n.op_type == "Concat"]
-    assert concat and all(
-        n.op_type != "Expand" for n in onnx.load_from_string(exports["defaults"]).graph.node
-    )
-    methods = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
-    spec = JobSpec(kind="attribution", players="grid:2x2", device="cpu", methods=methods)
-    pinned, twin = (prepare(spec, exports[k], None, {"inputs": X}) for k in ("defaults", "dynamic"))
-    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
-    np.testing.assert_allclose(pinned.full_outputs, twin.full_outputs, rtol=1e-5, atol=1e-6)
-    got, want = (explain(p, methods).attributions for p in (pinned, twin))
-    for name in methods:
-        assert np.abs(want[name]).max() > 1e-4, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    exports = _default_and_dynamic(_HfVit().eval(), X, tmp_path)
+    ops = [n.op_type for n in onnx.load_from_string(exports["defaults"]).graph.node]
+    assert "Concat" in ops and "Expand" not in ops
+    spec = JobSpec(kind="attribution", players="grid:2x2", device="cpu", methods=METHODS)
+    _rebatched_as_the_twin(exports, X, spec, floor=1e-4)
