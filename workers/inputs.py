@@ -176,8 +176,12 @@ def rebatched_graph(
             batched.add(name)
             array = array[:1]
         feed[name] = array
-    data = rebatched(graph.proto, explained, feed, batched, graph.session)
-    return OnnxGraph(data, graph.sha256, graph.device) if data else graph
+    widened = rebatched(graph.proto, explained, feed, batched, graph.session)
+    if widened is None:
+        return graph
+    widened_graph = OnnxGraph(widened.data, graph.sha256, graph.device)
+    widened_graph.rebatched = widened.rewritten_nodes
+    return widened_graph
 
 
 def load_named(
@@ -252,6 +256,8 @@ def held_inputs_section(model: ModelAdapter) -> dict[str, object]:
         section["fixed_batch"] = model.explained.fixed_batch
     if model.graph.rows_coupled_by is not None:  # and why it is one row per call
         section["rows_coupled_by"] = model.graph.rows_coupled_by
+    if model.graph.rebatched is not None:  # evaluated as a graph with a symbolic batch, checked
+        section["rebatched"] = {"declared_batch": 1, "rewritten_nodes": model.graph.rebatched}
     embedding = model.embedding
     if embedding is not None:
         section["embedding_tensor"] = getattr(embedding, "tensor", "")

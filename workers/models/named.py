@@ -117,6 +117,9 @@ class OnnxGraph:
         if self.rows_coupled_by is not None:
             self.inputs = tuple(replace(spec, fixed_batch=1) for spec in self.inputs)
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.session.get_outputs())
+        # Set where this graph widens a model declared with a batch of 1 (workers/inputs.py): how many
+        # of its nodes were rewritten for it (workers/models/pinned_shapes.py), for the report.
+        self.rebatched: int | None = None
         self._torch: dict[str, torch.nn.Module | InvalidModel] = {}
 
     def input(self, name: str) -> InputSpec:

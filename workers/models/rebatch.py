@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -22,33 +23,44 @@ from workers.models.batch_coupling import rows_coupled_by
 from workers.models.ort_options import session_options
 from workers.models.pinned_shapes import unpin_constant_shapes
 
-__all__ = ["batch_pinned_by_outputs", "rebatched"]
+__all__ = ["Rebatched", "batch_pinned_by_outputs", "rebatched"]
 
 logger = logging.getLogger(__name__)
 
 _BATCH = "xaudit_batch"
 
 
+@dataclass(frozen=True)
+class Rebatched:
+    """The widened model's bytes, and how many of its nodes were rewritten (0: its batch declared
+    symbolic, nothing else), which the report states."""
+
+    data: bytes
+    rewritten_nodes: int
+
+
 def _symbolic(
     model: onnx.ModelProto, batched: Collection[str], size: int, unpin: bool
-) -> onnx.ModelProto | None:
+) -> tuple[onnx.ModelProto, int] | None:
     """A copy of ``model`` with the batch of the inputs ``batched`` and of the outputs declared
-    symbolic; with ``unpin``, its constant shapes that pin the batch rewritten too
-    (workers/models/pinned_shapes.py), or None where there are none."""
+    symbolic, and the number of nodes rewritten: with ``unpin``, its constant shapes that pin the
+    batch are rewritten too (workers/models/pinned_shapes.py), or None where there are none."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    rewritten = 0
     if unpin:
         for value in copy.graph.input:
             if value.name in batched and len(value.type.tensor_type.shape.dim) > 0:
                 value.type.tensor_type.shape.dim[0].dim_value = size  # static for the shapes' inference
-        if not unpin_constant_shapes(copy):
+        rewritten = unpin_constant_shapes(copy)
+        if not rewritten:
             return None
     for value in (*copy.graph.input, *copy.graph.output):
         dims = value.type.tensor_type.shape.dim
         if len(dims) > 0 and (value.name in batched or dims[0].dim_value == size):
             dims[0].dim_param = _BATCH  # clears dim_value (a oneof)
     del copy.graph.value_info[:]  # inferred shapes carried the fixed batch
-    return copy
+    return copy, rewritten
 
 
 def batch_pinned_by_outputs(model: onnx.ModelProto) -> bool:
@@ -76,7 +88,7 @@ def rebatched(
     feed: Mapping[str, np.ndarray],
     batched: Collection[str],
     original: ort.InferenceSession,
-) -> bytes | None:
+) -> Rebatched | None:
     """``model`` with a symbolic batch on the inputs ``batched`` (the explained one among them), or
     None when the graph does not compute row by row: it has an operator known to couple a batch's
     rows (workers/models/batch_coupling.py; two rows may agree within the check below and still be
@@ -109,10 +121,10 @@ def rebatched(
     for unpin in (False, True):  # the declared batch alone; then with the shapes that pin it rewritten
         widened = _symbolic(model, batched, 1, unpin)
         if widened is not None:
-            data = widened.SerializeToString()
-            del widened
+            data, rewritten = widened[0].SerializeToString(), widened[1]
+            del widened  # the copy's weights go before the check's session is built
             if _rows_kept(data, rows, alone):
-                return data
+                return Rebatched(data, rewritten)
     return None
 
 

@@ -18,6 +18,7 @@ from onnx import numpy_helper as nh
 from torch import nn
 
 from workers.explain import explain
+from workers.inputs import held_inputs_section
 from workers.methods import AttributionContext, get_method
 from workers.models.pinned_shapes import unpin_constant_shapes
 from workers.models.rebatch import rebatched
@@ -129,6 +130,9 @@ def test_a_default_export_is_rebatched_and_runs_every_method_as_its_dynamic_twin
     assert "Gather" not in {
         n.op_type for n in pinned.model.graph.proto.graph.node
     }  # the identity as_strided is gone
+    # The report says so: the flatten's Reshape and the Gather rewritten; the twin needs nothing.
+    assert held_inputs_section(pinned.model)["rebatched"] == {"declared_batch": 1, "rewritten_nodes": 2}
+    assert "rebatched" not in held_inputs_section(twin.model)
     players = parse_players("grid:2x2", X.shape[1:])
     classes = alone.argmax(1)
     # DeepLIFT feeds its inputs and references in one call: before, not applicable on this export.
