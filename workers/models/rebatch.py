@@ -55,9 +55,10 @@ def _symbolic(
         rewritten = unpin_constant_shapes(copy)
         if not rewritten:
             return None
+    outputs = {value.name for value in copy.graph.output}
     for value in (*copy.graph.input, *copy.graph.output):
         dims = value.type.tensor_type.shape.dim
-        if len(dims) > 0 and (value.name in batched or dims[0].dim_value == size):
+        if len(dims) > 0 and (value.name in batched or (value.name in outputs and dims[0].dim_value == size)):
             dims[0].dim_param = _BATCH  # clears dim_value (a oneof)
     del copy.graph.value_info[:]  # inferred shapes carried the fixed batch
     return copy, rewritten
