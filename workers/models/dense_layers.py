@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.models.onnx_nodes import attributes, declared_ranks
+from workers.models.onnx_nodes import attributes, constant_tensors, declared_ranks
 
 __all__ = ["fuse_dense_layers"]
 
@@ -70,8 +70,7 @@ def fuse_dense_layers(model: onnx.ModelProto) -> int:
     """Rewrite ``model``'s main graph in place (module docstring); returns how many Casts, MatMul+Add
     pairs, convolution biases and two-class sigmoids were rewritten."""
     graph = model.graph
-    weights = {t.name: t for t in graph.initializer}
-    weights.update(_constant_nodes(graph))
+    weights = constant_tensors(graph)
     types, ranks = _known(graph, weights)
     outputs = {o.name for o in graph.output}
     nodes = [_copied(node) for node in graph.node]  # objects of our own: identities stay fixed
@@ -106,18 +105,6 @@ def fuse_dense_layers(model: onnx.ModelProto) -> int:
         for node in nodes:
             graph.node.extend(norms.get(id(node), [] if id(node) in dropped else [node]))
     return count
-
-
-def _constant_nodes(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
-    """The tensors ``Constant`` nodes hold (Keras writes its Normalization layer's mean and variance
-    so), by their output's name, to be read as weights are."""
-    found = {}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
-            tensor = next((a.t for a in node.attribute if a.name == "value"), None)
-            if tensor is not None:
-                found[node.output[0]] = tensor
-    return found
 
 
 def _bypass_casts(nodes: list[onnx.NodeProto], types: dict[str, int], outputs: set[str]) -> int:

@@ -1,5 +1,5 @@
 """What the graph rewrites before the torch conversion read of ONNX nodes and tensors, written once
-(workers/models/ort_unfusion.py, ml_ops.py, dense_layers.py)."""
+(workers/models/ort_unfusion.py, ml_ops.py, dense_layers.py, pinned_shapes.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import onnx
 from onnx import helper
 
-__all__ = ["attributes", "declared_ranks"]
+__all__ = ["attributes", "constant_tensors", "declared_ranks"]
 
 
 def attributes(node: onnx.NodeProto) -> dict[str, Any]:
@@ -23,3 +23,16 @@ def declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:
         for info in (*graph.input, *graph.value_info, *graph.output)
         if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")
     }
+
+
+def constant_tensors(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """The graph's constant tensors by name: its initializers, and the tensors its ``Constant``
+    nodes hold (Keras writes its Normalization layer's mean and variance so; the legacy exporter its
+    shapes), to be read as weights are."""
+    found = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
+            tensor = next((a.t for a in node.attribute if a.name == "value"), None)
+            if tensor is not None:
+                found[node.output[0]] = tensor
+    return found

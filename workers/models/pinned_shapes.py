@@ -23,7 +23,8 @@ model at batch 1 and let more rows through:
 
 Nothing here decides that the rewritten graph computes row by row: rebatch.py checks it on two
 rows against the original and keeps the original where they differ (a Reshape whose leading 1 was
-not the batch, a class token concatenated at batch 1).
+not the batch; sequence-first attention, which folds the batch into the heads' axis by a Reshape
+with no size of 1 to say where it goes, is not rewritten at all).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from workers.models.onnx_nodes import constant_tensors
 from workers.models.onnx_shapes import SHAPE_BYTES, infer_shapes_light
 
 __all__ = ["unpin_constant_shapes"]
@@ -46,7 +48,9 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
     """Rewrite ``model`` (its batch still declared 1) in place as the module says; the number of
     nodes rewritten, 0 where none was (or shapes cannot be inferred)."""
     graph = model.graph
-    constants = _constants(graph)
+    tensors = constant_tensors(graph)
+    constants = {name: t for name, t in tensors.items() if _small(t)}  # shapes and indices
+    fixed = {name: list(t.dims) for name, t in tensors.items()}
     try:
         infer_shapes_light(model)
     except Exception:  # onnx's inference refuses some valid graphs: nothing to rewrite then
@@ -59,7 +63,6 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
         if _standard(node, "Reshape") and _values(constants.get(node.input[1])) == [-1]
     }
     opset = next((o.version for o in model.opset_import if o.domain in _STANDARD), 0)
-    fixed = _constant_dims(graph)
     added: dict[str, list[onnx.NodeProto]] = {}  # by the output of the node that reads them
     count = 0
     for node in graph.node:
@@ -74,14 +77,10 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
                 node.input[1] = name
                 count += 1
         elif _standard(node, "Resize") and _resized_batch_pinned(node, constants, opset):
-            sizes = numpy_helper.to_array(constants[node.input[3]]).astype(np.int64)
-            batch, rest = (f"{node.output[0]}_xaudit_{part}" for part in ("rows", "sizes"))
-            graph.initializer.append(numpy_helper.from_array(sizes[1:], rest))
-            added[node.output[0]] = [
-                onnx.helper.make_node("Shape", [node.input[0]], [batch], start=0, end=1),
-                onnx.helper.make_node("Concat", [batch, rest], [f"{rest}_all"], axis=0),
-            ]
-            node.input[3] = f"{rest}_all"  # the input's own rows, the other sizes as exported
+            sizes = f"{node.output[0]}_xaudit_sizes"
+            rest = [int(v) for v in numpy_helper.to_array(constants[node.input[3]])[1:]]
+            added[node.output[0]] = _rows_of(node.input[0], rest, sizes)
+            node.input[3] = sizes  # the input's own rows, the other sizes as exported
             count += 1
         elif node.op_type in _MEETS_ROWS and node.domain in _STANDARD and opset >= 15:
             count += _expand_constant_rows(node, fixed, added)
@@ -135,33 +134,24 @@ def _expand_constant_rows(
         if rows_from is None or not dims or dims[0] != 1 or axis in (0, -len(dims)):
             continue
         made = f"{node.output[0]}_xaudit_rows_{k}"
-        added.setdefault(node.output[0], []).extend(
-            [
-                onnx.helper.make_node("Shape", [rows_from], [f"{made}_rows"], start=0, end=1),
-                onnx.helper.make_node(
-                    "Constant",
-                    [],
-                    [f"{made}_rest"],
-                    value=numpy_helper.from_array(np.array(dims[1:], np.int64)),
-                ),
-                onnx.helper.make_node("Concat", [f"{made}_rows", f"{made}_rest"], [f"{made}_shape"], axis=0),
-                onnx.helper.make_node("Expand", [name, f"{made}_shape"], [made]),
-            ]
-        )
+        expand = onnx.helper.make_node("Expand", [name, f"{made}_shape"], [made])
+        added.setdefault(node.output[0], []).extend([*_rows_of(rows_from, dims[1:], f"{made}_shape"), expand])
         node.input[k] = made
         count += 1
     return count
 
 
-def _constant_dims(graph: onnx.GraphProto) -> dict[str, list[int]]:
-    """The sizes of every initializer and Constant node's tensor, by name."""
-    found = {t.name: list(t.dims) for t in graph.initializer}
-    for node in graph.node:
-        if _standard(node, "Constant") and len(node.output) == 1:
-            tensor = next((a.t for a in node.attribute if a.name == "value"), None)
-            if tensor is not None:
-                found[node.output[0]] = list(tensor.dims)
-    return found
+def _rows_of(tensor: str, sizes: list[int], name: str) -> list[onnx.NodeProto]:
+    """Nodes that write ``name``: ``tensor``'s rows (its first size, read at run time), then
+    ``sizes`` (opset 15's Shape with start and end)."""
+    rest = f"{name}_rest"
+    return [
+        onnx.helper.make_node("Shape", [tensor], [f"{name}_rows"], start=0, end=1),
+        onnx.helper.make_node(
+            "Constant", [], [rest], value=numpy_helper.from_array(np.array(sizes, np.int64), rest)
+        ),
+        onnx.helper.make_node("Concat", [f"{name}_rows", rest], [name], axis=0),
+    ]
 
 
 def _batch_position(result: list[int] | None) -> int | None:
@@ -181,17 +171,6 @@ def _all_zeros(tensor: onnx.TensorProto | None) -> bool:
 
 def _standard(node: onnx.NodeProto, op_type: str) -> bool:
     return node.op_type == op_type and node.domain in _STANDARD
-
-
-def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
-    """Small constant tensors (initializers and Constant nodes) by name: shapes and indices."""
-    found = {t.name: t for t in graph.initializer if _small(t)}
-    for node in graph.node:
-        if _standard(node, "Constant") and len(node.output) == 1:
-            tensor = next((a.t for a in node.attribute if a.name == "value"), None)
-            if tensor is not None and _small(tensor):
-                found[node.output[0]] = tensor
-    return found
 
 
 def _small(tensor: onnx.TensorProto) -> bool:
