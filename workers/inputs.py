@@ -181,6 +181,7 @@ def rebatched_graph(
         return graph
     widened_graph = OnnxGraph(widened.data, graph.sha256, graph.device)
     widened_graph.rebatched = widened.rewritten_nodes
+    widened_graph.unzipped = graph.unzipped  # written from the rewritten model, which reads them already
     return widened_graph
 
 

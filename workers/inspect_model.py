@@ -192,7 +192,6 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
         widened = rebatched_graph(graph, explained.name, *_example_rows(graph, explained.name))
         if widened is not graph:
             check.rebatched = True
-            widened.unzipped = graph.unzipped  # the widened model is written from the rewritten one
             graph, explained = widened, widened.input(explained.name)
     for spec in graph.inputs:
         axis = batch_axis(spec, explained)
