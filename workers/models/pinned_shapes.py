@@ -8,8 +8,11 @@ sample, and DeepLIFT had no graph call over all rows). Five rewrites keep such a
 model at batch 1 and let more rows through:
 
 - a ``Reshape`` to a constant shape whose result holds the batch of 1 reshapes to that result's
-  sizes at batch 1 (shape inference: every size is static there) with the batch's -1: the first
-  size where it is 1, else the one size of 1 (time-major recurrent outputs (T, 1, H));
+  sizes at batch 1 (shape inference: every size is static there) with the batch's -1 where
+  workers/models/batch_placement.py follows the rows to (also inside another axis: sequence-first
+  attention's (L, 1, E) queries split into (L, H, d) hold them beside the heads, (L, B*H, d)), and
+  a constant ``Expand`` of the rows names their size 1 there; where the walk cannot follow them,
+  the first size where it is 1, else the one size of 1 (time-major recurrent outputs (T, 1, H));
 - a recurrent operator's initial state given as constant zeros, sized for one row (the exporter
   writes ``nn.LSTM``'s default state so), is left to the operator, whose default is zeros;
 - a ``Resize`` to constant sizes that keep the batch of 1 (``F.interpolate(x, size=...)``, as
@@ -23,16 +26,18 @@ model at batch 1 and let more rows through:
 
 Nothing here decides that the rewritten graph computes row by row: rebatch.py checks it on two
 rows against the original and keeps the original where they differ (a Reshape whose leading 1 was
-not the batch; sequence-first attention, which folds the batch into the heads' axis by a Reshape
-with no size of 1 to say where it goes, is not rewritten at all).
+not the batch, where the walk could not follow the rows).
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from workers.models.batch_placement import reshape_batch_axes
 from workers.models.onnx_nodes import constant_tensors
 from workers.models.onnx_shapes import SHAPE_BYTES, infer_shapes_light
 
@@ -44,19 +49,16 @@ _RECURRENT = ("LSTM", "GRU", "RNN")
 _MEETS_ROWS = ("Concat", "GatherElements")
 
 
-def unpin_constant_shapes(model: onnx.ModelProto) -> int:
-    """Rewrite ``model`` (its batch still declared 1) in place as the module says; the number of
-    nodes rewritten, 0 where none was (or shapes cannot be inferred)."""
+def unpin_constant_shapes(model: onnx.ModelProto, batched: Collection[str]) -> int:
+    """Rewrite ``model`` (its batch still declared 1 on the inputs ``batched``) in place as the
+    module says; the number of nodes rewritten, 0 where none was (or shapes cannot be inferred)."""
     graph = model.graph
     tensors = constant_tensors(graph)
     constants = {name: t for name, t in tensors.items() if _small(t)}  # shapes and indices
     fixed = {name: list(t.dims) for name, t in tensors.items()}
-    try:
-        infer_shapes_light(model)
-    except Exception:  # onnx's inference refuses some valid graphs: nothing to rewrite then
+    shapes = _inferred_shapes(model)
+    if shapes is None:
         return 0
-    shapes = _static_shapes(graph)
-    del graph.value_info[:]  # the batch-1 shapes found are no longer true of the rewritten graph
     flattened = {
         node.output[0]: node.input[0]
         for node in graph.node
@@ -66,17 +68,7 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
     added: dict[str, list[onnx.NodeProto]] = {}  # by the output of the node that reads them
     count = 0
     for node in graph.node:
-        if _standard(node, "Reshape") and node.input[1] in constants:
-            result = shapes.get(node.output[0])
-            at = _batch_position(result)
-            if result and at is not None:
-                name = f"{node.output[0]}_xaudit_rows_shape"
-                rows = np.array(result, np.int64)
-                rows[at] = -1
-                graph.initializer.append(numpy_helper.from_array(rows, name))
-                node.input[1] = name
-                count += 1
-        elif _standard(node, "Resize") and _resized_batch_pinned(node, constants, opset):
+        if _standard(node, "Resize") and _resized_batch_pinned(node, constants, opset):
             sizes = f"{node.output[0]}_xaudit_sizes"
             rest = [int(v) for v in numpy_helper.to_array(constants[node.input[3]])[1:]]
             added[node.output[0]] = _rows_of(node.input[0], rest, sizes)
@@ -104,8 +96,56 @@ def unpin_constant_shapes(model: onnx.ModelProto) -> int:
         del graph.node[:]
         graph.node.extend(nodes)
     if count:
+        _drop_unread(graph)  # the flattening Reshapes behind an identity Gather
+        shapes = _inferred_shapes(model) or {}  # of the nodes added too
+    count += _unpin_reshapes(model, batched, constants, shapes)
+    if count:
         _drop_unread(graph)
     return count
+
+
+def _unpin_reshapes(
+    model: onnx.ModelProto,
+    batched: Collection[str],
+    constants: dict[str, onnx.TensorProto],
+    shapes: dict[str, list[int]],
+) -> int:
+    """Each Reshape to a constant shape that holds the rows reshapes to its result at batch 1 with
+    -1 where the batch is: where workers/models/batch_placement.py follows the rows to it, else where
+    the result's sizes alone say (``_batch_position``). The number of Reshapes rewritten."""
+    placed = reshape_batch_axes(model, batched, shapes)
+    count = 0
+    for node in model.graph.node:
+        if not (node.domain in _STANDARD and len(node.input) > 1 and node.input[1] in constants):
+            continue
+        if node.op_type == "Reshape":
+            result = shapes.get(node.output[0])
+            at = _batch_position(result) if placed is None else placed.get(node.output[0])
+            rows, size = (np.array(result, np.int64), -1) if result else (None, -1)
+        elif node.op_type == "Expand" and placed is not None:
+            at = placed.get(node.output[0])
+            rows, size = numpy_helper.to_array(constants[node.input[1]]).astype(np.int64), 1
+        else:
+            continue
+        if rows is not None and at is not None:
+            name = f"{node.output[0]}_xaudit_rows_shape"
+            rows[at] = size
+            model.graph.initializer.append(numpy_helper.from_array(rows, name))
+            node.input[1] = name
+            count += 1
+    return count
+
+
+def _inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int]] | None:
+    """Every tensor's static shape at batch 1, from onnx's inference (whose findings are dropped from
+    the graph after, being no longer true of the rewritten one); None where it refuses the graph."""
+    try:
+        infer_shapes_light(model, data_prop=True)  # through the sizes the rewrites read at run time
+    except Exception:  # onnx's inference refuses some valid graphs: nothing to rewrite then
+        return None
+    shapes = _static_shapes(model.graph)
+    del model.graph.value_info[:]
+    return shapes
 
 
 def _resized_batch_pinned(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], opset: int) -> bool:

@@ -52,7 +52,7 @@ def _symbolic(
         for value in copy.graph.input:
             if value.name in batched and len(value.type.tensor_type.shape.dim) > 0:
                 value.type.tensor_type.shape.dim[0].dim_value = size  # static for the shapes' inference
-        rewritten = unpin_constant_shapes(copy)
+        rewritten = unpin_constant_shapes(copy, batched)
         if not rewritten:
             return None
     outputs = {value.name for value in copy.graph.output}

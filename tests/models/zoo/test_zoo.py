@@ -56,12 +56,10 @@ AUDITED = (
     # The dynamo exporter's operators that onnx2torch lacks (workers/models/onnx_converters.py).
     + ([] if FULL else [("shufflenet_v2_x0_5", "dynamo"), ("swin_t", "dynamo_batch2")])
     + [("vit_tiny", "dynamo_auto"), ("vit_tiny", "dynamo_batch2")]
-    # The exporter's defaults pin the batch to 1; re-batched (workers/models/pinned_shapes.py).
-    + [
-        (a, "dynamo_defaults")
-        for a in ARCHS
-        if a == "resnet18" or (FULL and not a.startswith(("vit", "swin")))
-    ]
+    # The exporter's defaults pin the batch to 1; re-batched (workers/models/pinned_shapes.py, and
+    # batch_placement.py for ViT's and Swin's sequence-first attention).
+    + [(a, "dynamo_defaults") for a in ARCHS if FULL or a == "resnet18"]
+    + [("vit_tiny", "dynamo_defaults")]
     + [(a, e) for a in sorted(DYNAMO_ARCHS) for e in ("dynamo", "torchscript") if FULL or e == "dynamo"]
     + [(a, e) for a in TIMM_ARCHS for e in ("dynamo", "legacy") if FULL or e == "dynamo"]
     + [
@@ -255,13 +253,13 @@ def test_torchvision_models_audit(
     elif arch.startswith("vit") and exporter.startswith("dynamo"):
         # From a batch-1 example the exporter pins ViT's batch to 1 (it keeps it dynamic for the
         # CNNs): declared (Dim("batch")), or declared symbolic with outputs of batch 1 (Dim.AUTO). Its
-        # class token concatenated at batch 1 and its heads' reshapes stop re-batching, even with the
-        # constant shapes rewritten (workers/models/pinned_shapes.py), so the model is evaluated one row per call: the
-        # LRP methods and Grad-CAM call its graph row by row, DeepLIFT (Captum's, two rows per call)
-        # is not applicable.
-        assert check["inputs"][0]["shape"].startswith("(1," if exporter == "dynamo" else "(s")
-        assert check["fixed_batch"] == 1 and not check["rebatched"]
-        assert "fixed batch of 1" in reasons["deeplift_rescale"]
+        # class token is concatenated at batch 1 and its attention, written sequence first, folds the
+        # batch into the heads' axis by Reshapes with no size of 1; the token expanded to the rows and
+        # the batch followed through the graph to those Reshapes (workers/models/batch_placement.py),
+        # it is re-batched, and DeepLIFT (Captum's, two rows per call) runs. Before, one row per call.
+        assert check["inputs"][0]["shape"].startswith("(s" if exporter == "dynamo_auto" else "(1,")
+        assert check["fixed_batch"] == 1 and check["rebatched"]
+        assert "deeplift_rescale" not in reasons, reasons
         assert not {"lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "grad_cam"} & set(reasons), reasons
         assert "integrated_gradients" not in reasons and "shapley_value" not in reasons
     if exporter == "dynamo_defaults":  # declared (1, 3, 32, 32), the batch written into its shapes

@@ -251,9 +251,10 @@ def _fixed_batch(flatten: str, batch: int | str = 1, rowwise_twin: bool = False)
     ``Reshape`` to (1, -1) as some exporters write it (at batch 1 the same model as one to (-1, 32):
     re-batched so, workers/models/pinned_shapes.py), ``Token``: the flattened row and a constant
     (1, 4) row concatenated, as a class token is at batch 1 (expanded to the rows, re-batched), or
-    ``Fold``: the row's 32 values folded to (4, 8) and back, a Reshape with no size of 1 to tell where
-    the batch goes, which pins the batch for good (``rowwise_twin``: to (-1, 4, 8) and (-1, 32), which
-    does not).
+    ``Fold``: the row's 32 values folded to (4, 8), a Reshape with no size of 1, turned to (8, 4) and
+    multiplied by a (4, 5) weight: at two rows the fold can only put them inside the 4, which the
+    weight contracts, so the batch stays pinned for good (``rowwise_twin``: folded to (-1, 4, 8) and
+    turned within each row, the same model at batch 1, which does not pin it).
     ``batch="s77"``: the input's batch declared symbolic but the output's fixed at 1, as
     torch.onnx.export (dynamo) writes a graph whose batch torch.export specialised (``Dim.AUTO`` on
     torchvision's ViT)."""
@@ -281,13 +282,19 @@ def _fixed_batch(flatten: str, batch: int | str = 1, rowwise_twin: bool = False)
         ]
         inits.append(nh.from_array(rng.standard_normal((1, 4)).astype(np.float32), "token"))
     if flatten == "Fold":
-        folded, unfolded = ([-1, 4, 8], [-1, 32]) if rowwise_twin else ([4, 8], [1, 32])
+        folded, turn, unfolded = (
+            ([-1, 4, 8], [0, 2, 1], [-1, 40]) if rowwise_twin else ([4, 8], [1, 0], [1, 40])
+        )
         nodes[2:] = [
             oh.make_node("Flatten", ["r"], ["rows"], name="flat"),
             oh.make_node("Reshape", ["rows", "folded"], ["fold"], name="fold"),
-            oh.make_node("Reshape", ["fold", "unfolded"], ["f"], name="unfold"),
+            oh.make_node("Transpose", ["fold"], ["turned"], name="turn", perm=turn),
+            oh.make_node("MatMul", ["turned", "mix"], ["mixed"], name="mix"),
+            oh.make_node("Reshape", ["mixed", "unfolded"], ["f"], name="unfold"),
             oh.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
         ]
+        inits[1] = nh.from_array(rng.standard_normal((40, 3)).astype(np.float32), "fc")
+        inits += [nh.from_array(rng.standard_normal((4, 5)).astype(np.float32), "mix")]
         inits += [
             nh.from_array(np.array(v, np.int64), n) for v, n in ((folded, "folded"), (unfolded, "unfolded"))
         ]

@@ -4,7 +4,6 @@ two rows at once give what each gives alone (workers/models/pinned_shapes.py, re
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 from torch import nn
 
-from workers.explain import explain
+from tests.unit.models._default_exports import default_and_dynamic, rebatched_as_the_twin
 from workers.inputs import held_inputs_section
 from workers.methods import AttributionContext, get_method
 from workers.models.pinned_shapes import unpin_constant_shapes
@@ -61,44 +60,7 @@ class _ConvNeXtHead(nn.Module):
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     """The head exported from a one-row example with the defaults, and with a dynamic batch."""
     torch.manual_seed(0)
-    return _default_and_dynamic(_ConvNeXtHead().eval(), X, tmp_path_factory.mktemp("pinned"))
-
-
-def _inlined(path: Path) -> bytes:
-    proto = onnx.load(str(path))  # reads model.onnx.data beside it
-    return proto.SerializeToString()
-
-
-def _default_and_dynamic(
-    module: nn.Module, rows: np.ndarray, folder: Path, name: str = "x"
-) -> dict[str, bytes]:
-    """``module`` exported by the dynamo exporter from one row with its defaults, and from two rows
-    with a dynamic batch (the twin), its one input named ``name``."""
-    found = {}
-    for kind, dynamic in (("defaults", None), ("dynamic", {name: {0: torch.export.Dim("batch")}})):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            example = (torch.from_numpy(rows[:1] if dynamic is None else rows[:2]),)
-            torch.onnx.export(
-                module, example, str(folder / f"{kind}.onnx"), dynamo=True, input_names=[name],
-                dynamic_shapes=dynamic,
-            )  # fmt: skip
-        found[kind] = _inlined(folder / f"{kind}.onnx")
-    return found
-
-
-def _rebatched_as_the_twin(
-    exports: dict[str, bytes], inputs: np.ndarray, spec: JobSpec, floor: float
-) -> None:
-    """The default export is re-batched, and its outputs and attributions (``spec.methods``, each
-    larger than ``floor`` somewhere) are the dynamic twin's."""
-    pinned, twin = (prepare(spec, exports[k], None, {"inputs": inputs}) for k in ("defaults", "dynamic"))
-    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
-    np.testing.assert_allclose(pinned.full_outputs, twin.full_outputs, rtol=1e-5, atol=1e-6)
-    got, want = (explain(p, spec.methods).attributions for p in (pinned, twin))
-    for name in spec.methods:
-        assert np.abs(want[name]).max() > floor, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    return default_and_dynamic(_ConvNeXtHead().eval(), X, tmp_path_factory.mktemp("pinned"))
 
 
 def test_the_defaults_pin_the_batch_in_constant_shapes(exports: dict[str, bytes]) -> None:
@@ -171,7 +133,7 @@ def test_a_rewrite_that_would_mix_rows_is_refused_by_the_two_row_check() -> None
     model = _transposed_flatten()
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(model)
-    assert unpin_constant_shapes(rewritten) == 1  # rewritten, so only the check stands in the way
+    assert unpin_constant_shapes(rewritten, {"x"}) == 1  # rewritten, so only the check stands in the way
     assert not any(n.op_type == "Constant" for n in rewritten.graph.node)  # the replaced shape dropped
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rows = np.random.default_rng(6).standard_normal((1, 4, 3)).astype(np.float32)
@@ -202,7 +164,7 @@ def test_a_gather_that_is_not_the_identity_is_kept() -> None:
         ],
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
-    assert unpin_constant_shapes(model) == 0
+    assert unpin_constant_shapes(model, {"x"}) == 0
     assert [n.op_type for n in model.graph.node] == ["Reshape", "Gather"]
 
 
@@ -231,12 +193,12 @@ def test_a_default_export_of_a_text_rnn_is_rebatched_as_its_dynamic_twin(
     Gradients 406 s), DeepLIFT not applicable; re-batched, 6.7 s."""
     torch.manual_seed(1)
     ids = np.random.default_rng(2).integers(1, 40, (3, 10)).astype(np.int64)
-    exports = _default_and_dynamic(_TextRnn(cell, bidirectional).eval(), ids, tmp_path, "ids")
+    exports = default_and_dynamic(_TextRnn(cell, bidirectional).eval(), ids, tmp_path, "ids")
     proto = onnx.load_from_string(exports["defaults"])
     assert [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim] == [1, 10]
     assert cell in {n.op_type for n in proto.graph.node}
     spec = JobSpec(kind="attribution", players="tokens", baseline="token:0", device="cpu", methods=METHODS)
-    _rebatched_as_the_twin(exports, ids, spec, floor=1e-3)
+    rebatched_as_the_twin(exports, ids, spec, floor=1e-3)
 
 
 @pytest.mark.parametrize("state", [0.0, 0.5])
@@ -259,7 +221,7 @@ def test_only_a_zero_initial_state_is_left_to_the_operator(state: float) -> None
     before = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = rng.standard_normal((5, 1, 3)).astype(np.float32)
     want = before.run(None, {"x": x})[0]
-    assert unpin_constant_shapes(model) == (1 if state == 0.0 else 0)
+    assert unpin_constant_shapes(model, {"x"}) == (1 if state == 0.0 else 0)
     assert (model.graph.node[0].input[5] == "") == (state == 0.0)
     after = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(after.run(None, {"x": x})[0], want, rtol=1e-6)
@@ -283,11 +245,11 @@ def test_a_resize_to_a_fixed_size_is_rebatched_as_its_dynamic_twin(tmp_path: Pat
     """The dynamo exporter writes the interpolation as Resize to sizes (1, 4, 8, 8): it pinned the
     batch (torchvision's lraspp_mobilenet_v3_large exported with the defaults ran one row per call)."""
     torch.manual_seed(2)
-    exports = _default_and_dynamic(_UpsamplingHead().eval(), X, tmp_path)
+    exports = default_and_dynamic(_UpsamplingHead().eval(), X, tmp_path)
     resize = next(n for n in onnx.load_from_string(exports["defaults"]).graph.node if n.op_type == "Resize")
     assert resize.input[3]  # to sizes, not scales
     spec = JobSpec(kind="attribution", players="grid:2x2", device="cpu", methods=METHODS)
-    _rebatched_as_the_twin(exports, X, spec, floor=1e-4)
+    rebatched_as_the_twin(exports, X, spec, floor=1e-4)
 
 
 class _HfVit(nn.Module):
@@ -309,8 +271,8 @@ def test_a_default_export_of_transformers_vit_is_rebatched_as_its_dynamic_twin(t
     """From one row the exporter drops the class token's expansion to the batch and concatenates the
     (1, 1, 32) parameter itself to the patches: the token is expanded to the rows again."""
     torch.manual_seed(3)
-    exports = _default_and_dynamic(_HfVit().eval(), X, tmp_path)
+    exports = default_and_dynamic(_HfVit().eval(), X, tmp_path)
     ops = [n.op_type for n in onnx.load_from_string(exports["defaults"]).graph.node]
     assert "Concat" in ops and "Expand" not in ops
     spec = JobSpec(kind="attribution", players="grid:2x2", device="cpu", methods=METHODS)
-    _rebatched_as_the_twin(exports, X, spec, floor=1e-4)
+    rebatched_as_the_twin(exports, X, spec, floor=1e-4)

@@ -114,15 +114,17 @@ def test_a_default_bert_export_takes_a_mask_per_sample_and_is_rebatched(
 
 
 def _folded_features() -> bytes:
-    """x (1, 4) and m (1, 4) -> x * m -> Reshape (2, 2) -> Reshape (1, 4) -> MatMul: the fold, with no
-    size of 1 to tell where the batch goes, pins the batch for good, so the model runs one row per
-    call, with m per sample."""
+    """x (1, 4) and m (1, 4) -> x * m -> Reshape (2, 2) -> Transpose -> MatMul (2, 2) -> Reshape (1, 4)
+    -> MatMul: at two rows the fold can only put them inside the axis the first weight contracts, so
+    the batch stays pinned for good and the model runs one row per call, with m per sample."""
     rng = np.random.default_rng(8)
     graph = oh.make_graph(
         [
             oh.make_node("Mul", ["x", "m"], ["xm"]),
             oh.make_node("Reshape", ["xm", "folded"], ["fold"]),
-            oh.make_node("Reshape", ["fold", "row"], ["f"]),
+            oh.make_node("Transpose", ["fold"], ["turned"], perm=[1, 0]),
+            oh.make_node("MatMul", ["turned", "mix"], ["mixed"]),
+            oh.make_node("Reshape", ["mixed", "row"], ["f"]),
             oh.make_node("MatMul", ["f", "w"], ["y"]),
         ],
         "g",
@@ -132,6 +134,7 @@ def _folded_features() -> bytes:
             nh.from_array(np.array([2, 2], np.int64), "folded"),
             nh.from_array(np.array([1, 4], np.int64), "row"),
             nh.from_array(rng.standard_normal((4, 2)).astype(np.float32), "w"),
+            nh.from_array(rng.standard_normal((2, 2)).astype(np.float32), "mix"),
         ],
     )
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8).SerializeToString()

@@ -1,0 +1,52 @@
+"""Models exported from one row with the dynamo exporter's defaults, beside twins exported with a
+dynamic batch, and the check that xaudit re-batches the first into the second (test_pinned_shapes.py,
+test_sequence_first_attention.py)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+from workers.explain import explain
+from workers.prepare import prepare
+from xaudit.contract.spec import JobSpec
+
+
+def inlined(path: Path) -> bytes:
+    proto = onnx.load(str(path))  # reads model.onnx.data beside it
+    return proto.SerializeToString()
+
+
+def default_and_dynamic(
+    module: nn.Module, rows: np.ndarray, folder: Path, name: str = "x"
+) -> dict[str, bytes]:
+    """``module`` exported by the dynamo exporter from one row with its defaults, and from two rows
+    with a dynamic batch (the twin), its one input named ``name``."""
+    found = {}
+    for kind, dynamic in (("defaults", None), ("dynamic", {name: {0: torch.export.Dim("batch")}})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            example = (torch.from_numpy(rows[:1] if dynamic is None else rows[:2]),)
+            torch.onnx.export(
+                module, example, str(folder / f"{kind}.onnx"), dynamo=True, input_names=[name],
+                dynamic_shapes=dynamic,
+            )  # fmt: skip
+        found[kind] = inlined(folder / f"{kind}.onnx")
+    return found
+
+
+def rebatched_as_the_twin(exports: dict[str, bytes], inputs: np.ndarray, spec: JobSpec, floor: float) -> None:
+    """The default export is re-batched, and its outputs and attributions (``spec.methods``, each
+    larger than ``floor`` somewhere) are the dynamic twin's."""
+    pinned, twin = (prepare(spec, exports[k], None, {"inputs": inputs}) for k in ("defaults", "dynamic"))
+    assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
+    np.testing.assert_allclose(pinned.full_outputs, twin.full_outputs, rtol=1e-5, atol=1e-6)
+    got, want = (explain(p, spec.methods).attributions for p in (pinned, twin))
+    for name in spec.methods:
+        assert np.abs(want[name]).max() > floor, name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)

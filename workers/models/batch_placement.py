@@ -1,0 +1,305 @@
+"""Where the batch goes in each constant ``Reshape`` of a fixed-batch graph, found by following it.
+
+A Reshape to a constant shape that holds the batch of 1 as a size of its own is rewritten by that
+size alone (workers/models/pinned_shapes.py). Attention written sequence first has none: torch's
+``nn.MultiheadAttention`` reshapes the (L, 1, E) queries to (L, H, d) and later its (L, 1, H, d)
+result to (L, E), and the sizes alone do not say whether the rows go into (L, B*H, d) or
+(L*B, H, d). Both keep the memory order at batch 1; one attends within a row and the other across.
+
+So the graph is walked in order at a probe batch of :data:`PROBE` rows, each tensor's shape found by
+onnx's inference node by node, and the batch followed as (axis, inner): the axis that holds it and
+the product of that axis' sizes laid out inside it (1 where the batch is the axis' major factor or
+the axis itself). A Reshape keeps the number of elements laid out after the batch, so its result can
+hold the batch in few places, tried in order: an axis of size 1 of its own, then the later axes
+first (the batch beside the heads, as attention needs it). A choice is undone, and the next tried,
+where a later node's shapes disagree at the probe batch (a Linear given (L, B*E)), where the batch
+would stand in two axes of one tensor (a product of every row with every other), or where an output
+does not lead with the rows. The walk is bounded; where it is undecided or an operator is beyond
+onnx's inference, the caller keeps its local rule. Either way rebatch.py's two-row check decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from workers.models.onnx_nodes import constant_tensors
+from workers.models.onnx_shapes import SHAPE_BYTES
+
+__all__ = ["PROBE", "reshape_batch_axes"]
+
+PROBE = 3  # rows: a prime, so that a batch folded with another axis cannot pass for a size of its own
+_STANDARD = ("", "ai.onnx")
+# Operators that keep the memory order: the batch keeps the elements laid out after it.
+_RESHAPING = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+_MAX_CHOICES = 400  # nested ambiguous Reshapes (the walk recurses once per choice)
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    dims: tuple[int, ...]  # at the probe batch
+    elem_type: int
+    batch: tuple[int, int | None] | None  # (axis, inner); inner None where it could not be followed
+    value: np.ndarray | None = None  # small tensors whose values are known (shapes, indices)
+
+
+class _Undecided(Exception):
+    """The walk cannot follow the batch through this graph (or ran out of steps)."""
+
+
+class _Refuted(Exception):
+    """A node's shapes at the probe batch contradict the places chosen for the rows before it."""
+
+
+def reshape_batch_axes(
+    model: onnx.ModelProto, batched: Collection[str], shapes: Mapping[str, list[int]]
+) -> dict[str, int] | None:
+    """The axis of each constant Reshape's result, and of each constant Expand's shape, that holds
+    the rows (by the node's output's name), for the nodes the rows reach; None where the walk cannot
+    decide. ``shapes`` are the graph's static shapes at batch 1 (every tensor's, from onnx's
+    inference); the inputs ``batched`` lead with their rows."""
+    try:
+        walk = _Walk(model, batched, shapes)
+        return dict(walk.placed) if walk.search(0, 0) else None
+    except _Undecided:
+        return None
+
+
+class _Walk:
+    def __init__(
+        self, model: onnx.ModelProto, batched: Collection[str], shapes: Mapping[str, list[int]]
+    ) -> None:
+        graph = model.graph
+        if any(_has_subgraph(node) for node in graph.node) or model.functions:
+            raise _Undecided  # control flow and local functions are beyond a node-by-node walk
+        self.nodes = list(graph.node)
+        self.shapes = shapes
+        self.opsets = list(model.opset_import)
+        self.versions = {o.domain or "": o.version for o in model.opset_import}
+        self.outputs = [o.name for o in graph.output]
+        self.constants = set(constant_tensors(graph))  # shapes written in the graph, not computed
+        self.tensors: dict[str, _Tensor] = {}
+        self.added: list[str] = []  # names in the order set, to undo a branch's
+        self.placed: dict[str, int] = {}
+        self.steps = max(1000, 4 * len(self.nodes))
+        for tensor in graph.initializer:
+            value = numpy_helper.to_array(tensor) if _nbytes(tensor) <= SHAPE_BYTES else None
+            self.tensors[tensor.name] = _Tensor(tuple(tensor.dims), tensor.data_type, None, value)
+        for value_info in graph.input:
+            dims = shapes.get(value_info.name)
+            if value_info.name in self.tensors:
+                continue
+            if dims is None:
+                raise _Undecided
+            rows = value_info.name in batched and len(dims) > 0 and dims[0] == 1
+            at_probe = (PROBE, *dims[1:]) if rows else tuple(dims)
+            elem = value_info.type.tensor_type.elem_type
+            self.tensors[value_info.name] = _Tensor(at_probe, elem, (0, 1) if rows else None)
+
+    def search(self, start: int, depth: int) -> bool:
+        """Walk the nodes from ``start``; at a Reshape the rows reach, try each place for them."""
+        if depth > _MAX_CHOICES:
+            raise _Undecided
+        for k in range(start, len(self.nodes)):
+            self.steps -= 1
+            if self.steps < 0:
+                raise _Undecided
+            node = self.nodes[k]
+            places = self._places(node)
+            if places is None:
+                try:
+                    self._step(node)
+                except _Refuted:
+                    return False
+                continue
+            mark = len(self.added)
+            for axis, inner in places:
+                self._set_reshaped(node, axis, inner)
+                if self.search(k + 1, depth + 1):
+                    return True
+                self._undo(mark)
+            return False
+        return self._outputs_lead_with_rows()
+
+    def _places(self, node: onnx.NodeProto) -> list[tuple[int, int]] | None:
+        """For a Reshape to a constant shape of a tensor that holds the rows: the (axis, inner) its
+        result can hold them at, in the order tried; None for any other node."""
+        if node.op_type != "Reshape" or node.domain not in _STANDARD:
+            return None
+        source = self.tensors.get(node.input[0])
+        if source is None or source.batch is None or node.input[1] not in self.constants:
+            return None
+        axis, inner = source.batch
+        result, before = self.shapes.get(node.output[0]), self.shapes.get(node.input[0])
+        if inner is None or result is None or before is None or 0 in result:
+            return []
+        after = inner * math.prod(before[axis + 1 :])  # elements laid out after the batch
+        places = []
+        for at, size in enumerate(result):
+            laid_after = math.prod(result[at + 1 :])
+            if after % laid_after == 0 and size % (after // laid_after) == 0:
+                places.append((at, after // laid_after))
+        own = [(at, i) for at, i in places if result[at] == 1]
+        return own + [p for p in reversed(places) if result[p[0]] != 1]
+
+    def _set_reshaped(self, node: onnx.NodeProto, axis: int, inner: int) -> None:
+        dims = list(self.shapes[node.output[0]])
+        dims[axis] *= PROBE
+        elem = self.tensors[node.input[0]].elem_type
+        self._add(node.output[0], _Tensor(tuple(dims), elem, (axis, inner)))
+        self.placed[node.output[0]] = axis
+
+    def _step(self, node: onnx.NodeProto) -> None:
+        """The node's outputs at the probe batch."""
+        for name in node.output:
+            self.placed.pop(name, None)  # a choice a branch given up made
+        inputs = [self.tensors.get(name) if name else None for name in node.input]
+        if any(name and tensor is None for name, tensor in zip(node.input, inputs, strict=True)):
+            raise _Undecided  # a tensor no earlier node wrote
+        if node.op_type == "Shape" and node.domain in _STANDARD and inputs[0] is not None:
+            ends = {a.name: a.i for a in node.attribute}
+            dims = inputs[0].dims
+            sizes = np.array(dims[ends.get("start", 0) : ends.get("end", len(dims))], np.int64)
+            self._add(node.output[0], _Tensor((len(sizes),), onnx.TensorProto.INT64, None, sizes))
+            return
+        found = self._infer(node, self._expanded_rows(node))
+        value = self._value(node, inputs, found)
+        for name, (dims, elem) in found.items():
+            self._add(name, _Tensor(dims, elem, self._batch_of(node, name, dims, inputs), value))
+
+    def _expanded_rows(self, node: onnx.NodeProto) -> dict[str, np.ndarray]:
+        """An Expand of the rows to a constant shape that names their size at batch 1 (torch writes
+        ``expand_as`` so: (49, 3, 64, 32) for swin_v2's 49 windows of one image) expands by 1 there,
+        which keeps the rows: that shape, by its name, for the inference; nothing for other nodes."""
+        if not (node.op_type == "Expand" and node.domain in _STANDARD and node.input[1] in self.constants):
+            return {}
+        source, shape = self.tensors[node.input[0]], self.tensors[node.input[1]]
+        alone = self.shapes.get(node.input[0])
+        if source.batch is None or shape.value is None or alone is None:
+            return {}
+        axis = source.batch[0] + len(shape.value) - len(source.dims)
+        if axis < 0 or shape.value[axis] == 1 or shape.value[axis] != alone[source.batch[0]]:
+            return {}
+        ones = shape.value.copy()
+        ones[axis] = 1
+        self.placed[node.output[0]] = axis
+        return {node.input[1]: ones}
+
+    def _infer(
+        self, node: onnx.NodeProto, given: Mapping[str, np.ndarray]
+    ) -> dict[str, tuple[tuple[int, ...], int]]:
+        """onnx's inference of the node's output shapes and types at the probe batch (``given``:
+        values that replace inputs' own)."""
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.versions.get(node.domain or "", 1), node.domain)
+        except Exception as exc:  # an operator of a domain onnx does not know
+            raise _Undecided from exc
+        types, data = {}, {}
+        for name in filter(None, node.input):
+            tensor = self.tensors[name]
+            types[name] = helper.make_tensor_type_proto(tensor.elem_type, list(tensor.dims))
+            value = given.get(name, tensor.value)
+            if value is not None:
+                data[name] = numpy_helper.from_array(value, name)
+        try:
+            inferred = onnx.shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=self.opsets
+            )
+        except Exception as exc:  # the shapes disagree (or onnx cannot tell: the budget bounds that)
+            raise _Refuted from exc
+        found = {}
+        for name in filter(None, node.output):
+            kind = inferred.get(name)
+            if kind is None or not kind.HasField("tensor_type") or not kind.tensor_type.HasField("shape"):
+                raise _Undecided
+            dims = kind.tensor_type.shape.dim
+            if not all(d.HasField("dim_value") for d in dims):
+                raise _Undecided  # a size known only at run time (NonZero...)
+            found[name] = (tuple(d.dim_value for d in dims), kind.tensor_type.elem_type)
+        return found
+
+    def _value(
+        self,
+        node: onnx.NodeProto,
+        inputs: list[_Tensor | None],
+        found: Mapping[str, tuple[tuple[int, ...], int]],
+    ) -> np.ndarray | None:
+        """A one-output node's value where every input's is known and the output is small (the sizes
+        an Expand or a Resize is given, computed from the rows' count)."""
+        if len(found) != 1 or any(t is not None and t.value is None for t in inputs):
+            return None
+        if any(math.prod(dims) * 8 > SHAPE_BYTES for dims, _ in found.values()):
+            return None
+        feeds = {name: t.value for name, t in zip(node.input, inputs, strict=True) if t is not None}
+        try:
+            return np.asarray(ReferenceEvaluator(node).run(None, feeds)[0])  # type: ignore[index]
+        except Exception:  # values help later nodes' inference; they are not needed
+            return None
+
+    def _batch_of(
+        self, node: onnx.NodeProto, name: str, dims: tuple[int, ...], inputs: list[_Tensor | None]
+    ) -> tuple[int, int | None] | None:
+        """Where an output holds the rows, from its shapes at batch 1 and at the probe batch (None
+        where it holds none); refuted where they are not one batch in one axis."""
+        alone = self.shapes.get(name)
+        if alone is None:
+            raise _Undecided
+        grown = [k for k, (a, b) in enumerate(zip(alone, dims, strict=False)) if a != b]
+        if len(alone) != len(dims) or len(grown) > 1 or (grown and dims[grown[0]] != PROBE * alone[grown[0]]):
+            raise _Refuted  # the rows in two axes (every row met with every other), or lost
+        if not grown:
+            return None
+        axis = grown[0]
+        if alone[axis] == 1:
+            return axis, 1
+        rows = [(t.batch, self.shapes[n]) for t, n in zip(inputs, node.input, strict=True) if t and t.batch]
+        if node.op_type in _RESHAPING and node.domain in _STANDARD and rows:
+            (source_axis, inner), before = rows[0]
+            if inner is None:
+                return axis, None
+            after = inner * math.prod(before[source_axis + 1 :])
+            laid_after = math.prod(alone[axis + 1 :])
+            if after % laid_after or alone[axis] % (after // laid_after):
+                raise _Refuted
+            return axis, after // laid_after
+        carried = {inner for (at, inner), before in rows if before[at] == alone[axis]}
+        return axis, (carried.pop() if len(carried) == 1 else None)
+
+    def _outputs_lead_with_rows(self) -> bool:
+        """Every output declared with a leading 1 holds the rows there, and no other holds them."""
+        for name in self.outputs:
+            tensor, alone = self.tensors.get(name), self.shapes.get(name)
+            if tensor is None or alone is None:
+                return False
+            held, leads = tensor.batch is not None, bool(alone) and alone[0] == 1
+            if held != leads or (tensor.batch is not None and tensor.batch[0] != 0):
+                return False
+        return True
+
+    def _add(self, name: str, tensor: _Tensor) -> None:
+        self.tensors[name] = tensor
+        self.added.append(name)
+
+    def _undo(self, mark: int) -> None:
+        for name in self.added[mark:]:
+            del self.tensors[name]
+            self.placed.pop(name, None)
+        del self.added[mark:]
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.HasField("g") or len(a.graphs) for a in node.attribute)
+
+
+def _nbytes(tensor: onnx.TensorProto) -> int:
+    try:
+        width = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return SHAPE_BYTES + 1  # no numpy type: never read as a value
+    return math.prod(tensor.dims) * width
