@@ -186,6 +186,7 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
     check.explained = explained.name
     check.fixed_batch = explained.fixed_batch
     check.rows_coupled_by = graph.rows_coupled_by
+    declared = graph  # the shapes as the user exported them, whatever is widened below
     if explained.fixed_batch == 1:
         from workers.inputs import rebatched_graph
 
@@ -195,10 +196,11 @@ def _onnx(data: bytes, path: str) -> ModelCheck:
             graph, explained = widened, widened.input(explained.name)
     for spec in graph.inputs:
         axis = batch_axis(spec, explained)
+        dims = declared.input(spec.name).dims
         check.inputs.append(
-            {"name": spec.name, "dtype": str(spec.dtype), "shape": _shape(spec.dims), "batch_axis": axis}
+            {"name": spec.name, "dtype": str(spec.dtype), "shape": _shape(dims), "batch_axis": axis}
         )
-    types = {o.name: o for o in graph.session.get_outputs()}
+    types = {o.name: o for o in declared.session.get_outputs()}
     for name in graph.outputs:
         arg = types[name]
         dims = tuple(d if isinstance(d, (int, str)) and d != "" else None for d in arg.shape)

@@ -354,6 +354,7 @@ def test_inspect_says_whether_a_fixed_batch_was_rebatched_and_how_to_export_one_
     text = inspect_model(_fixed_batch(flatten)).text()
     if flatten == "Reshape":
         assert "re-batched, many rows per call" in text and "dynamic_shapes" not in text
+        assert "(1, 3, 6, 6)" in text and "xaudit_batch" not in text  # shapes as exported, not as widened
     else:
         assert "fixed batch size 1: evaluated 1 row(s) per model call" in text
         assert 'an example of two rows and dynamic_shapes={0: torch.export.Dim("batch")}' in text
