@@ -29,24 +29,39 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from workers.models.onnx_nodes import constant_tensors
 from workers.models.onnx_shapes import SHAPE_BYTES
 
-__all__ = ["PROBE", "reshape_batch_axes"]
+__all__ = ["PROBE", "OneRow", "one_row_tensors", "shapes_keeping_rows"]
 
 PROBE = 3  # rows: a prime, so that a batch folded with another axis cannot pass for a size of its own
 _STANDARD = ("", "ai.onnx")
 # Operators that keep the memory order: the batch keeps the elements laid out after it.
 _RESHAPING = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+_SHAPED = ("Reshape", "Expand")  # operators given a shape, which an exporter may have fixed
 _MAX_CHOICES = 400  # nested ambiguous Reshapes (the walk recurses once per choice)
 
 
 @dataclass(frozen=True)
+class OneRow:
+    """A tensor at one row: its sizes, and whether it is computed from the graph's constants alone
+    (the legacy exporter writes ``expand(1, -1, -1)`` of a class token as such a computation)."""
+
+    dims: tuple[int, ...]
+    fixed: bool
+    value: np.ndarray | None  # where it is small and known (a shape)
+
+
+@dataclass(frozen=True)
 class _Tensor:
-    dims: tuple[int, ...]  # at the probe batch
+    dims: tuple[int, ...]  # at the walk's rows
     elem_type: int
-    batch: tuple[int, int | None] | None  # (axis, inner); inner None where it could not be followed
+    fixed: bool  # from constants alone: the same at any batch
+    batch: tuple[int, int | None] | None = None  # (axis, inner); inner None where it was not followed
     value: np.ndarray | None = None  # small tensors whose values are known (shapes, indices)
+    # Its rows come from the explained input's. A held input's rows are one sample's, repeated in
+    # every call (workers/models/named.py): a graph may read its first alone (BERT's mask, exported
+    # from one row, is gathered at row 0's positions) where the explained rows must stay apart.
+    explains: bool = False
 
 
 class _Undecided(Exception):
@@ -57,50 +72,77 @@ class _Refuted(Exception):
     """A node's shapes at the probe batch contradict the places chosen for the rows before it."""
 
 
-def reshape_batch_axes(
-    model: onnx.ModelProto, batched: Collection[str], shapes: Mapping[str, list[int]]
-) -> dict[str, int] | None:
-    """The axis of each constant Reshape's result, and of each constant Expand's shape, that holds
-    the rows (by the node's output's name), for the nodes the rows reach; None where the walk cannot
-    decide. ``shapes`` are the graph's static shapes at batch 1 (every tensor's, from onnx's
-    inference); the inputs ``batched`` lead with their rows."""
+def one_row_tensors(model: onnx.ModelProto) -> dict[str, OneRow] | None:
+    """Every tensor of ``model`` (its batch declared 1) at one row, through the sizes it computes
+    from sizes, which onnx's own inference leaves open; None where the walk cannot go through."""
     try:
-        walk = _Walk(model, batched, shapes)
-        return dict(walk.placed) if walk.search(0, 0) else None
+        walk = _Walk(model, "", (), 1, {})
+        found = walk.search(0, 0)
+        return {n: OneRow(t.dims, t.fixed, t.value) for n, t in walk.tensors.items()} if found else None
+    except _Undecided:
+        return None
+
+
+def shapes_keeping_rows(
+    model: onnx.ModelProto, explained: str, held: Collection[str]
+) -> dict[str, np.ndarray] | None:
+    """For each Reshape and Expand the rows reach whose shape is fixed in the graph (by the node's
+    output's name): the shape that keeps the rows, the same at one row (a Reshape's result with -1
+    where the rows go, an Expand's shape with 1 there). None where the walk cannot decide. The input
+    ``explained`` and the inputs ``held`` lead with their rows, declared 1."""
+    alone = one_row_tensors(model)
+    if alone is None:
+        return None
+    try:
+        walk = _Walk(model, explained, held, PROBE, alone)
+        return dict(walk.kept) if walk.search(0, 0) else None
     except _Undecided:
         return None
 
 
 class _Walk:
+    """The graph's nodes in order at ``rows`` rows: at one row, its tensors; at more, where the rows
+    go, the tensors at one row given (``alone``)."""
+
     def __init__(
-        self, model: onnx.ModelProto, batched: Collection[str], shapes: Mapping[str, list[int]]
+        self,
+        model: onnx.ModelProto,
+        explained: str,
+        held: Collection[str],
+        rows: int,
+        alone: Mapping[str, OneRow],
     ) -> None:
         graph = model.graph
         if any(_has_subgraph(node) for node in graph.node) or model.functions:
             raise _Undecided  # control flow and local functions are beyond a node-by-node walk
         self.nodes = list(graph.node)
-        self.shapes = shapes
+        self.rows = rows
+        self.shapes = {name: tensor.dims for name, tensor in alone.items()}
+        self.alone = alone
         self.opsets = list(model.opset_import)
         self.versions = {o.domain or "": o.version for o in model.opset_import}
         self.outputs = [o.name for o in graph.output]
-        self.constants = set(constant_tensors(graph))  # shapes written in the graph, not computed
         self.tensors: dict[str, _Tensor] = {}
         self.added: list[str] = []  # names in the order set, to undo a branch's
-        self.placed: dict[str, int] = {}
+        self.kept: dict[str, np.ndarray] = {}
         self.steps = max(1000, 4 * len(self.nodes))
         for tensor in graph.initializer:
             value = numpy_helper.to_array(tensor) if _nbytes(tensor) <= SHAPE_BYTES else None
-            self.tensors[tensor.name] = _Tensor(tuple(tensor.dims), tensor.data_type, None, value)
+            self.tensors[tensor.name] = _Tensor(tuple(tensor.dims), tensor.data_type, True, value=value)
         for value_info in graph.input:
-            dims = shapes.get(value_info.name)
+            kind = value_info.type.tensor_type
             if value_info.name in self.tensors:
                 continue
-            if dims is None:
+            if not kind.HasField("shape") or not all(d.HasField("dim_value") for d in kind.shape.dim):
                 raise _Undecided
-            rows = value_info.name in batched and len(dims) > 0 and dims[0] == 1
-            at_probe = (PROBE, *dims[1:]) if rows else tuple(dims)
-            elem = value_info.type.tensor_type.elem_type
-            self.tensors[value_info.name] = _Tensor(at_probe, elem, (0, 1) if rows else None)
+            dims = tuple(d.dim_value for d in kind.shape.dim)
+            name = value_info.name
+            leads = name in (explained, *held) and len(dims) > 0 and dims[0] == 1 and rows > 1
+            at_rows = (rows, *dims[1:]) if leads else dims
+            batch = (0, 1) if leads else None
+            self.tensors[name] = _Tensor(
+                at_rows, kind.elem_type, False, batch, explains=leads and name == explained
+            )
 
     def search(self, start: int, depth: int) -> bool:
         """Walk the nodes from ``start``; at a Reshape the rows reach, try each place for them."""
@@ -125,17 +167,29 @@ class _Walk:
                     return True
                 self._undo(mark)
             return False
-        return self._outputs_lead_with_rows()
+        return self.rows == 1 or self._outputs_lead_with_rows()
+
+    def _fixed_shape(self, node: onnx.NodeProto) -> np.ndarray | None:
+        """The shape a Reshape or an Expand of the rows is given, where it is the same as at one row:
+        a constant, or computed without the rows' count (the legacy exporter reads a window's sizes
+        from the input's shape and writes its batch of 1 as a constant beside them)."""
+        if self.rows == 1 or node.op_type not in _SHAPED or node.domain not in _STANDARD:
+            return None
+        source, shape = self.tensors.get(node.input[0]), self.tensors.get(node.input[1])
+        alone = self.alone.get(node.input[1])
+        if source is None or source.batch is None or shape is None or alone is None:
+            return None
+        same = (
+            shape.value is not None and alone.value is not None and np.array_equal(shape.value, alone.value)
+        )
+        return shape.value if same else None
 
     def _places(self, node: onnx.NodeProto) -> list[tuple[int, int]] | None:
-        """For a Reshape to a constant shape of a tensor that holds the rows: the (axis, inner) its
-        result can hold them at, in the order tried; None for any other node."""
-        if node.op_type != "Reshape" or node.domain not in _STANDARD:
+        """For a Reshape of the rows to a fixed shape: the (axis, inner) its result can hold them at,
+        in the order tried; None for any other node."""
+        if node.op_type != "Reshape" or self._fixed_shape(node) is None:
             return None
-        source = self.tensors.get(node.input[0])
-        if source is None or source.batch is None or node.input[1] not in self.constants:
-            return None
-        axis, inner = source.batch
+        axis, inner = self.tensors[node.input[0]].batch  # type: ignore[misc]
         result, before = self.shapes.get(node.output[0]), self.shapes.get(node.input[0])
         if inner is None or result is None or before is None or 0 in result:
             return []
@@ -149,52 +203,59 @@ class _Walk:
         return own + [p for p in reversed(places) if result[p[0]] != 1]
 
     def _set_reshaped(self, node: onnx.NodeProto, axis: int, inner: int) -> None:
-        dims = list(self.shapes[node.output[0]])
-        dims[axis] *= PROBE
+        alone = self.shapes[node.output[0]]
+        dims = list(alone)
+        dims[axis] *= self.rows
         elem = self.tensors[node.input[0]].elem_type
-        self._add(node.output[0], _Tensor(tuple(dims), elem, (axis, inner)))
-        self.placed[node.output[0]] = axis
+        explains = self.tensors[node.input[0]].explains
+        self._add(node.output[0], _Tensor(tuple(dims), elem, False, (axis, inner), explains=explains))
+        shape = np.array(alone, np.int64)
+        shape[axis] = -1
+        self.kept[node.output[0]] = shape
 
     def _step(self, node: onnx.NodeProto) -> None:
-        """The node's outputs at the probe batch."""
+        """The node's outputs at the walk's rows."""
         for name in node.output:
-            self.placed.pop(name, None)  # a choice a branch given up made
+            self.kept.pop(name, None)  # a choice a branch given up made
         inputs = [self.tensors.get(name) if name else None for name in node.input]
         if any(name and tensor is None for name, tensor in zip(node.input, inputs, strict=True)):
             raise _Undecided  # a tensor no earlier node wrote
+        fixed = all(t is None or t.fixed for t in inputs)
         if node.op_type == "Shape" and node.domain in _STANDARD and inputs[0] is not None:
             ends = {a.name: a.i for a in node.attribute}
             dims = inputs[0].dims
             sizes = np.array(dims[ends.get("start", 0) : ends.get("end", len(dims))], np.int64)
-            self._add(node.output[0], _Tensor((len(sizes),), onnx.TensorProto.INT64, None, sizes))
+            self._add(node.output[0], _Tensor((len(sizes),), onnx.TensorProto.INT64, fixed, value=sizes))
             return
         found = self._infer(node, self._expanded_rows(node))
         value = self._value(node, inputs, found)
+        explains = any(t is not None and t.batch is not None and t.explains for t in inputs)
         for name, (dims, elem) in found.items():
-            self._add(name, _Tensor(dims, elem, self._batch_of(node, name, dims, inputs), value))
+            batch = self._batch_of(node, name, dims, inputs)
+            self._add(name, _Tensor(dims, elem, fixed, batch, value, explains and batch is not None))
 
     def _expanded_rows(self, node: onnx.NodeProto) -> dict[str, np.ndarray]:
-        """An Expand of the rows to a constant shape that names their size at batch 1 (torch writes
+        """An Expand of the rows to a fixed shape that names their size at one row (torch writes
         ``expand_as`` so: (49, 3, 64, 32) for swin_v2's 49 windows of one image) expands by 1 there,
         which keeps the rows: that shape, by its name, for the inference; nothing for other nodes."""
-        if not (node.op_type == "Expand" and node.domain in _STANDARD and node.input[1] in self.constants):
+        shape = self._fixed_shape(node) if node.op_type == "Expand" else None
+        if shape is None:
             return {}
-        source, shape = self.tensors[node.input[0]], self.tensors[node.input[1]]
-        alone = self.shapes.get(node.input[0])
-        if source.batch is None or shape.value is None or alone is None:
+        source, alone = self.tensors[node.input[0]], self.shapes.get(node.input[0])
+        if source.batch is None or alone is None:
             return {}
-        axis = source.batch[0] + len(shape.value) - len(source.dims)
-        if axis < 0 or shape.value[axis] == 1 or shape.value[axis] != alone[source.batch[0]]:
+        axis = source.batch[0] + len(shape) - len(source.dims)
+        if axis < 0 or shape[axis] == 1 or shape[axis] != alone[source.batch[0]]:
             return {}
-        ones = shape.value.copy()
+        ones = shape.astype(np.int64)
         ones[axis] = 1
-        self.placed[node.output[0]] = axis
+        self.kept[node.output[0]] = ones
         return {node.input[1]: ones}
 
     def _infer(
         self, node: onnx.NodeProto, given: Mapping[str, np.ndarray]
     ) -> dict[str, tuple[tuple[int, ...], int]]:
-        """onnx's inference of the node's output shapes and types at the probe batch (``given``:
+        """onnx's inference of the node's output shapes and types at the walk's rows (``given``:
         values that replace inputs' own)."""
         try:
             schema = onnx.defs.get_schema(node.op_type, self.versions.get(node.domain or "", 1), node.domain)
@@ -245,20 +306,28 @@ class _Walk:
     def _batch_of(
         self, node: onnx.NodeProto, name: str, dims: tuple[int, ...], inputs: list[_Tensor | None]
     ) -> tuple[int, int | None] | None:
-        """Where an output holds the rows, from its shapes at batch 1 and at the probe batch (None
+        """Where an output holds the rows, from its sizes at one row and at the probe batch (None
         where it holds none); refuted where they are not one batch in one axis."""
+        if self.rows == 1:
+            return None
         alone = self.shapes.get(name)
         if alone is None:
             raise _Undecided
+        rows = [(t.batch, self.shapes[n]) for t, n in zip(inputs, node.input, strict=True) if t and t.batch]
         grown = [k for k, (a, b) in enumerate(zip(alone, dims, strict=False)) if a != b]
-        if len(alone) != len(dims) or len(grown) > 1 or (grown and dims[grown[0]] != PROBE * alone[grown[0]]):
-            raise _Refuted  # the rows in two axes (every row met with every other), or lost
+        if (
+            len(alone) != len(dims)
+            or len(grown) > 1
+            or (grown and dims[grown[0]] != self.rows * alone[grown[0]])
+        ):
+            raise _Refuted  # the rows in two axes (every row met with every other)
         if not grown:
+            if any(t is not None and t.batch is not None and t.explains for t in inputs):
+                raise _Refuted  # the rows lost: a shape fixed at one row, a reduction over them
             return None
         axis = grown[0]
         if alone[axis] == 1:
             return axis, 1
-        rows = [(t.batch, self.shapes[n]) for t, n in zip(inputs, node.input, strict=True) if t and t.batch]
         if node.op_type in _RESHAPING and node.domain in _STANDARD and rows:
             (source_axis, inner), before = rows[0]
             if inner is None:
@@ -289,7 +358,7 @@ class _Walk:
     def _undo(self, mark: int) -> None:
         for name in self.added[mark:]:
             del self.tensors[name]
-            self.placed.pop(name, None)
+            self.kept.pop(name, None)
         del self.added[mark:]
 
 

@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.models.batch_placement import reshape_batch_axes
+from workers.models.batch_placement import one_row_tensors, shapes_keeping_rows
 from workers.models.onnx_nodes import constant_tensors
 from workers.models.onnx_shapes import SHAPE_BYTES, infer_shapes_light
 
@@ -49,13 +49,16 @@ _RECURRENT = ("LSTM", "GRU", "RNN")
 _MEETS_ROWS = ("Concat", "GatherElements")
 
 
-def unpin_constant_shapes(model: onnx.ModelProto, batched: Collection[str]) -> int:
-    """Rewrite ``model`` (its batch still declared 1 on the inputs ``batched``) in place as the
-    module says; the number of nodes rewritten, 0 where none was (or shapes cannot be inferred)."""
+def unpin_constant_shapes(model: onnx.ModelProto, explained: str, held: Collection[str]) -> int:
+    """Rewrite ``model`` (its batch still declared 1 on the input ``explained`` and the inputs
+    ``held`` at one sample's values in every call) in place as the module says; the number of nodes
+    rewritten, 0 where none was (or shapes cannot be inferred)."""
     graph = model.graph
     tensors = constant_tensors(graph)
     constants = {name: t for name, t in tensors.items() if _small(t)}  # shapes and indices
     fixed = {name: list(t.dims) for name, t in tensors.items()}
+    computed = one_row_tensors(model) or {}  # (the legacy exporter's ``expand(1, -1, -1)``)
+    fixed.update((name, list(t.dims)) for name, t in computed.items() if t.fixed and name not in fixed)
     shapes = _inferred_shapes(model)
     if shapes is None:
         return 0
@@ -98,7 +101,7 @@ def unpin_constant_shapes(model: onnx.ModelProto, batched: Collection[str]) -> i
     if count:
         _drop_unread(graph)  # the flattening Reshapes behind an identity Gather
         shapes = _inferred_shapes(model) or {}  # of the nodes added too
-    count += _unpin_reshapes(model, batched, constants, shapes)
+    count += _unpin_reshapes(model, explained, held, constants, shapes)
     if count:
         _drop_unread(graph)
     return count
@@ -106,31 +109,29 @@ def unpin_constant_shapes(model: onnx.ModelProto, batched: Collection[str]) -> i
 
 def _unpin_reshapes(
     model: onnx.ModelProto,
-    batched: Collection[str],
+    explained: str,
+    held: Collection[str],
     constants: dict[str, onnx.TensorProto],
     shapes: dict[str, list[int]],
 ) -> int:
-    """Each Reshape to a constant shape that holds the rows reshapes to its result at batch 1 with
-    -1 where the batch is: where workers/models/batch_placement.py follows the rows to it, else where
-    the result's sizes alone say (``_batch_position``). The number of Reshapes rewritten."""
-    placed = reshape_batch_axes(model, batched, shapes)
+    """Each Reshape and Expand of the rows whose shape the graph fixes is given the shape that keeps
+    them, where workers/models/batch_placement.py follows the rows to it; where it cannot, a Reshape
+    to a constant shape reshapes to its result at batch 1 with -1 where the result's sizes alone say
+    (``_batch_position``). The number of nodes rewritten."""
+    kept = shapes_keeping_rows(model, explained, held)
+    if kept is None:
+        kept = {}
+        for node in model.graph.node:
+            result = shapes.get(node.output[0]) if _standard(node, "Reshape") else None
+            at = _batch_position(result) if node.input[1:2] and node.input[1] in constants else None
+            if result and at is not None:
+                kept[node.output[0]] = np.array(result, np.int64)
+                kept[node.output[0]][at] = -1
     count = 0
     for node in model.graph.node:
-        if not (node.domain in _STANDARD and len(node.input) > 1 and node.input[1] in constants):
-            continue
-        if node.op_type == "Reshape":
-            result = shapes.get(node.output[0])
-            at = _batch_position(result) if placed is None else placed.get(node.output[0])
-            rows, size = (np.array(result, np.int64), -1) if result else (None, -1)
-        elif node.op_type == "Expand" and placed is not None:
-            at = placed.get(node.output[0])
-            rows, size = numpy_helper.to_array(constants[node.input[1]]).astype(np.int64), 1
-        else:
-            continue
-        if rows is not None and at is not None:
+        if node.output and node.output[0] in kept:
             name = f"{node.output[0]}_xaudit_rows_shape"
-            rows[at] = size
-            model.graph.initializer.append(numpy_helper.from_array(rows, name))
+            model.graph.initializer.append(numpy_helper.from_array(kept[node.output[0]], name))
             node.input[1] = name
             count += 1
     return count
@@ -224,12 +225,14 @@ def _values(tensor: onnx.TensorProto | None) -> list[int] | None:
 
 
 def _static_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
-    """Tensor name -> its sizes, where inference found every one of them."""
+    """Tensor name -> its sizes, where inference found every one of them (a type without a shape is
+    a rank not found, not a scalar)."""
     shapes = {}
     for info in (*graph.input, *graph.value_info, *graph.output):
-        dims = info.type.tensor_type.shape.dim
-        if info.type.HasField("tensor_type") and all(d.HasField("dim_value") for d in dims):
-            shapes[info.name] = [d.dim_value for d in dims]
+        kind = info.type.tensor_type
+        known = info.type.HasField("tensor_type") and kind.HasField("shape")
+        if known and all(d.HasField("dim_value") for d in kind.shape.dim):
+            shapes[info.name] = [d.dim_value for d in kind.shape.dim]
     return shapes
 
 

@@ -40,11 +40,12 @@ class Rebatched:
 
 
 def _symbolic(
-    model: onnx.ModelProto, batched: Collection[str], size: int, unpin: bool
+    model: onnx.ModelProto, explained: str, batched: Collection[str], size: int, unpin: bool
 ) -> tuple[onnx.ModelProto, int] | None:
-    """A copy of ``model`` with the batch of the inputs ``batched`` and of the outputs declared
-    symbolic, and the number of nodes rewritten: with ``unpin``, its constant shapes that pin the
-    batch are rewritten too (workers/models/pinned_shapes.py), or None where there are none."""
+    """A copy of ``model`` with the batch of the inputs ``batched`` (``explained`` among them) and of
+    the outputs declared symbolic, and the number of nodes rewritten: with ``unpin``, its constant
+    shapes that pin the batch are rewritten too (workers/models/pinned_shapes.py), or None where
+    there are none."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     rewritten = 0
@@ -52,7 +53,7 @@ def _symbolic(
         for value in copy.graph.input:
             if value.name in batched and len(value.type.tensor_type.shape.dim) > 0:
                 value.type.tensor_type.shape.dim[0].dim_value = size  # static for the shapes' inference
-        rewritten = unpin_constant_shapes(copy, batched)
+        rewritten = unpin_constant_shapes(copy, explained, set(batched) - {explained})
         if not rewritten:
             return None
     outputs = {value.name for value in copy.graph.output}
@@ -120,7 +121,7 @@ def rebatched(
         logger.info("fixed-batch model fails on one row: %s", str(exc).splitlines()[0][:160])
         return None
     for unpin in (False, True):  # the declared batch alone; then with the shapes that pin it rewritten
-        widened = _symbolic(model, batched, 1, unpin)
+        widened = _symbolic(model, explained, batched, 1, unpin)
         if widened is not None:
             data, rewritten = widened[0].SerializeToString(), widened[1]
             del widened  # the copy's weights go before the check's session is built

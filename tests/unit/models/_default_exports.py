@@ -23,19 +23,28 @@ def inlined(path: Path) -> bytes:
 
 
 def default_and_dynamic(
-    module: nn.Module, rows: np.ndarray, folder: Path, name: str = "x"
+    module: nn.Module, rows: np.ndarray, folder: Path, name: str = "x", legacy: bool = False
 ) -> dict[str, bytes]:
-    """``module`` exported by the dynamo exporter from one row with its defaults, and from two rows
-    with a dynamic batch (the twin), its one input named ``name``."""
+    """``module`` exported from one row with the exporter's defaults, and from two rows with a
+    dynamic batch (the twin), its one input named ``name``: by the dynamo exporter, or with
+    ``legacy`` by the TorchScript-based one at opset 17 (its ``dynamic_axes`` on input and output)."""
     found = {}
-    for kind, dynamic in (("defaults", None), ("dynamic", {name: {0: torch.export.Dim("batch")}})):
+    for kind in ("defaults", "dynamic"):
+        path = str(folder / f"{kind}.onnx")
+        example = (torch.from_numpy(rows[:1] if kind == "defaults" else rows[:2]),)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            example = (torch.from_numpy(rows[:1] if dynamic is None else rows[:2]),)
-            torch.onnx.export(
-                module, example, str(folder / f"{kind}.onnx"), dynamo=True, input_names=[name],
-                dynamic_shapes=dynamic,
-            )  # fmt: skip
+            if legacy:
+                axes = {name: {0: "batch"}, "y": {0: "batch"}} if kind == "dynamic" else None
+                torch.onnx.export(
+                    module, example, path, dynamo=False, opset_version=17, input_names=[name],
+                    output_names=["y"], dynamic_axes=axes,
+                )  # fmt: skip
+            else:
+                dynamic = {name: {0: torch.export.Dim("batch")}} if kind == "dynamic" else None
+                torch.onnx.export(
+                    module, example, path, dynamo=True, input_names=[name], dynamic_shapes=dynamic
+                )
         found[kind] = inlined(folder / f"{kind}.onnx")
     return found
 

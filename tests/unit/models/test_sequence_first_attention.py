@@ -18,8 +18,7 @@ from onnx import numpy_helper as nh
 from torch import nn
 
 from tests.unit.models._default_exports import default_and_dynamic, rebatched_as_the_twin
-from workers.models.batch_placement import reshape_batch_axes
-from workers.models.onnx_shapes import infer_shapes_light
+from workers.models.batch_placement import shapes_keeping_rows
 from xaudit.contract.spec import JobSpec
 
 METHODS = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
@@ -45,13 +44,15 @@ class _TextEncoder(nn.Module):
         return self.out(self.encoder(states.transpose(0, 1)).transpose(0, 1).mean(1))
 
 
-@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize(("batch_first", "legacy"), [(True, False), (False, False), (False, True)])
 def test_a_default_export_of_a_transformer_encoder_is_rebatched_as_its_dynamic_twin(
-    batch_first: bool, tmp_path: Path
+    batch_first: bool, legacy: bool, tmp_path: Path
 ) -> None:
+    """The legacy exporter computes most shapes from the input's at run time, but writes the batch
+    of 1 as a constant beside them: the walk compares each shape with its value at one row."""
     torch.manual_seed(5)
     ids = np.random.default_rng(6).integers(1, 40, (3, 6)).astype(np.int64)
-    exports = default_and_dynamic(_TextEncoder(batch_first).eval(), ids, tmp_path, "ids")
+    exports = default_and_dynamic(_TextEncoder(batch_first).eval(), ids, tmp_path, "ids", legacy)
     folds = [  # (6, 1, 16) -> (6, 2, 8): queries split into heads, no size of 1 to hold the batch
         n for n in onnx.load_from_string(exports["defaults"]).graph.node if n.op_type == "Reshape"
     ]
@@ -81,27 +82,31 @@ def _torchvision_swin(version: int) -> nn.Module:
     return swin.SwinTransformer([2, 2], 8, [2], [2], [2, 2], num_classes=3, **blocks)
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["dynamo", "legacy"])
 @pytest.mark.parametrize(
     "build",
     [_torchvision_vit, lambda: _torchvision_swin(1), lambda: _torchvision_swin(2)],
     ids=["vit", "swin", "swin_v2"],
 )
 def test_default_exports_of_torchvisions_vit_and_swin_are_rebatched_as_their_dynamic_twins(
-    build: object, tmp_path: Path
+    build: object, legacy: bool, tmp_path: Path
 ) -> None:
     """vit_b_16, swin_t and swin_v2_t exported so ran one row per call; swin_v2's ``expand_as`` of its
-    normalised queries to the (windows, heads, tokens, dim) of one image pinned the batch as well."""
+    normalised queries to the (windows, heads, tokens, dim) of one image pinned the batch as well.
+    The legacy exporter writes ViT's ``class_token.expand(1, -1, -1)`` as a computation from
+    constants, and Swin's window partition to (1, H/w, w, W/w, w, C) from the input's sizes with a
+    constant 1 for the batch."""
     torch.manual_seed(7)
-    exports = default_and_dynamic(build().eval(), IMAGES, tmp_path)  # type: ignore[operator]
+    exports = default_and_dynamic(build().eval(), IMAGES, tmp_path, legacy=legacy)  # type: ignore[operator]
     spec = JobSpec(kind="attribution", players="grid:2x2", device="cpu", methods=METHODS)
     rebatched_as_the_twin(exports, IMAGES, spec, floor=1e-4)
 
 
-def _placed(
+def _kept(
     nodes: list[onnx.NodeProto], weight: tuple[int, int], shapes: dict[str, list[int]]
-) -> dict[str, int] | None:
-    """Where the walk places the rows in the graph ``nodes`` from x (1, 4, 6) to y, with a weight
-    ``w`` and the constant shapes ``shapes``."""
+) -> dict[str, list[int]] | None:
+    """The shapes the walk gives the graph ``nodes`` from x (1, 4, 6) to y, with a weight ``w`` and
+    the constant shapes ``shapes``, to keep the rows."""
     rng = np.random.default_rng(8)
     graph = oh.make_graph(
         nodes,
@@ -114,12 +119,8 @@ def _placed(
         ],
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
-    infer_shapes_light(model)
-    static = {
-        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-        for v in (*model.graph.input, *model.graph.value_info, *model.graph.output)
-    }
-    return reshape_batch_axes(model, {"x"}, static)
+    kept = shapes_keeping_rows(model, "x", ())
+    return None if kept is None else {name: shape.tolist() for name, shape in kept.items()}
 
 
 def test_a_place_that_a_later_node_refutes_is_undone_and_the_next_one_taken() -> None:
@@ -133,7 +134,10 @@ def test_a_place_that_a_later_node_refutes_is_undone_and_the_next_one_taken() ->
         oh.make_node("Reshape", ["m", "unmerge"], ["u"]),
         oh.make_node("Transpose", ["u"], ["y"], perm=[1, 0, 2]),
     ]
-    assert _placed(nodes, (6, 5), {"merge": [4, 6], "unmerge": [4, 1, 5]}) == {"merged": 0, "u": 1}
+    assert _kept(nodes, (6, 5), {"merge": [4, 6], "unmerge": [4, 1, 5]}) == {
+        "merged": [-1, 6],
+        "u": [4, -1, 5],
+    }
 
 
 def test_no_place_is_given_where_every_one_is_refuted() -> None:
@@ -145,4 +149,4 @@ def test_no_place_is_given_where_every_one_is_refuted() -> None:
         oh.make_node("MatMul", ["turned", "w"], ["m"]),
         oh.make_node("Reshape", ["m", "row"], ["y"]),
     ]
-    assert _placed(nodes, (4, 5), {"fold": [4, 6], "row": [1, 30]}) is None
+    assert _kept(nodes, (4, 5), {"fold": [4, 6], "row": [1, 30]}) is None

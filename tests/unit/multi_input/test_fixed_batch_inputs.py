@@ -37,7 +37,7 @@ class _Logits(nn.Module):
         return self.bert(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
-@pytest.fixture(scope="module", params=["bert", "roberta"])
+@pytest.fixture(scope="module", params=["bert", "roberta", "bert_legacy"])
 def bert_exports(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, bytes]:
@@ -45,11 +45,13 @@ def bert_exports(
     config (random weights), exported with the defaults from one row, and its twin exported with a
     dynamic batch and sequence. From one row the exporter reads row 0's attention mask (a GatherND)
     and, for RoBERTa, gathers its buffered token-type ids, a constant (1, 64), at the rows' positions
-    (a GatherElements that workers/models/pinned_shapes.py expands to the rows)."""
+    (a GatherElements that workers/models/pinned_shapes.py expands to the rows). ``bert_legacy``: the
+    TorchScript-based exporter (opset 17) without ``dynamic_axes``, which also reads row 0's mask (a
+    Gather of the flattened mask) and writes the batch of 1 beside the sizes it reads at run time."""
     import transformers
 
     torch.manual_seed(0)
-    family = {"bert": "Bert", "roberta": "Roberta"}[request.param]
+    family = {"bert": "Bert", "roberta": "Roberta", "bert_legacy": "Bert"}[request.param]
     config = getattr(transformers, f"{family}Config")(
         vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
         max_position_embeddings=64, num_labels=3, initializer_range=0.3,
@@ -64,12 +66,19 @@ def bert_exports(
         ("dynamic", (ids[:2], mask[:2]), ({0: batch, 1: sequence},) * 2),
     ):
         path = folder / f"{name}.onnx"
+        names = ["input_ids", "attention_mask"]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(
-                module, example, str(path), dynamo=True, input_names=["input_ids", "attention_mask"],
-                dynamic_shapes=dynamic,
-            )  # fmt: skip
+            if request.param.endswith("legacy"):
+                axes = {n: {0: "batch", 1: "sequence"} for n in names} if dynamic else None
+                torch.onnx.export(
+                    module, example, str(path), dynamo=False, opset_version=17, input_names=names,
+                    dynamic_axes=axes,
+                )  # fmt: skip
+            else:
+                torch.onnx.export(
+                    module, example, str(path), dynamo=True, input_names=names, dynamic_shapes=dynamic
+                )  # fmt: skip
         found[name] = _inlined(path)
     return found
 
