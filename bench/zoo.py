@@ -9,8 +9,9 @@ exported graphs with whether onnx2torch (with workers/models/onnx_converters.py)
     python -m bench.zoo [--archs resnet18,vit_b_16] [--exporters dynamo,legacy17,torchscript]
 
 vit_b_16 is torchvision's real one (86M parameters); ``--archs vit_tiny`` gives its class at 2 layers
-of width 32. Besides the default exporters, ``dynamo_auto`` (``Dim.AUTO``) and ``dynamo_batch2`` (a
-two-row example) show what the dynamo exporter does to ViT's batch (README, "auditing your own model").
+of width 32. Besides the default exporters, ``dynamo_auto`` (``Dim.AUTO``), ``dynamo_batch2`` (a
+two-row example) and ``dynamo_defaults`` (no ``dynamic_shapes``) show what the dynamo exporter does to
+a model's batch (README, "auditing your own model").
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from clients.cli.main import main as xaudit
 from tests.models.zoo.builders import CUSTOM, IMAGE_ARCHS, export_image_model, image_model
 
 EXPORTERS = ("dynamo", "legacy17", "legacy18", "legacy19", "legacy20", "legacy21", "torchscript")
+# The dynamo exporter's other ways with the batch: Dim.AUTO, a two-row example, and no dynamic_shapes.
+_EXTRA_DYNAMO = ("dynamo_auto", "dynamo_batch2", "dynamo_defaults")
 
 
 def _operators(path: Path, found: dict[str, set[str]]) -> None:
@@ -56,9 +59,11 @@ def main() -> None:
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--custom", default=",".join(CUSTOM))
     opts = parser.parse_args()
-    unknown = {e for e in opts.exporters.split(",") if e} - set(EXPORTERS) - {"dynamo_auto", "dynamo_batch2"}
+    unknown = {e for e in opts.exporters.split(",") if e} - set(EXPORTERS) - set(_EXTRA_DYNAMO)
     if unknown:
-        parser.error(f"unknown exporter(s) {', '.join(sorted(unknown))}; choose from {', '.join(EXPORTERS)}")
+        parser.error(
+            f"unknown exporter(s) {', '.join(sorted(unknown))}; choose from {', '.join((*EXPORTERS, *_EXTRA_DYNAMO))}"
+        )
     root = Path(tempfile.mkdtemp(prefix="xaudit-zoo-"))
     operators: dict[str, set[str]] = {}
     rows = []

@@ -1,4 +1,5 @@
-"""Where the batch goes in each constant ``Reshape`` of a fixed-batch graph, found by following it.
+"""Where the batch goes in each fixed ``Reshape`` or ``Expand`` shape of a fixed-batch graph, found
+by following the rows through it.
 
 A Reshape to a constant shape that holds the batch of 1 as a size of its own is rewritten by that
 size alone (workers/models/pinned_shapes.py). Attention written sequence first has none: torch's
@@ -13,9 +14,16 @@ the axis itself). A Reshape keeps the number of elements laid out after the batc
 hold the batch in few places, tried in order: an axis of size 1 of its own, then the later axes
 first (the batch beside the heads, as attention needs it). A choice is undone, and the next tried,
 where a later node's shapes disagree at the probe batch (a Linear given (L, B*E)), where the batch
-would stand in two axes of one tensor (a product of every row with every other), or where an output
-does not lead with the rows. The walk is bounded; where it is undecided or an operator is beyond
-onnx's inference, the caller keeps its local rule. Either way rebatch.py's two-row check decides.
+would stand in two axes of one tensor (a product of every row with every other), where the
+explained input's rows are lost (a shape fixed at one row; a held input's rows may be, being one
+sample's in every call), or where an output does not lead with the rows.
+
+A shape counts as fixed where it has the same value at the probe batch as at one row: a constant,
+or a size computed from sizes that do not grow with the rows (the legacy exporter reads a window's
+sizes from the input's shape and writes the batch of 1 beside them). The sizes at one row come
+from a first walk, since onnx's inference leaves sizes computed from sizes open. The walk is
+bounded; where it is undecided or an operator is beyond onnx's inference, the caller keeps its local
+rule. Either way rebatch.py's two-row check decides.
 """
 
 from __future__ import annotations

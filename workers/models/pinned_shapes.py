@@ -4,22 +4,24 @@ torch's dynamo exporter, given a batch-1 example and no dynamic axes (its defaul
 example's sizes into every shape: ``torch.flatten(x, 1)`` before a classifier becomes
 ``Reshape(x, (1, 512))``, which fails at two rows. Most of torchvision's CNNs exported so stop
 there and only there (workers/models/rebatch.py then evaluated them one row per call, 2^n calls a
-sample, and DeepLIFT had no graph call over all rows). Five rewrites keep such a graph the same
-model at batch 1 and let more rows through:
+sample, and DeepLIFT had no graph call over all rows). The TorchScript-based exporter without
+``dynamic_axes`` reads most sizes from the input's at run time but writes the batch of 1 beside
+them. Five rewrites keep such a graph the same model at batch 1 and let more rows through:
 
-- a ``Reshape`` to a constant shape whose result holds the batch of 1 reshapes to that result's
-  sizes at batch 1 (shape inference: every size is static there) with the batch's -1 where
-  workers/models/batch_placement.py follows the rows to (also inside another axis: sequence-first
-  attention's (L, 1, E) queries split into (L, H, d) hold them beside the heads, (L, B*H, d)), and
-  a constant ``Expand`` of the rows names their size 1 there; where the walk cannot follow them,
-  the first size where it is 1, else the one size of 1 (time-major recurrent outputs (T, 1, H));
+- a ``Reshape`` of the rows to a fixed shape reshapes to its result at batch 1 with the batch's -1
+  where workers/models/batch_placement.py follows the rows to (also inside another axis:
+  sequence-first attention's (L, 1, E) queries split into (L, H, d) hold them beside the heads,
+  (L, B*H, d)), and an ``Expand`` of the rows to a fixed shape that names their size at one row
+  takes 1 there; where the walk cannot follow them, a Reshape to a constant shape takes the -1 at
+  the first size of 1, else at its one size of 1 (time-major recurrent outputs (T, 1, H));
 - a recurrent operator's initial state given as constant zeros, sized for one row (the exporter
   writes ``nn.LSTM``'s default state so), is left to the operator, whose default is zeros;
 - a ``Resize`` to constant sizes that keep the batch of 1 (``F.interpolate(x, size=...)``, as
   LRASPP's segmentation head upsamples) takes its input's own rows as the first size;
-- a constant of one row that a ``Concat`` joins to the rows along another axis (a class token the
-  exporter did not expand at batch 1), or that a ``GatherElements`` reads along another axis at the
-  rows' indices (RoBERTa's buffered token-type ids), is expanded to the rows;
+- a constant of one row (or a tensor computed from constants alone) that a ``Concat`` joins to the
+  rows along another axis (a class token the exporter did not expand at batch 1), or that a
+  ``GatherElements`` reads along another axis at the rows' indices (RoBERTa's buffered token-type
+  ids), is expanded to the rows;
 - a ``Gather`` of a flattened tensor at ``arange(N)`` laid out in the tensor's own shape (how the
   exporter writes an ``as_strided`` view that is the identity: convnext's pooled features) is that
   tensor itself.

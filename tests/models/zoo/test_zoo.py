@@ -11,7 +11,8 @@ segmentation_models_pytorch's Unet (dynamo), 15 s together; resnet18 also by the
 18-21 loaded, inspected and compared with torch for resnet18 at 18 and 21 and for vit_tiny,
 vit_b_16's class and operators (Gelu-20, Equal-19) at 2 layers of width 32 (the real one at four
 opsets adds 90 s and 1.3 GB of exports); vit_tiny also from the dynamo exporter with ``Dim.AUTO``
-(the batch pinned behind a symbolic name) and from a two-row example (the batch kept dynamic). The
+(the batch pinned behind a symbolic name), with its defaults (pinned to 1; both re-batched) and from
+a two-row example (the batch kept dynamic). The
 converters themselves are checked against onnxruntime in tests/unit/models. ``XAUDIT_ZOO=full``
 runs every architecture, the real vit_b_16 included, with every exporter and opset here (and
 vit_b_16 from the two extra dynamo exports); bench/zoo.py runs that matrix at the methods' default
