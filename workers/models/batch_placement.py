@@ -92,15 +92,13 @@ def one_row_tensors(model: onnx.ModelProto) -> dict[str, OneRow] | None:
 
 
 def shapes_keeping_rows(
-    model: onnx.ModelProto, explained: str, held: Collection[str]
+    model: onnx.ModelProto, explained: str, held: Collection[str], alone: Mapping[str, OneRow]
 ) -> dict[str, np.ndarray] | None:
     """For each Reshape and Expand the rows reach whose shape is fixed in the graph (by the node's
     output's name): the shape that keeps the rows, the same at one row (a Reshape's result with -1
     where the rows go, an Expand's shape with 1 there). None where the walk cannot decide. The input
-    ``explained`` and the inputs ``held`` lead with their rows, declared 1."""
-    alone = one_row_tensors(model)
-    if alone is None:
-        return None
+    ``explained`` and the inputs ``held`` lead with their rows, declared 1; ``alone`` is
+    :func:`one_row_tensors` of ``model``."""
     try:
         walk = _Walk(model, explained, held, PROBE, alone)
         return dict(walk.kept) if walk.search(0, 0) else None

@@ -33,13 +33,13 @@ not the batch, where the walk could not follow the rows).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.models.batch_placement import one_row_tensors, shapes_keeping_rows
+from workers.models.batch_placement import OneRow, one_row_tensors, shapes_keeping_rows
 from workers.models.onnx_nodes import constant_tensors
 from workers.models.onnx_shapes import SHAPE_BYTES, infer_shapes_light
 
@@ -59,8 +59,8 @@ def unpin_constant_shapes(model: onnx.ModelProto, explained: str, held: Collecti
     tensors = constant_tensors(graph)
     constants = {name: t for name, t in tensors.items() if _small(t)}  # shapes and indices
     fixed = {name: list(t.dims) for name, t in tensors.items()}
-    computed = one_row_tensors(model) or {}  # (the legacy exporter's ``expand(1, -1, -1)``)
-    fixed.update((name, list(t.dims)) for name, t in computed.items() if t.fixed and name not in fixed)
+    alone = one_row_tensors(model)  # (it finds the legacy exporter's ``expand(1, -1, -1)`` fixed)
+    fixed.update((name, list(t.dims)) for name, t in (alone or {}).items() if t.fixed and name not in fixed)
     shapes = _inferred_shapes(model)
     if shapes is None:
         return 0
@@ -102,33 +102,35 @@ def unpin_constant_shapes(model: onnx.ModelProto, explained: str, held: Collecti
         graph.node.extend(nodes)
     if count:
         _drop_unread(graph)  # the flattening Reshapes behind an identity Gather
-        shapes = _inferred_shapes(model) or {}  # of the nodes added too
-    count += _unpin_reshapes(model, explained, held, constants, shapes)
+        alone = one_row_tensors(model)  # of the nodes added too
+    count += _unpin_fixed_shapes(model, explained, held, constants, alone)
     if count:
         _drop_unread(graph)
     return count
 
 
-def _unpin_reshapes(
+def _unpin_fixed_shapes(
     model: onnx.ModelProto,
     explained: str,
     held: Collection[str],
     constants: dict[str, onnx.TensorProto],
-    shapes: dict[str, list[int]],
+    alone: Mapping[str, OneRow] | None,
 ) -> int:
     """Each Reshape and Expand of the rows whose shape the graph fixes is given the shape that keeps
-    them, where workers/models/batch_placement.py follows the rows to it; where it cannot, a Reshape
-    to a constant shape reshapes to its result at batch 1 with -1 where the result's sizes alone say
-    (``_batch_position``). The number of nodes rewritten."""
-    kept = shapes_keeping_rows(model, explained, held)
+    them, where workers/models/batch_placement.py follows the rows to it (``alone``: the graph's
+    tensors at one row, which it found); where it cannot, a Reshape to a constant shape reshapes to
+    its result at batch 1 with -1 where the result's sizes alone say (``_batch_position``). The
+    number of nodes rewritten."""
+    kept = shapes_keeping_rows(model, explained, held, alone) if alone is not None else None
     if kept is None:
-        kept = {}
+        kept, shapes = {}, _inferred_shapes(model) or {}
         for node in model.graph.node:
             result = shapes.get(node.output[0]) if _standard(node, "Reshape") else None
-            at = _batch_position(result) if node.input[1:2] and node.input[1] in constants else None
+            at = _batch_position(result) if result and node.input[1] in constants else None
             if result and at is not None:
-                kept[node.output[0]] = np.array(result, np.int64)
-                kept[node.output[0]][at] = -1
+                kept[node.output[0]] = np.array(
+                    [-1 if k == at else d for k, d in enumerate(result)], np.int64
+                )
     count = 0
     for node in model.graph.node:
         if node.output and node.output[0] in kept:
@@ -143,7 +145,7 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int]] | None:
     """Every tensor's static shape at batch 1, from onnx's inference (whose findings are dropped from
     the graph after, being no longer true of the rewritten one); None where it refuses the graph."""
     try:
-        infer_shapes_light(model, data_prop=True)  # through the sizes the rewrites read at run time
+        infer_shapes_light(model)
     except Exception:  # onnx's inference refuses some valid graphs: nothing to rewrite then
         return None
     shapes = _static_shapes(model.graph)

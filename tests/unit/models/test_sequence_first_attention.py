@@ -18,7 +18,7 @@ from onnx import numpy_helper as nh
 from torch import nn
 
 from tests.unit.models._default_exports import default_and_dynamic, rebatched_as_the_twin
-from workers.models.batch_placement import shapes_keeping_rows
+from workers.models.batch_placement import one_row_tensors, shapes_keeping_rows
 from xaudit.contract.spec import JobSpec
 
 METHODS = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
@@ -119,7 +119,9 @@ def _kept(
         ],
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
-    kept = shapes_keeping_rows(model, "x", ())
+    alone = one_row_tensors(model)
+    assert alone is not None
+    kept = shapes_keeping_rows(model, "x", (), alone)
     return None if kept is None else {name: shape.tolist() for name, shape in kept.items()}
 
 
