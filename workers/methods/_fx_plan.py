@@ -53,6 +53,7 @@ import torch
 from torch import fx, nn
 
 from workers.methods._transposed import TRANSPOSED_TYPES, output_axis
+from workers.models.pooled_rows import ROWS_AXIS
 from xaudit.contract.errors import NotApplicable
 
 __all__ = [
@@ -374,9 +375,10 @@ def is_self_gated(module: nn.Module | None) -> bool:
 
 def _is_row_pool(module: nn.Module | None, name: str) -> bool:
     """A mean or a sum over given axes other than the batch axis: a linear map with W >= 0 within
-    each row (ResNeSt sums its split-attention branches with a ReduceSum)."""
+    each row (ResNeSt sums its split-attention branches with a ReduceSum). The batch is axis 0 unless
+    the conversion found the rows elsewhere (a sequence-first mean(0): workers/models/pooled_rows.py)."""
     axes = _reduced_axes(module, name)
-    return bool(axes) and 0 not in axes
+    return bool(axes) and getattr(module, ROWS_AXIS, 0) not in axes
 
 
 def _reduced_axes(module: nn.Module | None, name: str) -> list[int]:

@@ -39,7 +39,7 @@ from onnx.reference import ReferenceEvaluator
 
 from workers.models.onnx_shapes import SHAPE_BYTES
 
-__all__ = ["PROBE", "OneRow", "one_row_tensors", "shapes_keeping_rows"]
+__all__ = ["PROBE", "OneRow", "one_row_tensors", "rows_axes", "shapes_keeping_rows"]
 
 PROBE = 3  # rows: a prime, so that a batch folded with another axis cannot pass for a size of its own
 _STANDARD = ("", "ai.onnx")
@@ -80,11 +80,12 @@ class _Refuted(Exception):
     """A node's shapes at the probe batch contradict the places chosen for the rows before it."""
 
 
-def one_row_tensors(model: onnx.ModelProto) -> dict[str, OneRow] | None:
-    """Every tensor of ``model`` (its batch declared 1) at one row, through the sizes it computes
-    from sizes, which onnx's own inference leaves open; None where the walk cannot go through."""
+def one_row_tensors(model: onnx.ModelProto, batched: Collection[str] = ()) -> dict[str, OneRow] | None:
+    """Every tensor of ``model`` at one row (the inputs ``batched`` at a batch of 1 where it is
+    declared symbolic), through the sizes it computes from sizes, which onnx's own inference leaves
+    open; None where the walk cannot go through."""
     try:
-        walk = _Walk(model, "", (), 1, {})
+        walk = _Walk(model, "", batched, 1, {})
         found = walk.search(0, 0)
         return {n: OneRow(t.dims, t.fixed, t.value) for n, t in walk.tensors.items()} if found else None
     except _Undecided:
@@ -104,6 +105,21 @@ def shapes_keeping_rows(
         return dict(walk.kept) if walk.search(0, 0) else None
     except _Undecided:
         return None
+
+
+def rows_axes(model: onnx.ModelProto, explained: str, held: Collection[str] = ()) -> dict[str, int]:
+    """The axis of each tensor that holds the rows of ``explained`` (or of the inputs ``held``), for
+    the tensors the walk follows them to; empty where it cannot. Each input's batch leads, declared
+    1 or symbolic; its other sizes must be declared."""
+    alone = one_row_tensors(model, (explained, *held))
+    if alone is None:
+        return {}
+    try:
+        walk = _Walk(model, explained, held, PROBE, alone)
+        found = walk.search(0, 0)
+    except _Undecided:
+        return {}
+    return {name: t.batch[0] for name, t in walk.tensors.items() if t.batch is not None} if found else {}
 
 
 class _Walk:
@@ -139,10 +155,8 @@ class _Walk:
             kind = value_info.type.tensor_type
             if value_info.name in self.tensors:
                 continue
-            if not kind.HasField("shape") or not all(d.HasField("dim_value") for d in kind.shape.dim):
-                raise _Undecided
-            dims = tuple(d.dim_value for d in kind.shape.dim)
             name = value_info.name
+            dims = _declared(kind, name in (explained, *held))
             leads = name in (explained, *held) and len(dims) > 0 and dims[0] == 1 and rows > 1
             at_rows = (rows, *dims[1:]) if leads else dims
             batch = (0, 1) if leads else None
@@ -366,6 +380,18 @@ class _Walk:
             del self.tensors[name]
             self.kept.pop(name, None)
         del self.added[mark:]
+
+
+def _declared(kind: onnx.TypeProto.Tensor, rows: bool) -> tuple[int, ...]:
+    """An input's declared sizes, a symbolic batch read as 1 where it holds ``rows``."""
+    if not kind.HasField("shape"):
+        raise _Undecided
+    dims = []
+    for k, dim in enumerate(kind.shape.dim):
+        if not dim.HasField("dim_value") and not (k == 0 and rows):
+            raise _Undecided
+        dims.append(dim.dim_value if dim.HasField("dim_value") else 1)
+    return tuple(dims)
 
 
 def _has_subgraph(node: onnx.NodeProto) -> bool:

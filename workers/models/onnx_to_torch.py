@@ -42,6 +42,7 @@ from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
 from workers.models.onnx_outputs import only_output  # noqa: E402
 from workers.models.onnx_shapes import infer_shapes_light  # noqa: E402
 from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
+from workers.models.pooled_rows import mark_pooled_rows, rows_at_axis_0_pools  # noqa: E402
 from workers.models.recurrent_unroll import unroll_recurrent  # noqa: E402
 
 __all__ = ["method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
@@ -191,10 +192,12 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
     try:
         _lift_constants(copy)
         _finite_constants(copy)
+        pooled = rows_at_axis_0_pools(copy)  # before the fusions: their ONNX functions stop the walk
         fuse_gelu(copy)
         fuse_dense_layers(copy)
         unroll_recurrent(copy)
-        module = _unnested(convert(copy))
+        module = _unnested(convert(copy, attach_onnx_mapping=bool(pooled)))
+        mark_pooled_rows(module, pooled)
     except InvalidModel:
         raise
     except Exception as exc:  # onnx2torch raises anything from deep inside its converters

@@ -52,3 +52,61 @@ def test_sum_pooling_gives_the_mean_pooling_twins_attributions(name: str) -> Non
     ]
     np.testing.assert_allclose(got[0], got[1], rtol=1e-4, atol=1e-6 * float(np.abs(got[1]).max()))
     assert np.abs(got[1]).max() > 0
+
+
+class _SequenceFirst(nn.Module):
+    """(B, L, F) -> Linear -> ReLU -> pooled over the L positions: laid out sequence first (L, B, H)
+    and pooled with ``mean(0)``, as code around ``nn.TransformerEncoder`` without ``batch_first``
+    pools, or batch first with ``mean(1)``: the same function."""
+
+    def __init__(self, sequence_first: bool) -> None:
+        super().__init__()
+        torch.manual_seed(11)
+        self.embed, self.head = nn.Linear(4, 6), nn.Linear(6, 3)
+        self.sequence_first = sequence_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.embed(x))
+        return self.head(h.transpose(0, 1).mean(0) if self.sequence_first else h.mean(1))
+
+
+TOKENS = torch.randn(4, 5, 4, generator=torch.Generator().manual_seed(12))
+
+
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_rescale"])
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_a_mean_over_axis_0_that_holds_positions_is_pooling(name: str, dynamo: bool) -> None:
+    """workers/models/pooled_rows.py follows the rows to axis 1 there; before, the rules refused the
+    mean, taking axis 0 for the batch."""
+    classes = np.array([0, 1, 2, 1])
+    reference = np.zeros_like(TOKENS.numpy())
+    got = [
+        get_method(name).attribute(
+            context(_SequenceFirst(first), TOKENS[:2], dynamo=dynamo), TOKENS.numpy(), reference, classes
+        )
+        for first in (True, False)
+    ]
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-5, atol=1e-7)
+    assert np.abs(got[1]).max() > 1e-3
+
+
+class _BatchCentred(nn.Module):
+    """Each row less the batch's mean (``x - x.mean(0)``): a mean over the rows themselves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(13)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(x - x.mean(0, keepdim=True)))
+
+
+def test_a_mean_over_the_rows_is_still_refused() -> None:
+    from xaudit.contract.errors import NotApplicable
+
+    x = TOKENS[:, 0]
+    with pytest.raises(NotApplicable, match=r"ReduceStaticAxes\[mean\]"):
+        get_method("lrp_epsilon").attribute(
+            context(_BatchCentred(), x[:2]), x.numpy(), np.zeros_like(x.numpy()), np.array([0, 1, 2, 1])
+        )
