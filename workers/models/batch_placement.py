@@ -42,6 +42,7 @@ from workers.models.onnx_shapes import SHAPE_BYTES
 __all__ = ["PROBE", "OneRow", "one_row_tensors", "rows_axes", "shapes_keeping_rows"]
 
 PROBE = 3  # rows: a prime, so that a batch folded with another axis cannot pass for a size of its own
+_FREE = 5  # another symbolic size, where only the rows' places are wanted: a prime other than PROBE
 _STANDARD = ("", "ai.onnx")
 # Operators that keep the memory order: the batch keeps the elements laid out after it.
 _RESHAPING = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
@@ -80,12 +81,14 @@ class _Refuted(Exception):
     """A node's shapes at the probe batch contradict the places chosen for the rows before it."""
 
 
-def one_row_tensors(model: onnx.ModelProto, batched: Collection[str] = ()) -> dict[str, OneRow] | None:
+def one_row_tensors(
+    model: onnx.ModelProto, batched: Collection[str] = (), free: int | None = None
+) -> dict[str, OneRow] | None:
     """Every tensor of ``model`` at one row (the inputs ``batched`` at a batch of 1 where it is
-    declared symbolic), through the sizes it computes from sizes, which onnx's own inference leaves
-    open; None where the walk cannot go through."""
+    declared symbolic; another symbolic size at ``free``, where given), through the sizes it computes
+    from sizes, which onnx's own inference leaves open; None where the walk cannot go through."""
     try:
-        walk = _Walk(model, "", batched, 1, {})
+        walk = _Walk(model, "", batched, 1, {}, free)
         found = walk.search(0, 0)
         return {n: OneRow(t.dims, t.fixed, t.value) for n, t in walk.tensors.items()} if found else None
     except _Undecided:
@@ -110,12 +113,13 @@ def shapes_keeping_rows(
 def rows_axes(model: onnx.ModelProto, explained: str, held: Collection[str] = ()) -> dict[str, int]:
     """The axis of each tensor that holds the rows of ``explained`` (or of the inputs ``held``), for
     the tensors the walk follows them to; empty where it cannot. Each input's batch leads, declared
-    1 or symbolic; its other sizes must be declared."""
-    alone = one_row_tensors(model, (explained, *held))
+    1 or symbolic; its other symbolic sizes (a sequence's length) are read as :data:`_FREE`, which
+    only places the rows: no graph is rewritten from these shapes."""
+    alone = one_row_tensors(model, (explained, *held), _FREE)
     if alone is None:
         return {}
     try:
-        walk = _Walk(model, explained, held, PROBE, alone)
+        walk = _Walk(model, explained, held, PROBE, alone, _FREE)
         found = walk.search(0, 0)
     except _Undecided:
         return {}
@@ -133,6 +137,7 @@ class _Walk:
         held: Collection[str],
         rows: int,
         alone: Mapping[str, OneRow],
+        free: int | None = None,
     ) -> None:
         graph = model.graph
         if any(_has_subgraph(node) for node in graph.node) or model.functions:
@@ -156,7 +161,7 @@ class _Walk:
             if value_info.name in self.tensors:
                 continue
             name = value_info.name
-            dims = _declared(kind, name in (explained, *held))
+            dims = _declared(kind, name in (explained, *held), free)
             leads = name in (explained, *held) and len(dims) > 0 and dims[0] == 1 and rows > 1
             at_rows = (rows, *dims[1:]) if leads else dims
             batch = (0, 1) if leads else None
@@ -382,15 +387,21 @@ class _Walk:
         del self.added[mark:]
 
 
-def _declared(kind: onnx.TypeProto.Tensor, rows: bool) -> tuple[int, ...]:
-    """An input's declared sizes, a symbolic batch read as 1 where it holds ``rows``."""
+def _declared(kind: onnx.TypeProto.Tensor, rows: bool, free: int | None) -> tuple[int, ...]:
+    """An input's declared sizes, a symbolic batch read as 1 where it holds ``rows``, another symbolic
+    size as ``free`` (none given: the walk stops)."""
     if not kind.HasField("shape"):
         raise _Undecided
     dims = []
     for k, dim in enumerate(kind.shape.dim):
-        if not dim.HasField("dim_value") and not (k == 0 and rows):
+        if dim.HasField("dim_value"):
+            dims.append(dim.dim_value)
+        elif k == 0 and rows:
+            dims.append(1)
+        elif free is not None:
+            dims.append(free)
+        else:
             raise _Undecided
-        dims.append(dim.dim_value if dim.HasField("dim_value") else 1)
     return tuple(dims)
 
 

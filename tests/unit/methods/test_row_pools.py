@@ -5,6 +5,9 @@ the pool's size, the same function computed with the other operator."""
 
 from __future__ import annotations
 
+import io
+import warnings
+
 import numpy as np
 import onnx
 import pytest
@@ -13,7 +16,10 @@ from torch import nn
 
 from tests.models import to_onnx
 from tests.unit.methods._context import context
-from workers.methods import get_method
+from workers.methods import AttributionContext, get_method
+from workers.models import load_model
+from workers.players import parse_players
+from workers.targets import Target
 
 SHAPE = (2, 4, 4)
 
@@ -83,6 +89,34 @@ def test_a_mean_over_axis_0_that_holds_positions_is_pooling(name: str, dynamo: b
     got = [
         get_method(name).attribute(
             context(_SequenceFirst(first), TOKENS[:2], dynamo=dynamo), TOKENS.numpy(), reference, classes
+        )
+        for first in (True, False)
+    ]
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-5, atol=1e-7)
+    assert np.abs(got[1]).max() > 1e-3
+
+
+def _positions_dynamic(module: nn.Module) -> AttributionContext:
+    """``module`` exported with its batch and its positions axis symbolic, as a text model is."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (TOKENS[:2],), buffer, dynamo=False, opset_version=17, input_names=["input"],
+            output_names=["output"], dynamic_axes={"input": {0: "batch", 1: "positions"}, "output": {0: "batch"}},
+        )  # fmt: skip
+    model = load_model(buffer.getvalue(), "onnx", "cpu")
+    return AttributionContext(model, parse_players("features", tuple(TOKENS.shape[1:])), Target(), {})
+
+
+@pytest.mark.parametrize("name", ["lrp_epsilon", "deep_taylor"])
+def test_a_mean_over_axis_0_is_pooling_with_the_positions_symbolic(name: str) -> None:
+    """The walk reads the symbolic positions axis at a size of its own (workers/models/batch_placement.py)."""
+    classes = np.array([0, 1, 2, 1])
+    reference = np.zeros_like(TOKENS.numpy())
+    got = [
+        get_method(name).attribute(
+            _positions_dynamic(_SequenceFirst(first)), TOKENS.numpy(), reference, classes
         )
         for first in (True, False)
     ]
