@@ -37,7 +37,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from workers.models.onnx_shapes import SHAPE_BYTES
+from workers.models.onnx_shapes import SHAPE_BYTES, nbytes
 
 __all__ = ["PROBE", "OneRow", "one_row_tensors", "rows_axes", "shapes_keeping_rows"]
 
@@ -154,7 +154,8 @@ class _Walk:
         self.kept: dict[str, np.ndarray] = {}
         self.steps = max(1000, 4 * len(self.nodes))
         for tensor in graph.initializer:
-            value = numpy_helper.to_array(tensor) if _nbytes(tensor) <= SHAPE_BYTES else None
+            size = nbytes(tensor)  # no numpy type: never read as a value
+            value = numpy_helper.to_array(tensor) if size is not None and size <= SHAPE_BYTES else None
             self.tensors[tensor.name] = _Tensor(tuple(tensor.dims), tensor.data_type, True, value=value)
         for value_info in graph.input:
             kind = value_info.type.tensor_type
@@ -407,11 +408,3 @@ def _declared(kind: onnx.TypeProto.Tensor, rows: bool, free: int | None) -> tupl
 
 def _has_subgraph(node: onnx.NodeProto) -> bool:
     return any(a.HasField("g") or len(a.graphs) for a in node.attribute)
-
-
-def _nbytes(tensor: onnx.TensorProto) -> int:
-    try:
-        width = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    except (KeyError, TypeError, ValueError):
-        return SHAPE_BYTES + 1  # no numpy type: never read as a value
-    return math.prod(tensor.dims) * width

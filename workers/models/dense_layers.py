@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.models.onnx_nodes import attributes, constant_tensors, declared_ranks
+from workers.models.onnx_nodes import attributes, constant_tensors, declared_ranks, reduced_axes
 
 __all__ = ["fuse_dense_layers"]
 
@@ -491,11 +491,9 @@ def _shape_arithmetic(
 def _reduced_rank(node: onnx.NodeProto, rank: int, weights: dict[str, onnx.TensorProto]) -> int | None:
     """A reduction's output rank: its input's with ``keepdims``, else less the axes it reduces (an
     attribute, or from opset 18 a constant second input); None where they cannot be told."""
-    attrs = attributes(node)
-    if attrs.get("keepdims", 1):
+    if attributes(node).get("keepdims", 1):
         return rank
-    if "axes" in attrs:
-        return rank - len(set(attrs["axes"]))
-    if len(node.input) > 1 and node.input[1] in weights:
-        return rank - len(set(numpy_helper.to_array(weights[node.input[1]]).reshape(-1).tolist()))
-    return None if len(node.input) > 1 and node.input[1] else 0  # no axes: all of them
+    axes = reduced_axes(node, weights)
+    if axes is None:
+        return None
+    return rank - len(set(axes)) if axes else 0  # no axes: all of them

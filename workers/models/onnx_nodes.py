@@ -1,14 +1,14 @@
 """What the graph rewrites before the torch conversion read of ONNX nodes and tensors, written once
-(workers/models/ort_unfusion.py, ml_ops.py, dense_layers.py, pinned_shapes.py)."""
+(workers/models/ort_unfusion.py, ml_ops.py, dense_layers.py, pinned_shapes.py, pooled_rows.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
-__all__ = ["attributes", "constant_tensors", "declared_ranks"]
+__all__ = ["attributes", "constant_tensors", "declared_ranks", "reduced_axes"]
 
 
 def attributes(node: onnx.NodeProto) -> dict[str, Any]:
@@ -36,3 +36,15 @@ def constant_tensors(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
             if tensor is not None:
                 found[node.output[0]] = tensor
     return found
+
+
+def reduced_axes(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> list[int] | None:
+    """The axes a Reduce node names: its attribute, or from opset 18 a constant second input; [] where
+    it names none (all of them), None where its second input is computed."""
+    attrs = attributes(node)
+    if "axes" in attrs:
+        return list(attrs["axes"])
+    if len(node.input) > 1 and node.input[1]:
+        axes = constants.get(node.input[1])
+        return None if axes is None else numpy_helper.to_array(axes).reshape(-1).tolist()
+    return []

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["SHAPE_BYTES", "infer_shapes_light"]
+__all__ = ["SHAPE_BYTES", "infer_shapes_light", "nbytes"]
 
 # Larger initializers are weights: no operator reads a shape or an index from that many bytes.
 SHAPE_BYTES = 1 << 16
@@ -39,7 +39,7 @@ def infer_shapes_light(model: onnx.ModelProto, **kwargs: Any) -> onnx.ModelProto
     graph.sparse_initializer.extend(source.sparse_initializer)
     declared = {value.name for value in source.input}
     for tensor in source.initializer:
-        if _nbytes(tensor) <= SHAPE_BYTES:
+        if (nbytes(tensor) or 0) <= SHAPE_BYTES:  # no numpy type: kept
             graph.initializer.append(tensor)
         elif tensor.name not in declared:  # older exporters list weights as inputs too
             graph.input.append(
@@ -53,11 +53,11 @@ def infer_shapes_light(model: onnx.ModelProto, **kwargs: Any) -> onnx.ModelProto
     return model
 
 
-def _nbytes(tensor: onnx.TensorProto) -> int:
-    """The tensor's size from its type and dimensions (reading its data would copy it); 0, which
-    keeps it, where onnx knows no numpy type for it."""
+def nbytes(tensor: onnx.TensorProto) -> int | None:
+    """The tensor's size from its type and dimensions (reading its data would copy it); None where
+    onnx knows no numpy type for it."""
     try:
         width = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
     except (KeyError, TypeError, ValueError):
-        return 0
+        return None
     return int(np.prod(tensor.dims, dtype=np.int64)) * width

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import onnx
 import torch
-from onnx import numpy_helper
 
 from workers.models.batch_placement import rows_axes
-from workers.models.onnx_nodes import attributes, constant_tensors
+from workers.models.onnx_nodes import attributes, constant_tensors, reduced_axes
 
 __all__ = ["ROWS_AXIS", "mark_pooled_rows", "rows_at_axis_0_pools"]
 
@@ -34,12 +33,12 @@ def rows_at_axis_0_pools(model: onnx.ModelProto) -> dict[str, int]:
         stacked = producers.get(node.input[0]) if node.input else None
         if stacked is not None and stacked.op_type == "Concat" and attributes(stacked).get("axis") == 0:
             continue  # torch.stack(parts).sum(0): the plan takes it as the parts' sum already
-        if node.op_type in _POOLS and node.domain in ("", "ai.onnx"):
-            axes = attributes(node).get("axes")
-            if axes is None and len(node.input) > 1 and node.input[1] in constants:
-                axes = numpy_helper.to_array(constants[node.input[1]]).reshape(-1).tolist()
-            if axes is not None and 0 in list(axes):
-                pooled.add(node.input[0])
+        if (
+            node.op_type in _POOLS
+            and node.domain in ("", "ai.onnx")
+            and 0 in (reduced_axes(node, constants) or [])
+        ):
+            pooled.add(node.input[0])
     if not pooled:
         return {}
     initializers = {t.name for t in model.graph.initializer}

@@ -6,7 +6,6 @@ at one sample's held inputs (workers/models/named.py's batch_axis, workers/model
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -18,6 +17,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 from torch import nn
 
+from tests.unit.models._default_exports import inlined
 from workers.explain import explain
 from workers.prepare import Prepared, prepare
 from xaudit.contract.spec import JobSpec
@@ -79,12 +79,8 @@ def bert_exports(
                 torch.onnx.export(
                     module, example, str(path), dynamo=True, input_names=names, dynamic_shapes=dynamic
                 )  # fmt: skip
-        found[name] = _inlined(path)
+        found[name] = inlined(path)
     return found
-
-
-def _inlined(path: Path) -> bytes:
-    return onnx.load(str(path)).SerializeToString()
 
 
 METHODS = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
