@@ -22,6 +22,7 @@ import onnxruntime as ort
 from workers.models.batch_coupling import rows_coupled_by
 from workers.models.ort_options import session_options
 from workers.models.pinned_shapes import unpin_constant_shapes
+from workers.models.row_indices import count_rows_in_indices
 
 __all__ = ["Rebatched", "batch_pinned_by_outputs", "rebatched"]
 
@@ -40,20 +41,25 @@ class Rebatched:
 
 
 def _symbolic(
-    model: onnx.ModelProto, explained: str, batched: Collection[str], size: int, unpin: bool
+    model: onnx.ModelProto, explained: str, batched: Collection[str], size: int, rewrites: int
 ) -> tuple[onnx.ModelProto, int] | None:
     """A copy of ``model`` with the batch of the inputs ``batched`` (``explained`` among them) and of
-    the outputs declared symbolic, and the number of nodes rewritten: with ``unpin``, its constant
-    shapes that pin the batch are rewritten too (workers/models/pinned_shapes.py), or None where
-    there are none."""
+    the outputs declared symbolic, and the number of nodes rewritten. ``rewrites`` 1: its constant
+    shapes that pin the batch are rewritten too (workers/models/pinned_shapes.py); 2: its constant
+    row indices as well (workers/models/row_indices.py); None where those find nothing to rewrite."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     rewritten = 0
-    if unpin:
+    if rewrites >= 2:
+        indices = count_rows_in_indices(copy, explained)
+        if not indices:
+            return None
+        rewritten += indices
+    if rewrites >= 1:
         for value in copy.graph.input:
             if value.name in batched and len(value.type.tensor_type.shape.dim) > 0:
                 value.type.tensor_type.shape.dim[0].dim_value = size  # static for the shapes' inference
-        rewritten = unpin_constant_shapes(copy, explained, set(batched) - {explained})
+        rewritten += unpin_constant_shapes(copy, explained, set(batched) - {explained})
         if not rewritten:
             return None
     outputs = {value.name for value in copy.graph.output}
@@ -120,8 +126,9 @@ def rebatched(
     except Exception as exc:  # the model's own error comes again, precisely, where it is used
         logger.info("fixed-batch model fails on one row: %s", str(exc).splitlines()[0][:160])
         return None
-    for unpin in (False, True):  # the declared batch alone; then with the shapes that pin it rewritten
-        widened = _symbolic(model, explained, batched, 1, unpin)
+    # The declared batch alone; then with the shapes that pin it rewritten; then with its row indices.
+    for rewrites in range(3):
+        widened = _symbolic(model, explained, batched, 1, rewrites)
         if widened is not None:
             data, rewritten = widened[0].SerializeToString(), widened[1]
             del widened  # the copy's weights go before the check's session is built

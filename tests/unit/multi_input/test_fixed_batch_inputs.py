@@ -26,6 +26,7 @@ IDS = np.random.default_rng(4).integers(1, 100, (3, 8)).astype(np.int64)
 MASK = np.ones((3, 8), np.int64)
 MASK[0, -2:] = 0  # each sample its own mask
 MASK[1, -1:] = 0
+PADDED = np.where(MASK == 0, 0, IDS)  # GPT-2 pools at the last token that is not its pad id 0
 
 
 class _Logits(nn.Module):
@@ -37,7 +38,24 @@ class _Logits(nn.Module):
         return self.bert(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
-@pytest.fixture(scope="module", params=["bert", "roberta", "bert_legacy"])
+def _classifier(family: str) -> nn.Module:
+    import transformers
+
+    torch.manual_seed(0)
+    if family == "GPT2":
+        config = transformers.GPT2Config(
+            vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64, pad_token_id=0, use_cache=False,
+            num_labels=3, initializer_range=0.3,
+        )  # fmt: skip
+    else:
+        config = getattr(transformers, f"{family}Config")(
+            vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=64, num_labels=3, initializer_range=0.3,
+        )  # fmt: skip
+    return _Logits(getattr(transformers, f"{family}ForSequenceClassification")(config).eval())
+
+
+@pytest.fixture(scope="module", params=["bert", "roberta", "bert_legacy", "gpt2", "gpt2_legacy"])
 def bert_exports(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, bytes]:
@@ -47,18 +65,14 @@ def bert_exports(
     and, for RoBERTa, gathers its buffered token-type ids, a constant (1, 64), at the rows' positions
     (a GatherElements that workers/models/pinned_shapes.py expands to the rows). ``bert_legacy``: the
     TorchScript-based exporter (opset 17) without ``dynamic_axes``, which also reads row 0's mask (a
-    Gather of the flattened mask) and writes the batch of 1 beside the sizes it reads at run time."""
-    import transformers
-
-    torch.manual_seed(0)
-    family = {"bert": "Bert", "roberta": "Roberta", "bert_legacy": "Bert"}[request.param]
-    config = getattr(transformers, f"{family}Config")(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=64, num_labels=3, initializer_range=0.3,
-    )  # fmt: skip
-    module = _Logits(getattr(transformers, f"{family}ForSequenceClassification")(config).eval())
+    Gather of the flattened mask) and writes the batch of 1 beside the sizes it reads at run time.
+    ``gpt2``, ``gpt2_legacy``: GPT2ForSequenceClassification, whose logits are read at each row's
+    last token, ``logits[arange(rows), last]``, exported from one row with ``arange(1)`` a constant
+    (workers/models/row_indices.py)."""
+    family = {"bert": "Bert", "roberta": "Roberta", "gpt2": "GPT2"}[request.param.removesuffix("_legacy")]
+    module = _classifier(family)
     folder = tmp_path_factory.mktemp(request.param)
-    ids, mask = torch.from_numpy(IDS), torch.from_numpy(MASK)
+    ids, mask = torch.from_numpy(PADDED if family == "GPT2" else IDS), torch.from_numpy(MASK)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     found = {}
     for name, example, dynamic in (
@@ -99,16 +113,17 @@ def _prepared(data: bytes, ids: np.ndarray, mask: np.ndarray) -> Prepared:
 
 
 def test_a_default_bert_export_takes_a_mask_per_sample_and_is_rebatched(
-    bert_exports: dict[str, bytes],
+    bert_exports: dict[str, bytes], request: pytest.FixtureRequest
 ) -> None:
     proto = onnx.load_from_string(bert_exports["defaults"])
     assert [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in proto.graph.input] == [[1, 8]] * 2
-    pinned = _prepared(bert_exports["defaults"], IDS, MASK)
-    twin = _prepared(bert_exports["dynamic"], IDS, MASK)
+    ids = PADDED if "gpt2" in request.node.callspec.params["bert_exports"] else IDS
+    pinned = _prepared(bert_exports["defaults"], ids, MASK)
+    twin = _prepared(bert_exports["dynamic"], ids, MASK)
     assert pinned.model.explained.fixed_batch is None  # re-batched: many rows per call
     assert pinned.model.axes == {"attention_mask": 0} and pinned.model.per_sample
     session = ort.InferenceSession(bert_exports["defaults"], providers=["CPUExecutionProvider"])
-    feeds = ({"input_ids": IDS[i : i + 1], "attention_mask": MASK[i : i + 1]} for i in range(3))
+    feeds = ({"input_ids": ids[i : i + 1], "attention_mask": MASK[i : i + 1]} for i in range(3))
     alone = np.concatenate([session.run(None, feed)[0] for feed in feeds])
     np.testing.assert_allclose(pinned.full_outputs, alone, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(twin.full_outputs, alone, rtol=1e-5, atol=1e-5)
