@@ -32,6 +32,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
     add_converter,
     get_converter,
 )
+from onnx2torch.onnx_graph import OnnxGraph as _Onnx2TorchGraph  # noqa: E402
 
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
@@ -196,6 +197,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         fuse_gelu(copy)
         fuse_dense_layers(copy)
         unroll_recurrent(copy)
+        _distinct_node_names(copy)
         module = _unnested(convert(copy, attach_onnx_mapping=bool(pooled)))
         mark_pooled_rows(module, pooled)
     except InvalidModel:
@@ -207,6 +209,20 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
             f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})"
         ) from None
     return module.eval().float()
+
+
+def _distinct_node_names(model: onnx.ModelProto) -> None:
+    """onnx2torch names each node's module by the node's name ('.' read as '/', a leading '/'
+    dropped), an unnamed node by its type, and counts repeats ('Add', 'Add_1'). A counted name can
+    be another node's own: an unnamed Add that a rewrite put before the legacy exporter's '/Add' and
+    '/Add_1' makes two 'Add_1', and the conversion failed. A node whose name is taken is renamed."""
+    taken: set[str] = set()
+    for k, node in enumerate(model.graph.node):
+        name = _Onnx2TorchGraph.generate_node_name(node)
+        if name in taken:
+            node.name = f"{node.name or node.op_type}_xaudit_{k}"
+            name = _Onnx2TorchGraph.generate_node_name(node)
+        taken.add(name)
 
 
 def _unnested(module: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -136,6 +136,25 @@ def test_unconvertible_operator_is_named_with_its_node() -> None:
         onnx_to_torch(model)
 
 
+def test_an_unnamed_node_beside_the_legacy_exporters_names_converts() -> None:
+    """onnx2torch names an unnamed node by its type and counts repeats, so an unnamed Add (a rewrite
+    adds such nodes) before the legacy exporter's ``/Add`` and ``/Add_1`` made two modules
+    ``Add_1``, and the conversion failed ("unexpected input value type")."""
+    graph = oh.make_graph(
+        [
+            oh.make_node("Add", ["x", "x"], ["a"]),
+            oh.make_node("Add", ["a", "x"], ["b"], name="/Add"),
+            oh.make_node("Add", ["b", "x"], ["y"], name="/Add_1"),
+        ],
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    x = np.arange(3, dtype=np.float32)[None]
+    np.testing.assert_array_equal(onnx_to_torch(model)(torch.from_numpy(x)).numpy(), 4 * x)
+
+
 def test_methods_are_judged_alone_when_the_graph_cannot_be_converted() -> None:
     """Gradient and rule methods are not_applicable naming the operator; perturbation methods still
     run on onnxruntime and are judged; the audit itself succeeds."""
