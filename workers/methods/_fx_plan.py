@@ -74,10 +74,12 @@ __all__ = [
     "folded_layer",
     "folds_into",
     "held_constant",
+    "is_difference",
     "is_elementwise",
     "is_self_gated",
     "layer_norm_parts",
     "merge_parts",
+    "norm_centres",
     "plan_graph",
     "relayed_factor",
     "run_node",
@@ -133,10 +135,16 @@ _MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
 # Data movement: a permutation, a slice, the parts of a split (ShuffleNet's channel shuffle and split),
 # and a gather at constant indices (_moves_data).
 _MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSplit13", "Split", "getitem"}
+# Copies of the activation (grouped-query attention's keys and values repeated for each query head,
+# Llama's repeat_kv): each output a copy of one input value, as a tensor read by several layers is;
+# the gradient sums the copies' relevance back. Its second argument is a shape.
+_COPY_NAMES = {"OnnxExpand"}
 SUPPORTED = "Linear, Conv, ConvTranspose, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean, ReduceSum"
 MERGES = "Add and Concat of activations"
+DIFFERENCES = "Sub of activations"
 MOVES = (
-    "Transpose, Slice, Split, Gather and GatherND at constant indices, zero Pad, nearest and linear Resize"
+    "Transpose, Slice, Split, Gather and GatherND at constant indices, Expand, zero Pad, nearest and "
+    "linear Resize"
 )
 SCALES = "BatchNorm"
 CLIPS = "ReLU6"
@@ -145,7 +153,7 @@ GATES = (
 )
 SELF_GATES = "SiLU, Hardswish, LeakyReLU, PReLU"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
-NORMS = "LayerNorm, InstanceNorm (their scale held constant)"
+NORMS = "LayerNorm, RMSNorm, InstanceNorm (their scale held constant)"
 CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants"
 ELEMENTWISE_CONSTANTS = "Mul, Div, Add and Sub with constants"
 _HEAD_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax, nn.LogSoftmax, nn.Sigmoid)
@@ -177,6 +185,9 @@ _MOVING_RESIZE_MODES = {"nearest", "linear"}
 # instance norms on their inputs' own statistics (MONAI's U-Nets; GroupNorm as exporters write it, an
 # instance norm over the reshaped groups followed by a constant scale and shift).
 _NORM_NAMES = {"LayerNorm"}
+# RMS normalisation (Llama, Mistral, Qwen, T5): torch's nn.RMSNorm, and the module of the same name
+# that workers.models.rms_norm_fusion writes for the exporters' Pow, ReduceMean, Add, Sqrt, Div.
+_RMS_NORM_NAMES = {"RMSNorm"}
 _INSTANCE_NORMS = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
 # GELU modules (nn.GELU; ONNX Gelu, opset 20) and tanh (BERT's pooler): x times a gate of x in
 # [0, 1] (tanh(x) / x), for LRP only (DeepLIFT has rules for the activations in _SELF_GATED).
@@ -197,6 +208,7 @@ class Admits:
     """What a rule family's pass admits beyond the layers in SUPPORTED (see :func:`plan_graph`)."""
 
     merges: bool = False
+    differences: bool = False
     moves: bool = False
     scales: bool = False
     clips: bool = False
@@ -212,6 +224,7 @@ class Admits:
 _FAMILY_ADMITS: dict[str, Admits] = {
     "LRP": Admits(  # ._modified_backward
         merges=True,
+        differences=True,
         moves=True,
         clips=True,
         gates=True,
@@ -423,6 +436,7 @@ def plan_graph(
     method: str,
     family: str,
     merges: bool = False,
+    differences: bool = False,
     moves: bool = False,
     scales: bool = False,
     clips: bool = False,
@@ -443,6 +457,11 @@ def plan_graph(
     sums), that of a concatenation each part its own slice; a pass that carries relevance itself
     (Zennit's hooks) would hand every summand all of it. RevealCancel's treats a sum as one linear
     layer with the summands' own terms (:mod:`workers.methods._revealcancel_graph`).
+
+    ``differences``: admit a difference of two activations as a merge (PoolFormer's token mixer
+    ``pool(x) - x``, FastViT's ``mixer(x) - norm(x)``), for LRP, whose gradient hands ``a - b``'s
+    relevance to ``a`` and ``-b`` in the shares ``a / z`` and ``-b / z``: the proportional rule on
+    the sum ``a + (-b)``. (RevealCancel would have to swap the subtrahend's parts; it refuses it.)
 
     ``moves``: admit data movement (Transpose, Slice, Split, a gather at constant indices, zero
     padding: :func:`_moves_data`) for a pass that takes it back by its
@@ -529,7 +548,8 @@ def plan_graph(
             steps.append(Step(node, "folded", module, inputs[0]))
             active.add(node)
             continue
-        if merges and name in _MERGE_NAMES and _all_active(node, active, name):
+        merged = merges and name in _MERGE_NAMES
+        if (merged or (differences and name in _SUB_NAMES)) and _all_active(node, active, name):
             steps.append(Step(node, "merge", module, inputs[0], tuple(dict.fromkeys(inputs))))
             active.add(node)
             continue
@@ -585,7 +605,13 @@ def plan_graph(
                 active.add(node)
                 continue
         if kind is None:
-            extra = [MERGES] * merges + [MOVES] * moves + [SCALES] * scales + [CLIPS] * clips
+            extra = (
+                [MERGES] * merges
+                + [DIFFERENCES] * differences
+                + [MOVES] * moves
+                + [SCALES] * scales
+                + [CLIPS] * clips
+            )
             extra += [GATES] * gates + [SELF_GATES] * (self_gates and not gates) + [HEADS] * heads
             extra += [NORMS] * norms + [CONSTANTS] * constants
             extra += [ELEMENTWISE_CONSTANTS] * (elementwise_constants and not constants)
@@ -951,9 +977,9 @@ def _with_constants(node: fx.Node, name: str, source: fx.Node) -> Kind | None:
 
 def _moves_data(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node) -> bool:
     """Data movement of the activation ``source``: a move by name, a gather of its values at constant
-    indices (not an embedding lookup, where the activation is the index), padding that copies values
-    or adds zeros (:func:`_pad_moves`), or an upsampling that copies values or takes means of them
-    (:func:`_resizes_by_means`)."""
+    indices (not an embedding lookup, where the activation is the index), copies of it (Expand),
+    padding that copies values or adds zeros (:func:`_pad_moves`), or an upsampling that copies values
+    or takes means of them (:func:`_resizes_by_means`)."""
     if name in _MOVE_NAMES:
         return True
     first = node.args[0] if node.args else None
@@ -961,7 +987,7 @@ def _moves_data(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node
         return False
     if name in _RESIZE_NAMES:
         return _resizes_by_means(_module(graph, node))
-    return name in _GATHER_NAMES or (name in _PAD_NAMES and _pad_moves(graph, node))
+    return name in _GATHER_NAMES or name in _COPY_NAMES or (name in _PAD_NAMES and _pad_moves(graph, node))
 
 
 def _resizes_by_means(module: nn.Module | None) -> bool:
@@ -994,6 +1020,8 @@ def _is_norm(module: nn.Module | None, name: str) -> bool:
     running statistics: in eval mode that is a fixed per-channel scale)."""
     if isinstance(module, _INSTANCE_NORMS):
         return not module.track_running_stats
+    if _is_rms_norm(module, name):
+        return True
     if name not in _NORM_NAMES:
         return False
     if isinstance(module, nn.LayerNorm):
@@ -1001,10 +1029,30 @@ def _is_norm(module: nn.Module | None, name: str) -> bool:
     return hasattr(module, "axis") and hasattr(module, "epsilon") and hasattr(module, "weight")
 
 
+def is_difference(step: Step) -> bool:
+    """A ``merge`` step that subtracts its second activation (admitted for LRP only)."""
+    return step.kind == "merge" and _operator_name(step.node, step.module) in _SUB_NAMES
+
+
+def _is_rms_norm(module: nn.Module | None, name: str) -> bool:
+    return isinstance(module, nn.RMSNorm) or (name in _RMS_NORM_NAMES and hasattr(module, "epsilon"))
+
+
+def norm_centres(module: nn.Module) -> bool:
+    """Whether a ``norm`` step subtracts its input's mean (all but an RMS normalisation)."""
+    return not _is_rms_norm(module, _module_name(module))
+
+
 def layer_norm_parts(module: nn.Module, ndim: int) -> tuple[tuple[int, ...], float, Any, Any]:
     """A ``norm`` step's normalised axes (for an input of ``ndim`` dimensions), epsilon, and scale and
     shift shaped to broadcast over the input (None where absent): a layer norm's over its trailing
-    axes, an instance norm's per channel (axis 1) over the axes after it."""
+    axes, an RMS norm's over its trailing axes (the converter's over the last; its scale a separate
+    step), an instance norm's per channel (axis 1) over the axes after it."""
+    if isinstance(module, nn.RMSNorm):
+        eps = torch.finfo(torch.float32).eps if module.eps is None else module.eps
+        return tuple(range(ndim - len(module.normalized_shape), ndim)), eps, module.weight, None
+    if _is_rms_norm(module, _module_name(module)):
+        return (ndim - 1,), float(module.epsilon), None, None
     if isinstance(module, _INSTANCE_NORMS):
         per_channel = (-1, *[1] * (ndim - 2))
         weight = None if module.weight is None else module.weight.reshape(per_channel)
@@ -1091,7 +1139,13 @@ def held_constant(graph: nn.Module, method: str) -> str:
     except NotApplicable:
         return ""
     held = {
-        "layer norms' scales": any(step.kind == "norm" and not _instance(step.module) for step in plan.steps),
+        "layer norms' scales": any(
+            step.kind == "norm" and not _instance(step.module) and norm_centres(step.module)
+            for step in plan.steps
+        ),
+        "RMS norms' scales": any(
+            step.kind == "norm" and not norm_centres(step.module) for step in plan.steps
+        ),
         "instance norms' scales": any(step.kind == "norm" and _instance(step.module) for step in plan.steps),
     }
     for step in plan.steps:

@@ -47,9 +47,11 @@ from workers.methods._fx_plan import (
     family_plan,
     folded_layer,
     folds_into,
+    is_difference,
     is_elementwise,
     is_self_gated,
     layer_norm_parts,
+    norm_centres,
     relayed_factor,
 )
 from workers.methods._lrp_rules import Epsilon, LayerRule, ZBox, stabilize
@@ -178,7 +180,11 @@ class RelevanceGraph:
         for step in path:
             if step.kind in ACTIVATIONS or (step.kind in _PASS_SIGN and step.source in nonneg):
                 nonneg.add(step.node)
-            if step.kind == "merge" and all(source in nonneg for source in step.sources):
+            if (
+                step.kind == "merge"
+                and all(source in nonneg for source in step.sources)
+                and not is_difference(step)
+            ):
                 nonneg.add(step.node)
             if step.kind in ("affine", "avgpool"):
                 rule = rules(index[step.node]) if step.kind == "affine" else _NORM
@@ -408,9 +414,10 @@ def _over_value(value: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
 def _held_norm(norm: Any, z: torch.Tensor) -> torch.Tensor:
     """A layer (or instance) normalisation with its scale 1 / std held constant (the LN rule of Ali et
     al. 2022): the centring ``z - mean(z)`` keeps its gradient, so relevance passes as through a linear
-    layer whose shift (the norm's bias) absorbs its share."""
+    layer whose shift (the norm's bias) absorbs its share. An RMS normalisation does not centre: held,
+    it is a diagonal layer, and relevance passes through it unchanged."""
     axes, epsilon, weight, bias = layer_norm_parts(norm, z.ndim)
-    centred = z - z.mean(axes, keepdim=True)
+    centred = z - z.mean(axes, keepdim=True) if norm_centres(norm) else z
     with torch.no_grad():
         scale = torch.rsqrt(centred.square().mean(axes, keepdim=True) + epsilon)
     y = centred * scale

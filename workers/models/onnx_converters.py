@@ -75,6 +75,24 @@ def _gelu(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     )
 
 
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2, last axis) + epsilon): the RMS normalisation workers.models.rms_norm_fusion
+    writes as one node (its scale a separate Mul)."""
+
+    def __init__(self, epsilon: float) -> None:
+        super().__init__()
+        self.epsilon = epsilon
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.epsilon)
+
+
+def _rms_norm(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    del graph
+    epsilon = float(node.attributes.get("epsilon", 1e-6))
+    return OperationConverterResult(torch_module=RMSNorm(epsilon), onnx_mapping=onnx_mapping_from_node(node))
+
+
 def _average_pool_19(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     """Opset 19 adds ``dilations`` to AveragePool; without dilation it is the opset-11 operator."""
     dilations = node.attributes.get("dilations")
@@ -470,6 +488,8 @@ def _register() -> None:
     _onnx2torch_slice._do_slice = _slice_by_tuple  # read at call time by both of its Slice modules
     fused = OperationDescription(domain=GELU_DOMAIN, operation_type="Gelu", version=1)
     _CONVERTER_REGISTRY[fused] = _gelu  # the exact GELU that workers.models.gelu_fusion writes
+    rms = OperationDescription(domain=GELU_DOMAIN, operation_type="RMSNorm", version=1)
+    _CONVERTER_REGISTRY[rms] = _rms_norm  # workers.models.rms_norm_fusion's
     for (op, version), converter in _ADDED.items():
         if _description(op, version) not in _CONVERTER_REGISTRY:
             add_converter(operation_type=op, version=version)(converter)

@@ -45,6 +45,7 @@ from workers.models.onnx_shapes import infer_shapes_light  # noqa: E402
 from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
 from workers.models.pooled_rows import mark_pooled_rows, rows_at_axis_0_pools  # noqa: E402
 from workers.models.recurrent_unroll import unroll_recurrent  # noqa: E402
+from workers.models.rms_norm_fusion import fuse_rms_norm  # noqa: E402
 
 __all__ = ["method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
 
@@ -195,6 +196,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         _finite_constants(copy)
         pooled = rows_at_axis_0_pools(copy)  # before the fusions: their ONNX functions stop the walk
         fuse_gelu(copy)
+        fuse_rms_norm(copy)
         fuse_dense_layers(copy)
         unroll_recurrent(copy)
         _distinct_node_names(copy)

@@ -30,6 +30,7 @@ from tests.models import to_onnx
 from tests.unit.methods._zennit_reference import assert_equals_zennit, lrp_cases, zennit_relevance
 from workers.methods import AttributionContext, get_method
 from workers.methods import _modified_backward as modified_backward
+from workers.methods._fx_plan import held_constant
 from workers.methods._lrp_rules import LayerRule
 from workers.models import load_model
 from workers.players import parse_players
@@ -52,11 +53,28 @@ class _Held(nn.Module):
         return self.fn(x)
 
 
+class _RMSNorm(nn.Module):
+    """RMS normalisation as transformers' Llama writes it (torch.rsqrt; the legacy exporter writes
+    it Div(1, Sqrt), the dynamo exporter Reciprocal(Sqrt))."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.5 * torch.randn(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def _norm_layer(dim: int, bias: bool, rms: bool) -> nn.Module:
+    return _RMSNorm(dim) if rms else nn.LayerNorm(dim, bias=bias)
+
+
 class _Block(nn.Module):
-    def __init__(self, dim: int, heads: int, bias: bool, flat_heads: bool = False) -> None:
+    def __init__(self, dim: int, heads: int, bias: bool, flat_heads: bool = False, rms: bool = False) -> None:
         super().__init__()
         self.heads, self.flat_heads = heads, flat_heads
-        self.ln1, self.ln2 = nn.LayerNorm(dim, bias=bias), nn.LayerNorm(dim, bias=bias)
+        self.ln1, self.ln2 = _norm_layer(dim, bias, rms), _norm_layer(dim, bias, rms)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=bias), nn.Linear(dim, dim, bias=bias)
         self.fc1, self.fc2 = nn.Linear(dim, 2 * dim, bias=bias), nn.Linear(2 * dim, dim, bias=bias)
         self.gelu = nn.GELU()
@@ -103,7 +121,9 @@ class _Block(nn.Module):
         return self.held[name](torch.stack([a, b], -1))
 
 
-def _held_layer_norm(norm: nn.LayerNorm, z: torch.Tensor) -> torch.Tensor:
+def _held_layer_norm(norm: nn.Module, z: torch.Tensor) -> torch.Tensor:
+    if isinstance(norm, _RMSNorm):  # no centring: held, a diagonal layer
+        return z / torch.sqrt(z.detach().pow(2).mean(-1, keepdim=True) + norm.eps) * norm.weight
     centred = z - z.mean(-1, keepdim=True)
     std = torch.sqrt(centred.detach().pow(2).mean(-1, keepdim=True) + norm.eps)
     out = centred / std * norm.weight
@@ -121,6 +141,7 @@ class _TinyViT(nn.Module):
         depth: int = 2,
         dim: int = 16,
         flat_heads: bool = False,
+        rms: bool = False,
     ) -> None:
         super().__init__()
         torch.manual_seed(11)
@@ -128,8 +149,8 @@ class _TinyViT(nn.Module):
         self.patch = nn.Conv2d(3, dim, 4, 4, bias=bias)
         self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.5) if class_token else None
         self.pos = nn.Parameter(torch.randn(1, 4 + class_token, dim) * 0.5) if bias else None
-        self.blocks = nn.ModuleList([_Block(dim, 2, bias, flat_heads) for _ in range(depth)])
-        self.ln, self.head = nn.LayerNorm(dim, bias=bias), nn.Linear(dim, 3, bias=bias)
+        self.blocks = nn.ModuleList([_Block(dim, 2, bias, flat_heads, rms) for _ in range(depth)])
+        self.ln, self.head = _norm_layer(dim, bias, rms), nn.Linear(dim, 3, bias=bias)
         self.held = nn.ModuleDict({k: _Held() for k in ("pos", "ln", "pool")})
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
@@ -199,6 +220,18 @@ def test_transformer_equals_zennit_with_held_norms_and_attention(name: str, dyna
     model = _TinyViT().eval()
     ctx = _context(model, CASES[name][0], dynamo)
     assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rms_norms_are_held_as_layer_norms_are(name: str, dynamo: bool) -> None:
+    """Llama's, Mistral's and T5's RMS normalisation, which both exporters write out as Pow,
+    ReduceMean, Add, Sqrt and a reciprocal (workers/models/rms_norm_fusion.py): its scale held, as a
+    layer norm's (before, every LRP method refused the Pow)."""
+    model = _TinyViT(rms=True).eval()
+    ctx = _context(model, CASES[name][0], dynamo)
+    assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
+    assert "RMS norms' scales" in held_constant(ctx.model.torch_hookable(name), name)
 
 
 @pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta"])
