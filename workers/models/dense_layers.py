@@ -38,6 +38,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from workers.models.gelu_fusion import DOMAIN as FUSED
 from workers.models.onnx_nodes import attributes, constant_tensors, declared_ranks, reduced_axes
 
 __all__ = ["fuse_dense_layers"]
@@ -45,7 +46,8 @@ __all__ = ["fuse_dense_layers"]
 # Operators whose output has the element type of their first input.
 _SAME_TYPE = {
     "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose",
-    "Div", "Dropout", "Elu", "Exp", "Expand", "Flatten", "Gather", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
+    "Div", "Dropout", "Elu", "Erf", "Exp", "Expand", "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool",
+    "GlobalMaxPool", "Reciprocal", "RMSNorm",
     "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu",
     "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Pad", "Pow", "PRelu",
     "ReduceMax", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Resize", "Selu", "Sigmoid", "Slice",
@@ -59,8 +61,9 @@ _ELEMENTWISE = {
 }  # fmt: skip
 # Operators whose output has the rank of their first input.
 _SAME_RANK = {
-    "AveragePool", "BatchNormalization", "Conv", "ConvTranspose", "GlobalAveragePool", "GlobalMaxPool",
-    "InstanceNormalization", "LayerNormalization", "MaxPool", "Pad", "Resize", "Transpose",
+    "AveragePool", "BatchNormalization", "Conv", "ConvTranspose", "Erf", "Gelu", "GlobalAveragePool",
+    "GlobalMaxPool", "InstanceNormalization", "LayerNormalization", "MaxPool", "Pad", "Reciprocal", "Resize",
+    "RMSNorm", "Transpose",
 }  # fmt: skip
 _REDUCTIONS = {"ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum"}
 _PER_CHANNEL = {"Add", "Sub", "Mul", "Div"}  # by a constant per channel (_conv_affine, _channel_norms)
@@ -439,7 +442,8 @@ def _known(
         if len(tensor.dims) == 1:
             lengths[name] = tensor.dims[0]
     for node in graph.node:  # nodes come in topological order
-        if not node.input or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        # (the fusions' Gelu and RMSNorm, run before, keep their input's type and rank too)
+        if not node.input or node.domain not in ("", "ai.onnx", FUSED) or len(node.output) != 1:
             continue
         out, first = node.output[0], node.input[0]
         if node.op_type == "Cast":

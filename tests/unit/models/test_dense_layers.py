@@ -174,3 +174,35 @@ def test_a_run_of_per_channel_constants_is_the_batch_norm_it_stands_for(
     )
     run = lambda data: ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]  # noqa: E731
     np.testing.assert_allclose(run(model.SerializeToString()), run(original), rtol=1e-5, atol=1e-6)
+
+
+class _CastAfterGelu(torch.nn.Module):
+    """``h.to(x.dtype)`` after an exact GELU, as transformers' wav2vec2 casts its encoder's input: the
+    legacy exporter writes a Cast to float after the GELU it writes out, which the methods' graph
+    fuses to one Gelu before this module reads the types."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.a, self.b = torch.nn.Linear(4, 6), torch.nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.nn.functional.gelu(self.a(x)).to(x.dtype))
+
+
+def test_a_no_op_cast_after_a_fused_gelu_is_dropped_and_lrp_runs() -> None:
+    """The type was lost at the fused Gelu (a node of xaudit's domain), the Cast kept, and every LRP
+    method refused it ("OnnxCast has no LRP rule")."""
+    from tests.models import to_onnx
+    from tests.unit.methods._context import context
+    from workers.methods import get_method
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(4))
+    proto = onnx.load_from_string(to_onnx(_CastAfterGelu().eval(), x[:1]))
+    assert "Cast" in {n.op_type for n in proto.graph.node}
+    assert "Cast" not in {type(m).__name__.removeprefix("Onnx") for m in onnx_to_torch(proto).modules()}
+    ctx = context(_CastAfterGelu().eval(), x[:1])
+    relevance = get_method("lrp_epsilon").attribute(
+        ctx, x.numpy(), np.zeros_like(x.numpy()), np.array([0, 1, 2])
+    )
+    assert np.isfinite(relevance).all() and np.abs(relevance).max() > 1e-3
