@@ -256,6 +256,7 @@ class Step:
     source: fx.Node | None  # the (first) activation argument (None for input and static nodes)
     sources: tuple[fx.Node, ...] = ()  # a merge's activation arguments, all of them
     gate: nn.Module | None = None  # a gated product's gate (the sigmoid's module)
+    signed: bool = False  # a gate that can be negative (a GLU's), or a product with one
 
 
 @dataclass(frozen=True)
@@ -520,6 +521,8 @@ def plan_graph(
     active: set[fx.Node] = set()
     output: fx.Node | None = None
     gate_nodes = _gates(graph, every=gates) if gates or self_gates else {}
+    glu_nodes = _glu_gates(graph, gate_nodes) if gates else {}
+    gate_nodes.update(glu_nodes)
     branch_nodes = _branches(graph, gate_nodes) if gates else set()
     folded_biases: set[fx.Node] = set()
     for node in graph.graph.nodes:
@@ -601,7 +604,8 @@ def plan_graph(
             gated = _gated_source(node, gate_nodes, active)
             if gated is not None:
                 source, gate = gated
-                steps.append(Step(node, "gated", module, source, gate=gate_nodes[gate]))
+                signed = gate in glu_nodes
+                steps.append(Step(node, "gated", module, source, gate=gate_nodes[gate], signed=signed))
                 active.add(node)
                 continue
         if kind is None:
@@ -620,7 +624,7 @@ def plan_graph(
                 method,
                 f"operator {name} (node '{node.name}') has no {family} rule here; supported: {supported}",
             )
-        steps.append(Step(node, kind, module, inputs[0]))
+        steps.append(Step(node, kind, module, inputs[0], signed=kind == "gate" and node in glu_nodes))
         active.add(node)
     if output is None or output not in active:
         raise NotApplicable(method, "the model's output does not depend on its input")
@@ -774,6 +778,50 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
             found.update(dict.fromkeys(reshaped, module))
             found.update(dict.fromkeys(complements, module))
     return found
+
+
+def _glu_gates(graph: fx.GraphModule, gates: dict[fx.Node, nn.Module]) -> dict[fx.Node, nn.Module]:
+    """Gated linear units' gates (SwiGLU in Llama, Mistral and Qwen, GeGLU): an activation ``act(g)``
+    (SiLU or GELU as one module, or ``g`` times a sigmoid gate of ``g`` as exporters write SiLU) whose
+    every use multiplies another activation ``u``. Held constant like the other gates, the product
+    hands ``u`` all of its relevance and the gate's branch none. Unlike a sigmoid's, such a gate can
+    be negative (SiLU's minimum is -0.28): the product does not keep ``u``'s sign."""
+    found: dict[fx.Node, nn.Module] = {}
+    for node in graph.graph.nodes:
+        module = _module(graph, node)
+        if node in gates or not _is_glu_activation(graph, node, module, gates):
+            continue
+        users = _value_users(graph, node)
+        products = [_leaves((user.args, user.kwargs)) for user in users if _is_product(graph, user)]
+        if not users or len(products) != len(users):
+            continue
+        others = [f for factors in products for f in factors if f is not node]
+        if all(len(factors) == 2 for factors in products) and not any(
+            o in gates or o is node for o in others
+        ):
+            assert module is not None  # onnx2torch writes every operator as a module
+            found[node] = module
+    return found
+
+
+def _is_glu_activation(
+    graph: fx.GraphModule, node: fx.Node, module: nn.Module | None, gates: dict[fx.Node, nn.Module]
+) -> bool:
+    if isinstance(module, nn.SiLU) or _module_name(module) in _GELU_NAMES:
+        return True
+    if not _is_product(graph, node) or len(node.args) != 2:
+        return False
+    first, second = node.args  # x * gate(x), either order: SiLU, or GELU's erf factor written out
+    return any(
+        isinstance(g, fx.Node) and g in gates and _reads(g, x, 4)
+        for x, g in ((first, second), (second, first))
+    )
+
+
+def _reads(node: fx.Node, value: object, depth: int) -> bool:
+    """Whether ``node`` is computed from ``value`` within ``depth`` steps."""
+    args = [a for a in _leaves((node.args, node.kwargs)) if isinstance(a, fx.Node)]
+    return value in args or (depth > 1 and any(_reads(a, value, depth - 1) for a in args))
 
 
 def _is_complement(graph: fx.GraphModule, node: fx.Node, gate: fx.Node) -> bool:
@@ -1148,7 +1196,13 @@ def held_constant(graph: nn.Module, method: str) -> str:
         ),
         "instance norms' scales": any(step.kind == "norm" and _instance(step.module) for step in plan.steps),
     }
+    glu = {step.node for step in plan.steps if step.signed and step.kind == "gate"}
     for step in plan.steps:
+        if step.signed:
+            held["GLU gates"] = True
+            continue
+        if step.kind == "gate" and step.node.users and all(user in glu for user in step.node.users):
+            continue  # the sigmoid inside a GLU's SiLU, held with it
         if step.kind == "gated" and step.gate is None:  # x times a gate of x as one module
             gelu = _module_name(step.module) in _GELU_NAMES
             # (LeakyReLU and PReLU pass relevance as their gradient does: piecewise linear, nothing held)

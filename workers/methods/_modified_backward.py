@@ -178,7 +178,9 @@ class RelevanceGraph:
         nonneg: set[fx.Node] = set()
         layers: dict[fx.Node, tuple[Any, LayerRule, bool, bool]] = {}
         for step in path:
-            if step.kind in ACTIVATIONS or (step.kind in _PASS_SIGN and step.source in nonneg):
+            if step.kind in ACTIVATIONS or (
+                step.kind in _PASS_SIGN and step.source in nonneg and not step.signed
+            ):
                 nonneg.add(step.node)
             if (
                 step.kind == "merge"

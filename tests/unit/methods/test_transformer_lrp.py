@@ -71,12 +71,17 @@ def _norm_layer(dim: int, bias: bool, rms: bool) -> nn.Module:
 
 
 class _Block(nn.Module):
-    def __init__(self, dim: int, heads: int, bias: bool, flat_heads: bool = False, rms: bool = False) -> None:
+    def __init__(
+        self, dim: int, heads: int, bias: bool, flat_heads: bool = False, rms: bool = False, glu: str = ""
+    ) -> None:
         super().__init__()
         self.heads, self.flat_heads = heads, flat_heads
         self.ln1, self.ln2 = _norm_layer(dim, bias, rms), _norm_layer(dim, bias, rms)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=bias), nn.Linear(dim, dim, bias=bias)
         self.fc1, self.fc2 = nn.Linear(dim, 2 * dim, bias=bias), nn.Linear(2 * dim, dim, bias=bias)
+        # a gated linear unit (Llama's SwiGLU, "silu"; GeGLU, "gelu"): fc1(x) * act(gate(x))
+        self.glu = {"silu": nn.functional.silu, "gelu": nn.functional.gelu}.get(glu)
+        self.gate = nn.Linear(dim, 2 * dim, bias=bias) if glu else None
         self.gelu = nn.GELU()
         self.held = nn.ModuleDict({k: _Held() for k in ("ln1", "ln2", "attend", "sum1", "sum2", "gelu")})
 
@@ -99,8 +104,17 @@ class _Block(nn.Module):
         if self.flat_heads:
             attended = attended.reshape(rows, self.heads, tokens, dim // self.heads)
         x = self._sum(x, self.proj(attended.transpose(1, 2).reshape(rows, tokens, dim)), "sum1", twin)
-        h = self.fc1(self._norm(self.ln2, x, "ln2", twin))
-        if twin:
+        normed = self._norm(self.ln2, x, "ln2", twin)
+        h = self.fc1(normed)
+        if self.glu is not None and self.gate is not None:
+            activated = self.glu(self.gate(normed))
+            if twin:  # the gate held: the product hands fc1's output all of its relevance
+                held_gate = activated.detach()
+                self.held["gelu"].fn = lambda z: z * held_gate
+                h = self.held["gelu"](h)
+            else:
+                h = h * activated
+        elif twin:
             gate = (0.5 * (1 + torch.erf(h / math.sqrt(2)))).detach()
             self.held["gelu"].fn = lambda z: z * gate
             h = self.held["gelu"](h)
@@ -142,6 +156,7 @@ class _TinyViT(nn.Module):
         dim: int = 16,
         flat_heads: bool = False,
         rms: bool = False,
+        glu: str = "",
     ) -> None:
         super().__init__()
         torch.manual_seed(11)
@@ -149,7 +164,7 @@ class _TinyViT(nn.Module):
         self.patch = nn.Conv2d(3, dim, 4, 4, bias=bias)
         self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.5) if class_token else None
         self.pos = nn.Parameter(torch.randn(1, 4 + class_token, dim) * 0.5) if bias else None
-        self.blocks = nn.ModuleList([_Block(dim, 2, bias, flat_heads, rms) for _ in range(depth)])
+        self.blocks = nn.ModuleList([_Block(dim, 2, bias, flat_heads, rms, glu) for _ in range(depth)])
         self.ln, self.head = _norm_layer(dim, bias, rms), nn.Linear(dim, 3, bias=bias)
         self.held = nn.ModuleDict({k: _Held() for k in ("pos", "ln", "pool")})
 
@@ -232,6 +247,19 @@ def test_rms_norms_are_held_as_layer_norms_are(name: str, dynamo: bool) -> None:
     ctx = _context(model, CASES[name][0], dynamo)
     assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
     assert "RMS norms' scales" in held_constant(ctx.model.torch_hookable(name), name)
+
+
+@pytest.mark.parametrize("glu", ["silu", "gelu"])
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gated_linear_units_hold_their_gate(name: str, dynamo: bool, glu: str) -> None:
+    """Llama's, Mistral's and Qwen's MLP is ``down(up(x) * silu(gate(x)))`` (SwiGLU; GeGLU with GELU):
+    the activated gate is held like the other gates, so the product hands ``up``'s output all of its
+    relevance and the gate's branch none (before, every LRP method refused the product)."""
+    model = _TinyViT(rms=True, glu=glu).eval()
+    ctx = _context(model, CASES[name][0], dynamo)
+    assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
+    assert "GLU gates" in held_constant(ctx.model.torch_hookable(name), name)
 
 
 @pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta"])
