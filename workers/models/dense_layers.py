@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.models.gelu_fusion import DOMAIN as FUSED
+from workers.models.fused_nodes import DOMAIN as FUSED
 from workers.models.onnx_nodes import attributes, constant_tensors, declared_ranks, reduced_axes
 
 __all__ = ["fuse_dense_layers"]

@@ -16,9 +16,9 @@ import math
 import onnx
 from onnx import numpy_helper
 
-__all__ = ["DOMAIN", "fuse_gelu"]
+from workers.models.fused_nodes import DOMAIN, write_fused
 
-DOMAIN = "xaudit"  # the fused node's operator domain, converted by workers.models.onnx_converters
+__all__ = ["fuse_gelu"]
 
 
 def fuse_gelu(model: onnx.ModelProto) -> int:
@@ -83,21 +83,7 @@ def fuse_gelu(model: onnx.ModelProto) -> int:
         name = half.name or half.output[0]
         fused[id(half)] = onnx.helper.make_node("Gelu", [x], list(half.output), name=name, domain=DOMAIN)
         dropped.update(id(n) for n in rest)
-    if not fused:
-        return 0
-    nodes = [fused.get(id(n), n) for n in graph.node if id(n) not in dropped]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used = {name for node in nodes for name in node.input} | outputs
-    kept = [t for t in graph.initializer if t.name in used]  # the patterns' scalars go with them
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    if not any(o.domain == DOMAIN for o in model.opset_import):
-        model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
-        # Its body, for ONNX's shape inference (onnx2torch sizes some modules from it; without the
-        # body the shapes after the first Gelu were lost, and swin_t's pooling read a wrong one).
-        model.functions.append(_gelu_function(version))
-    return len(fused)
+    return write_fused(model, fused, dropped, _gelu_function(version))
 
 
 def _gelu_function(version: int) -> onnx.FunctionProto:

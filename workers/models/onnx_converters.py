@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from workers.light_imports import onnx2torch as _light_onnx2torch
-from workers.models.gelu_fusion import DOMAIN as GELU_DOMAIN
+from workers.models.fused_nodes import DOMAIN as FUSED
 
 _light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
 from onnx2torch.node_converters import slice as _onnx2torch_slice  # noqa: E402
@@ -486,9 +486,9 @@ def _within(part: slice, size: int) -> slice:
 
 def _register() -> None:
     _onnx2torch_slice._do_slice = _slice_by_tuple  # read at call time by both of its Slice modules
-    fused = OperationDescription(domain=GELU_DOMAIN, operation_type="Gelu", version=1)
+    fused = OperationDescription(domain=FUSED, operation_type="Gelu", version=1)
     _CONVERTER_REGISTRY[fused] = _gelu  # the exact GELU that workers.models.gelu_fusion writes
-    rms = OperationDescription(domain=GELU_DOMAIN, operation_type="RMSNorm", version=1)
+    rms = OperationDescription(domain=FUSED, operation_type="RMSNorm", version=1)
     _CONVERTER_REGISTRY[rms] = _rms_norm  # workers.models.rms_norm_fusion's
     for (op, version), converter in _ADDED.items():
         if _description(op, version) not in _CONVERTER_REGISTRY:

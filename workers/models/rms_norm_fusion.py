@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.models.gelu_fusion import DOMAIN
+from workers.models.fused_nodes import DOMAIN, write_fused
 from workers.models.onnx_nodes import attributes, declared_ranks, reduced_axes
 
 __all__ = ["fuse_rms_norm"]
@@ -99,19 +99,7 @@ def fuse_rms_norm(model: onnx.ModelProto) -> int:
             "RMSNorm", [x], list(last.output), name=name, domain=DOMAIN, epsilon=eps
         )
         dropped.update(id(n) for n in rest)
-    if not fused:
-        return 0
-    nodes = [fused.get(id(n), n) for n in graph.node if id(n) not in dropped]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used = {name for node in nodes for name in node.input} | outputs
-    kept = [t for t in graph.initializer if t.name in used]  # the patterns' scalars go with them
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    if not any(o.domain == DOMAIN for o in model.opset_import):
-        model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
-    model.functions.append(_rms_norm_function(version))  # for ONNX's shape inference, as Gelu's
-    return len(fused)
+    return write_fused(model, fused, dropped, _rms_norm_function(version))
 
 
 def _rms_norm_function(version: int) -> onnx.FunctionProto:

@@ -13,7 +13,26 @@ from tests.unit.methods.test_lrp import lrp_epsilon_ref
 from tests.unit.methods.test_revealcancel import revealcancel_ref
 from workers.methods import get_method
 
-__all__ = ["assert_lrp_epsilon_through_a_move", "assert_revealcancel_equals_the_reference"]
+__all__ = ["assert_lrp_epsilon_through_a_move", "assert_revealcancel_equals_the_reference", "cnn_around"]
+
+
+def cnn_around(move: nn.Module, features: int, seed: int) -> nn.Sequential:
+    """A 1-channel CNN with ``move`` between its two convolutions (3 then 2 channels, padded) and a
+    Linear of the ``features`` after it to 3 classes; biases drawn so that the ReLUs cut."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Conv2d(1, 3, 3, padding=1),
+        nn.ReLU(),
+        move,
+        nn.Conv2d(3, 2, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(features, 3),
+    )
+    with torch.no_grad():
+        for layer in (model[0], model[3]):
+            layer.bias.uniform_(-0.3, 0.3)
+    return model.eval()
 
 
 def _rows(shape: tuple[int, ...], seed: int) -> torch.Tensor:

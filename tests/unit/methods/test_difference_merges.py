@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from tests.unit.methods._context import context
-from tests.unit.methods._moves import assert_lrp_epsilon_through_a_move
+from tests.unit.methods._moves import assert_lrp_epsilon_through_a_move, cnn_around
 from workers.methods import get_method
 from xaudit.contract.errors import NotApplicable
 
@@ -34,20 +34,7 @@ class _PoolMixer(nn.AvgPool2d):
 
 
 def _poolformer_like() -> nn.Sequential:
-    torch.manual_seed(8)
-    model = nn.Sequential(
-        nn.Conv2d(1, 3, 3, padding=1),
-        nn.ReLU(),
-        _PoolMixer(),
-        nn.Conv2d(3, 2, 3, padding=1),
-        nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(32, 3),
-    )
-    with torch.no_grad():
-        for layer in (model[0], model[3]):
-            layer.bias.uniform_(-0.3, 0.3)
-    return model.eval()
+    return cnn_around(_PoolMixer(), 32, seed=8)
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])

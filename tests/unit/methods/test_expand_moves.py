@@ -18,6 +18,7 @@ from tests.models import to_onnx
 from tests.unit.methods._moves import (
     assert_lrp_epsilon_through_a_move,
     assert_revealcancel_equals_the_reference,
+    cnn_around,
 )
 
 SHAPE = (1, 3, 3)
@@ -33,20 +34,7 @@ class _Copied(nn.Module):
 
 
 def _cnn(twin: bool = False) -> nn.Sequential:
-    torch.manual_seed(6)
-    model = nn.Sequential(
-        nn.Conv2d(1, 3, 3, padding=1),
-        nn.ReLU(),
-        nn.Upsample(scale_factor=2, mode="nearest") if twin else _Copied(),
-        nn.Conv2d(3, 2, 3, padding=1),
-        nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(72, 3),
-    )
-    with torch.no_grad():
-        for layer in (model[0], model[3]):
-            layer.bias.uniform_(-0.3, 0.3)
-    return model.eval()
+    return cnn_around(nn.Upsample(scale_factor=2, mode="nearest") if twin else _Copied(), 72, seed=6)
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])

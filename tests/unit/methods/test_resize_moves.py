@@ -24,6 +24,7 @@ from tests.unit.methods._context import context
 from tests.unit.methods._moves import (
     assert_lrp_epsilon_through_a_move,
     assert_revealcancel_equals_the_reference,
+    cnn_around,
 )
 from workers.methods import get_method
 from xaudit.contract.errors import NotApplicable
@@ -51,20 +52,7 @@ class _Doubled(nn.Module):
 def _upsampling_cnn(mode: str, twin: bool = False) -> nn.Sequential:
     """3x3 maps upsampled to 6x6 after a ReLU, as a U-Net decoder does; ``twin``: the same model with
     nn.Upsample (the same map, which the references can read off)."""
-    torch.manual_seed(5)
-    model = nn.Sequential(
-        nn.Conv2d(1, 3, 3, padding=1),
-        nn.ReLU(),
-        nn.Upsample(scale_factor=2, mode=mode) if twin else _Doubled(mode),
-        nn.Conv2d(3, 2, 3, padding=1),
-        nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(72, 3),
-    )
-    with torch.no_grad():
-        for layer in (model[0], model[3]):
-            layer.bias.uniform_(-0.3, 0.3)
-    return model.eval()
+    return cnn_around(nn.Upsample(scale_factor=2, mode=mode) if twin else _Doubled(mode), 72, seed=5)
 
 
 def _rows(seed: int) -> torch.Tensor:
