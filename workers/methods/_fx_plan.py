@@ -1086,7 +1086,7 @@ def _is_rms_norm(module: nn.Module | None, name: str) -> bool:
     return isinstance(module, nn.RMSNorm) or (name in _RMS_NORM_NAMES and hasattr(module, "epsilon"))
 
 
-def norm_centres(module: nn.Module) -> bool:
+def norm_centres(module: nn.Module | None) -> bool:
     """Whether a ``norm`` step subtracts its input's mean (all but an RMS normalisation)."""
     return not _is_rms_norm(module, _module_name(module))
 
@@ -1100,7 +1100,7 @@ def layer_norm_parts(module: nn.Module, ndim: int) -> tuple[tuple[int, ...], flo
         eps = torch.finfo(torch.float32).eps if module.eps is None else module.eps
         return tuple(range(ndim - len(module.normalized_shape), ndim)), eps, module.weight, None
     if _is_rms_norm(module, _module_name(module)):
-        return (ndim - 1,), float(module.epsilon), None, None
+        return (ndim - 1,), float(getattr(module, "epsilon")), None, None  # noqa: B009
     if isinstance(module, _INSTANCE_NORMS):
         per_channel = (-1, *[1] * (ndim - 2))
         weight = None if module.weight is None else module.weight.reshape(per_channel)

@@ -71,18 +71,22 @@ def fuse_rms_norm(model: onnx.ModelProto) -> int:
         if mean is None or not over_last_axis(mean, x):
             return None
         add = only_use(mean.output[0], "Add")
-        shift = [name for name in add.input if name != mean.output[0]] if add is not None else []
+        if add is None:
+            return None
+        shift = [name for name in add.input if name != mean.output[0]]
         eps = scalar(shift[0]) if len(shift) == 1 else None
-        sqrt = only_use(add.output[0], "Sqrt") if add is not None else None
+        sqrt = only_use(add.output[0], "Sqrt")
         if eps is None or eps < 0 or sqrt is None:
             return None
-        step = only_use(sqrt.output[0], "Reciprocal", "Div")
-        if step is not None and step.op_type == "Div" and list(step.input) == [x, sqrt.output[0]]:
+        root = sqrt.output[0]
+        step = only_use(root, "Reciprocal", "Div")
+        if step is None:
+            return None
+        if step.op_type == "Div" and list(step.input) == [x, root]:
             return x, eps, [power, mean, add, sqrt, step]  # x / sqrt(...)
-        inverse = step is not None and (
-            step.op_type == "Reciprocal" or (step.input[1] == sqrt.output[0] and scalar(step.input[0]) == 1.0)
-        )
-        scale = only_use(step.output[0], "Mul") if step is not None and inverse else None
+        if step.op_type == "Div" and (step.input[1] != root or scalar(step.input[0]) != 1.0):
+            return None
+        scale = only_use(step.output[0], "Mul")  # x * (1 / sqrt(...))
         if scale is None or sorted(scale.input) != sorted([x, step.output[0]]):
             return None
         return x, eps, [power, mean, add, sqrt, step, scale]
