@@ -787,6 +787,7 @@ def _glu_gates(graph: fx.GraphModule, gates: dict[fx.Node, nn.Module]) -> dict[f
     hands ``u`` all of its relevance and the gate's branch none. Unlike a sigmoid's, such a gate can
     be negative (SiLU's minimum is -0.28): the product does not keep ``u``'s sign."""
     found: dict[fx.Node, nn.Module] = {}
+    activations = _activations(graph)
     for node in graph.graph.nodes:
         module = _module(graph, node)
         if node in gates or not _is_glu_activation(graph, node, module, gates):
@@ -795,12 +796,23 @@ def _glu_gates(graph: fx.GraphModule, gates: dict[fx.Node, nn.Module]) -> dict[f
         products = [_leaves((user.args, user.kwargs)) for user in users if _is_product(graph, user)]
         if not users or len(products) != len(users):
             continue
+        # the other factor an activation: a GELU times a constant (a layer scale) is no gated unit
         others = [f for factors in products for f in factors if f is not node]
-        if all(len(factors) == 2 for factors in products) and not any(
-            o in gates or o is node for o in others
-        ):
+        paired = len(others) == len(products) and all(len(factors) == 2 for factors in products)
+        if paired and all(o in activations and o not in gates for o in others):
             assert module is not None  # onnx2torch writes every operator as a module
             found[node] = module
+    return found
+
+
+def _activations(graph: fx.GraphModule) -> set[fx.Node]:
+    """The nodes whose values depend on the graph's input (not only through its shape)."""
+    found: set[fx.Node] = set()
+    for node in graph.graph.nodes:
+        if node.op == "placeholder" or (
+            not _reads_shape(graph, node) and any(a in found for a in _leaves((node.args, node.kwargs)))
+        ):
+            found.add(node)
     return found
 
 

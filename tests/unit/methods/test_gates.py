@@ -174,3 +174,42 @@ def test_a_written_out_hard_sigmoid_is_a_gate(name: str, dynamo: bool) -> None:
     assert said is not None and said.endswith(
         "held constant (Ali et al. 2022, Arras et al. 2017): sigmoid gates"
     )
+
+
+class _LayerScaled(nn.Module):
+    """A GELU's output times a constant per feature (a layer scale, as ConvNeXt and CaiT write it):
+    ``fold`` puts the constant into the next layer's weight instead, the same function."""
+
+    def __init__(self, fold: bool) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.a, self.b = nn.Linear(6, 8), nn.Linear(8, 3)
+        self.gamma = nn.Parameter(torch.rand(8) + 0.5)
+        self.fold = fold
+        if fold:
+            with torch.no_grad():
+                self.b.weight.mul_(self.gamma)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = nn.functional.gelu(self.a(x))
+        return self.b(h) if self.fold else self.b(self.gamma * h)
+
+
+def test_a_gelu_times_a_constant_is_no_gated_unit() -> None:
+    """A gated linear unit's gate multiplies another activation; a GELU times a constant is an
+    activation scaled, whose relevance goes on to the GELU (it was held as a gate while the gated
+    units' rule was written, and the pass lost the relevance there)."""
+    from tests.unit.methods._context import context
+
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
+    got = [
+        get_method("lrp_epsilon").attribute(
+            context(_LayerScaled(fold).eval(), x[:1]),
+            x.numpy(),
+            np.zeros_like(x.numpy()),
+            np.array([0, 1, 2, 0]),
+        )
+        for fold in (False, True)
+    ]
+    assert np.abs(got[1]).max() > 1e-2
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-5, atol=1e-6)
