@@ -55,14 +55,20 @@ def count_rows_in_indices(model: onnx.ModelProto, explained: str) -> int:
     for node in graph.node:
         for k, name in enumerate(node.input):
             readers.setdefault(name, []).append((node, k))
-    shapes = {node.output[0] for node in graph.node if node.op_type == "Shape" and node.output}
+    constants = constant_tensors(graph)
+    # what a row index cannot pick from: a shape, or a constant (a lookup table, a weight)
+    unpicked = {node.output[0] for node in graph.node if node.op_type == "Shape" and node.output} | set(
+        constants
+    )
     rewritten = 0
     added: list[onnx.NodeProto] = []
-    for name, tensor in constant_tensors(graph).items():
+    for name, tensor in constants.items():
         if not _is_arange_of_one(tensor):
             continue
         uses = [
-            (node, k) for node, k in readers.get(name, ()) if _reaches_row_index(node, k, readers, shapes, 0)
+            (node, k)
+            for node, k in readers.get(name, ())
+            if _reaches_row_index(node, k, readers, unpicked, 0)
         ]
         if not uses:
             continue
@@ -102,25 +108,25 @@ def _reaches_row_index(
     node: onnx.NodeProto,
     slot: int,
     readers: dict[str, list[tuple[onnx.NodeProto, int]]],
-    shapes: set[str],
+    unpicked: set[str],
     depth: int,
 ) -> bool:
     """Whether the value read at ``node``'s input ``slot`` becomes, through index arithmetic, the
-    indices of a gather over the first axis of a tensor that is not a shape."""
+    indices of a gather over the first axis of a computed tensor (not a shape, not a constant)."""
     if node.domain not in _STANDARD or depth > _DEPTH:
         return False
     attrs = attributes(node)
     if node.op_type == "Gather" and slot == 1:
-        return attrs.get("axis", 0) == 0 and node.input[0] not in shapes
+        return attrs.get("axis", 0) == 0 and node.input[0] not in unpicked
     if node.op_type == "GatherND" and slot == 1:
-        return attrs.get("batch_dims", 0) == 0 and node.input[0] not in shapes
+        return attrs.get("batch_dims", 0) == 0 and node.input[0] not in unpicked
     if node.op_type not in _ARITHMETIC:
         return False
     slots = _ARITHMETIC[node.op_type]
     if slots is not None and slot not in slots:
         return False
     return any(
-        _reaches_row_index(reader, k, readers, shapes, depth + 1) for reader, k in _readers(node, readers)
+        _reaches_row_index(reader, k, readers, unpicked, depth + 1) for reader, k in _readers(node, readers)
     )
 
 

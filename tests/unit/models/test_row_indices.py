@@ -55,12 +55,13 @@ def test_a_constant_arange_of_one_row_becomes_the_rows_count() -> None:
     assert "arange" not in {t.name for t in model.graph.initializer}  # nothing reads it any more
 
 
-def test_a_zero_that_picks_a_size_or_gathers_another_axis_is_left() -> None:
+def test_a_zero_that_picks_a_size_a_constants_row_or_another_axis_is_left() -> None:
     nodes = [
         oh.make_node("Shape", ["x"], ["dims"]),
         oh.make_node("Gather", ["dims", "arange"], ["rows"], axis=0),  # a size: Shape(x)[0]
         oh.make_node("Gather", ["x", "arange"], ["first"], axis=1),  # the first position of each row
+        oh.make_node("Gather", ["table", "arange"], ["row"], axis=0),  # a constant's first row
         oh.make_node("Unsqueeze", ["rows", "arange"], ["y"]),  # axes, not a value
     ]
-    model = _model(nodes, {"arange": np.array([0], np.int64)})
+    model = _model(nodes, {"arange": np.array([0], np.int64), "table": np.ones((2, 3), np.float32)})
     assert count_rows_in_indices(model, "x") == 0
