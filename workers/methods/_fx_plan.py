@@ -149,7 +149,8 @@ MOVES = (
 SCALES = "BatchNorm"
 CLIPS = "ReLU6"
 GATES = (
-    "SiLU, Hardswish, LeakyReLU, PReLU, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights"
+    "SiLU, Hardswish, LeakyReLU, PReLU, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights, "
+    "SwiGLU and GeGLU gates"
 )
 SELF_GATES = "SiLU, Hardswish, LeakyReLU, PReLU"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
