@@ -782,8 +782,9 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
 
 
 def _glu_gates(graph: fx.GraphModule, gates: dict[fx.Node, nn.Module]) -> dict[fx.Node, nn.Module]:
-    """Gated linear units' gates (SwiGLU in Llama, Mistral and Qwen, GeGLU): an activation ``act(g)``
-    (SiLU or GELU as one module, or ``g`` times a sigmoid gate of ``g`` as exporters write SiLU) whose
+    """Gated linear units' gates (SwiGLU in Llama, Mistral and Qwen, GeGLU in T5 v1.1): an activation
+    ``act(g)`` (SiLU or GELU as one module, or ``g``, or a constant times ``g``, times a sigmoid or
+    GELU factor of ``g``, as exporters write SiLU and GELU out) whose
     every use multiplies another activation ``u``. Held constant like the other gates, the product
     hands ``u`` all of its relevance and the gate's branch none. Unlike a sigmoid's, such a gate can
     be negative (SiLU's minimum is -0.28): the product does not keep ``u``'s sign."""
@@ -824,11 +825,21 @@ def _is_glu_activation(
         return True
     if not _is_product(graph, node) or len(node.args) != 2:
         return False
-    first, second = node.args  # x * gate(x), either order: SiLU, or GELU's erf factor written out
+    first, second = node.args  # x * gate(x), either order: SiLU, or GELU's factor written out
     return any(
-        isinstance(g, fx.Node) and g in gates and _reads(g, x, 4)
+        isinstance(g, fx.Node) and g in gates and _reads(g, _unscaled(graph, x), 4)
         for x, g in ((first, second), (second, first))
     )
+
+
+def _unscaled(graph: fx.GraphModule, node: object) -> object:
+    """``y`` where ``node`` is a constant times ``y`` (GELU's ``0.5 * x``, as the legacy exporter
+    writes the tanh-approximated GELU of T5 and GPT-2 before its factor), else ``node``."""
+    if not isinstance(node, fx.Node) or not _is_product(graph, node) or len(node.args) != 2:
+        return node
+    values = [a for a in node.args if isinstance(a, fx.Node) and _constant(graph, a) is None]
+    scalars = [a for a in node.args if _constant(graph, a) is not None or not isinstance(a, fx.Node)]
+    return values[0] if len(values) == 1 and len(scalars) == 1 else node
 
 
 def _reads(node: fx.Node, value: object, depth: int) -> bool:

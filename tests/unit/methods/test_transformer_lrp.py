@@ -70,6 +70,12 @@ def _norm_layer(dim: int, bias: bool, rms: bool) -> nn.Module:
     return _RMSNorm(dim) if rms else nn.LayerNorm(dim, bias=bias)
 
 
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """T5's and GPT-2's GELU (the tanh approximation), as transformers' NewGELUActivation writes it:
+    the legacy exporter writes 0.5 * x times the factor, the scaled x a separate product."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 class _Block(nn.Module):
     def __init__(
         self, dim: int, heads: int, bias: bool, flat_heads: bool = False, rms: bool = False, glu: str = ""
@@ -80,7 +86,7 @@ class _Block(nn.Module):
         self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=bias), nn.Linear(dim, dim, bias=bias)
         self.fc1, self.fc2 = nn.Linear(dim, 2 * dim, bias=bias), nn.Linear(2 * dim, dim, bias=bias)
         # a gated linear unit (Llama's SwiGLU, "silu"; GeGLU, "gelu"): fc1(x) * act(gate(x))
-        self.glu = {"silu": nn.functional.silu, "gelu": nn.functional.gelu}.get(glu)
+        self.glu = {"silu": nn.functional.silu, "gelu": nn.functional.gelu, "gelu_tanh": _gelu_tanh}.get(glu)
         self.gate = nn.Linear(dim, 2 * dim, bias=bias) if glu else None
         self.gelu = nn.GELU()
         self.held = nn.ModuleDict({k: _Held() for k in ("ln1", "ln2", "attend", "sum1", "sum2", "gelu")})
@@ -249,11 +255,12 @@ def test_rms_norms_are_held_as_layer_norms_are(name: str, dynamo: bool) -> None:
     assert "RMS norms' scales" in held_constant(ctx.model.torch_hookable(name), name)
 
 
-@pytest.mark.parametrize("glu", ["silu", "gelu"])
+@pytest.mark.parametrize("glu", ["silu", "gelu", "gelu_tanh"])
 @pytest.mark.parametrize("dynamo", [False, True])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_gated_linear_units_hold_their_gate(name: str, dynamo: bool, glu: str) -> None:
-    """Llama's, Mistral's and Qwen's MLP is ``down(up(x) * silu(gate(x)))`` (SwiGLU; GeGLU with GELU):
+    """Llama's, Mistral's and Qwen's MLP is ``down(up(x) * silu(gate(x)))`` (SwiGLU; GeGLU with GELU,
+    T5 v1.1's with its tanh-approximated GELU):
     the activated gate is held like the other gates, so the product hands ``up``'s output all of its
     relevance and the gate's branch none (before, every LRP method refused the product)."""
     model = _TinyViT(rms=True, glu=glu).eval()
