@@ -838,8 +838,7 @@ def _unscaled(graph: fx.GraphModule, node: object) -> object:
     if not isinstance(node, fx.Node) or not _is_product(graph, node) or len(node.args) != 2:
         return node
     values = [a for a in node.args if isinstance(a, fx.Node) and _constant(graph, a) is None]
-    scalars = [a for a in node.args if _constant(graph, a) is not None or not isinstance(a, fx.Node)]
-    return values[0] if len(values) == 1 and len(scalars) == 1 else node
+    return values[0] if len(values) == 1 else node  # the other argument a constant
 
 
 def _reads(node: fx.Node, value: object, depth: int) -> bool:

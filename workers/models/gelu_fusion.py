@@ -14,9 +14,8 @@ from __future__ import annotations
 import math
 
 import onnx
-from onnx import numpy_helper
 
-from workers.models.fused_nodes import DOMAIN, write_fused
+from workers.models.fused_nodes import DOMAIN, PatternReader, write_fused
 
 __all__ = ["fuse_gelu"]
 
@@ -28,29 +27,17 @@ def fuse_gelu(model: onnx.ModelProto) -> int:
     if version < 13:  # the fused node's function body is written in opset 13 or later
         return 0
     graph = model.graph
-    initializers = {t.name: t for t in graph.initializer}  # read only where a pattern needs a scalar
     producer = {out: node for node in graph.node for out in node.output}
-    uses: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            uses.setdefault(name, []).append(node)
-    outputs = {o.name for o in graph.output}
-
-    def only_use(name: str, op: str) -> onnx.NodeProto | None:
-        users = uses.get(name, [])
-        if name in outputs or len(users) != 1 or users[0].op_type != op or users[0].domain:
-            return None
-        return users[0]
+    reader = PatternReader(graph)
+    only_use = reader.only_use
 
     def other(node: onnx.NodeProto, name: str) -> str | None:
         rest = [i for i in node.input if i != name]
         return rest[0] if len(node.input) == 2 and len(rest) == 1 else None
 
     def scalar(name: str | None, value: float) -> bool:
-        tensor = initializers.get(name or "")
-        if tensor is None or math.prod(tensor.dims) != 1:
-            return False
-        return math.isclose(float(numpy_helper.to_array(tensor).reshape(())), value, rel_tol=1e-5)
+        found = reader.scalar(name)
+        return found is not None and math.isclose(found, value, rel_tol=1e-5)
 
     def matched(erf: onnx.NodeProto) -> tuple[str, list[onnx.NodeProto]] | None:
         """x and the five nodes of ``x * (erf(x / sqrt 2) + 1) * 0.5`` around ``erf``, else None."""

@@ -1,5 +1,6 @@
-"""What the graph rewrites before the torch conversion read of ONNX nodes and tensors, written once
-(workers/models/ort_unfusion.py, ml_ops.py, dense_layers.py, pinned_shapes.py, pooled_rows.py)."""
+"""What the graph rewrites before the torch conversion read of ONNX nodes and tensors, and how they
+drop what nothing reads any more, written once (workers/models/ort_unfusion.py, ml_ops.py,
+dense_layers.py, pinned_shapes.py, pooled_rows.py, row_indices.py, fused_nodes.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["attributes", "constant_tensors", "declared_ranks", "reduced_axes"]
+__all__ = ["attributes", "constant_tensors", "declared_ranks", "drop_unread", "reduced_axes"]
 
 
 def attributes(node: onnx.NodeProto) -> dict[str, Any]:
@@ -48,3 +49,31 @@ def reduced_axes(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -
         axes = constants.get(node.input[1])
         return None if axes is None else numpy_helper.to_array(axes).reshape(-1).tolist()
     return []
+
+
+def drop_unread(graph: onnx.GraphProto) -> None:
+    """Drop the nodes and initializers nothing reads any more (a subgraph's reads count), so that no
+    session warns of them and the torch graph does not compute them."""
+    while True:
+        read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+        read |= {name for node in graph.node for sub in _subgraphs(node) for name in _names_read(sub)}
+        dead = [n for n in graph.node if not any(o in read for o in n.output if o)]
+        if not dead:
+            break
+        for node in dead:
+            graph.node.remove(node)
+    unread = [t for t in graph.initializer if t.name not in read]
+    for tensor in unread:
+        graph.initializer.remove(tensor)
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else list(a.graphs))]
+
+
+def _names_read(graph: onnx.GraphProto) -> set[str]:
+    names = {name for node in graph.node for name in node.input}
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            names |= _names_read(sub)
+    return names

@@ -40,7 +40,7 @@ import onnx
 from onnx import numpy_helper
 
 from workers.models.batch_placement import OneRow, one_row_tensors, shapes_keeping_rows
-from workers.models.onnx_nodes import constant_tensors
+from workers.models.onnx_nodes import constant_tensors, drop_unread
 from workers.models.onnx_shapes import SHAPE_BYTES, infer_shapes_light
 
 __all__ = ["unpin_constant_shapes"]
@@ -101,11 +101,11 @@ def unpin_constant_shapes(model: onnx.ModelProto, explained: str, held: Collecti
         del graph.node[:]
         graph.node.extend(nodes)
     if count:
-        _drop_unread(graph)  # the flattening Reshapes behind an identity Gather
+        drop_unread(graph)  # the flattening Reshapes behind an identity Gather
         alone = one_row_tensors(model)  # of the nodes added too
     count += _unpin_fixed_shapes(model, explained, held, constants, alone)
     if count:
-        _drop_unread(graph)
+        drop_unread(graph)
     return count
 
 
@@ -248,32 +248,3 @@ def _is_identity_gather(
         return False
     values = _values(indices)
     return values is not None and values == list(range(len(values)))
-
-
-def _drop_unread(graph: onnx.GraphProto) -> None:
-    """Drop the nodes and initializers nothing reads any more (the flattening Reshapes behind an
-    identity Gather, the shapes replaced), so that no session warns of them and the torch graph does
-    not compute them."""
-    while True:
-        read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
-        read |= {name for node in graph.node for sub in _subgraphs(node) for name in _names_read(sub)}
-        dead = [n for n in graph.node if not any(o in read for o in n.output if o)]
-        if not dead:
-            break
-        for node in dead:
-            graph.node.remove(node)
-    unread = [t for t in graph.initializer if t.name not in read]
-    for tensor in unread:
-        graph.initializer.remove(tensor)
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else list(a.graphs))]
-
-
-def _names_read(graph: onnx.GraphProto) -> set[str]:
-    names = {name for node in graph.node for name in node.input}
-    for node in graph.node:
-        for sub in _subgraphs(node):
-            names |= _names_read(sub)
-    return names

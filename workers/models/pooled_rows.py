@@ -30,14 +30,12 @@ def rows_at_axis_0_pools(model: onnx.ModelProto) -> dict[str, int]:
     producers = {out: node for node in model.graph.node for out in node.output}
     pooled = set()
     for node in model.graph.node:
-        stacked = producers.get(node.input[0]) if node.input else None
+        if node.op_type not in _POOLS or node.domain not in ("", "ai.onnx") or not node.input:
+            continue
+        stacked = producers.get(node.input[0])
         if stacked is not None and stacked.op_type == "Concat" and attributes(stacked).get("axis") == 0:
             continue  # torch.stack(parts).sum(0): the plan takes it as the parts' sum already
-        if (
-            node.op_type in _POOLS
-            and node.domain in ("", "ai.onnx")
-            and 0 in (reduced_axes(node, constants) or [])
-        ):
+        if 0 in (reduced_axes(node, constants) or []):
             pooled.add(node.input[0])
     if not pooled:
         return {}

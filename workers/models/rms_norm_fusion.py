@@ -13,13 +13,11 @@ on onnxruntime; only the methods' graph is rewritten.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.models.fused_nodes import DOMAIN, write_fused
+from workers.models.fused_nodes import DOMAIN, PatternReader, write_fused
 from workers.models.onnx_nodes import attributes, declared_ranks, reduced_axes
 
 __all__ = ["fuse_rms_norm"]
@@ -32,28 +30,12 @@ def fuse_rms_norm(model: onnx.ModelProto) -> int:
     if version < 13:  # the fused node's function body is written in opset 13 or later
         return 0
     graph = model.graph
-    initializers = {t.name: t for t in graph.initializer}
+    reader = PatternReader(graph)
+    only_use, scalar = reader.only_use, reader.scalar
     ranks = declared_ranks(graph)
-    uses: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            uses.setdefault(name, []).append(node)
-    outputs = {o.name for o in graph.output}
-
-    def only_use(name: str, *ops: str) -> onnx.NodeProto | None:
-        users = uses.get(name, [])
-        if name in outputs or len(users) != 1 or users[0].op_type not in ops or users[0].domain:
-            return None
-        return users[0]
-
-    def scalar(name: str) -> float | None:
-        tensor = initializers.get(name)
-        if tensor is None or math.prod(tensor.dims) != 1:
-            return None
-        return float(numpy_helper.to_array(tensor).reshape(()))
 
     def over_last_axis(mean: onnx.NodeProto, x: str) -> bool:
-        axes = reduced_axes(mean, initializers)
+        axes = reduced_axes(mean, reader.initializers)
         rank = ranks.get(x)
         last = (
             axes is not None

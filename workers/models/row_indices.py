@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.models.onnx_nodes import attributes, constant_tensors
+from workers.models.onnx_nodes import attributes, constant_tensors, drop_unread
 
 __all__ = ["count_rows_in_indices"]
 
@@ -77,25 +77,12 @@ def count_rows_in_indices(model: onnx.ModelProto, explained: str) -> int:
         for node, k in uses:
             node.input[k] = made
         rewritten += 1
-        if len(uses) == len(readers[name]):
-            _drop_constant(graph, name)
     if added:  # they read the explained input alone: first in the graph's order
         nodes = [*added, *graph.node]
         del graph.node[:]
         graph.node.extend(nodes)
+        drop_unread(graph)  # the constants no reader is left for
     return rewritten
-
-
-def _drop_constant(graph: onnx.GraphProto, name: str) -> None:
-    """Drop the constant ``name`` that nothing reads any more (so that no session warns of it)."""
-    for tensor in graph.initializer:
-        if tensor.name == name:
-            graph.initializer.remove(tensor)
-            return
-    for node in graph.node:
-        if node.op_type == "Constant" and list(node.output) == [name]:
-            graph.node.remove(node)
-            return
 
 
 def _is_arange_of_one(tensor: onnx.TensorProto) -> bool:
