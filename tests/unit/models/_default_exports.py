@@ -1,6 +1,7 @@
 """Models exported from one row with the dynamo exporter's defaults, beside twins exported with a
 dynamic batch, and the check that xaudit re-batches the first into the second (test_pinned_shapes.py,
-test_sequence_first_attention.py)."""
+test_sequence_first_attention.py); transformers' text classifiers as those tests export and prepare
+them (tests/unit/multi_input/test_fixed_batch_inputs.py, test_decoder_classifiers.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 
 from workers.explain import explain
-from workers.prepare import prepare
+from workers.prepare import Prepared, prepare
 from xaudit.contract.spec import JobSpec
 
 
@@ -59,3 +60,31 @@ def rebatched_as_the_twin(exports: dict[str, bytes], inputs: np.ndarray, spec: J
     for name in spec.methods:
         assert np.abs(want[name]).max() > floor, name
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+class Logits(nn.Module):
+    """A transformers classifier called on ids and a mask, its logits out (the exporters take a
+    tensor, not the model's output object)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+def prepared_tokens(
+    data: bytes, ids: np.ndarray, mask: np.ndarray, methods: tuple[str, ...], baseline: str
+) -> Prepared:
+    """A text classifier's job prepared as xaudit prepares it: its ``input_ids`` explained token by
+    token at ``baseline``, its ``attention_mask`` held per sample."""
+    spec = JobSpec(
+        kind="attribution",
+        players="tokens",
+        explain="input_ids",
+        baseline=baseline,
+        device="cpu",
+        methods=methods,
+    )
+    return prepare(spec, data, None, {"inputs": ids, "input:attention_mask": mask})

@@ -8,30 +8,17 @@ one row per call and LRP, DeepLIFT and DeepSHAP were not applicable."""
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
-from tests.unit.models._default_exports import inlined
+from tests.unit.models._default_exports import Logits, inlined, prepared_tokens
 from workers.explain import explain
-from workers.prepare import prepare
-from xaudit.contract.spec import JobSpec
 
 IDS = np.random.default_rng(5).integers(1, 100, (2, 8)).astype(np.int64)
 MASK = np.ones((2, 8), np.int64)
 METHODS = ("lrp_epsilon", "lrp_alpha_beta", "integrated_gradients")
-
-
-class _Logits(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +28,9 @@ def llama_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=64, pad_token_id=0, num_labels=3, max_position_embeddings=64,
+        intermediate_size=64, pad_token_id=0, num_labels=3, max_position_embeddings=64, use_cache=False,
     )  # fmt: skip
-    module = _Logits(transformers.LlamaForSequenceClassification(config).eval())
+    module = Logits(transformers.LlamaForSequenceClassification(config).eval())
     folder = tmp_path_factory.mktemp("llama")
     example = (torch.from_numpy(IDS[:1]), torch.from_numpy(MASK[:1]))
     names = ["input_ids", "attention_mask"]
@@ -58,24 +45,16 @@ def llama_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
                 )
             else:
                 torch.onnx.export(module, example, str(path), dynamo=True, input_names=names)
-        found[kind] = inlined(Path(path))
+        found[kind] = inlined(path)
     return found
 
 
 def test_a_default_llama_export_is_rebatched_and_lrp_runs_through_its_blocks(
     llama_exports: dict[str, bytes],
 ) -> None:
-    spec = JobSpec(
-        kind="attribution",
-        players="tokens",
-        explain="input_ids",
-        baseline="token:5",
-        device="cpu",
-        methods=METHODS,
-    )
     got = {}
     for kind, data in llama_exports.items():
-        prep = prepare(spec, data, None, {"inputs": IDS, "input:attention_mask": MASK})
+        prep = prepared_tokens(data, IDS, MASK, METHODS, baseline="token:5")
         assert prep.model.explained.fixed_batch is None, kind  # re-batched: many rows per call
         got[kind] = explain(prep, METHODS).attributions
     for name in METHODS:

@@ -17,7 +17,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 from torch import nn
 
-from tests.unit.models._default_exports import inlined
+from tests.unit.models._default_exports import Logits, inlined, prepared_tokens
 from workers.explain import explain
 from workers.prepare import Prepared, prepare
 from xaudit.contract.spec import JobSpec
@@ -27,15 +27,6 @@ MASK = np.ones((3, 8), np.int64)
 MASK[0, -2:] = 0  # each sample its own mask
 MASK[1, -1:] = 0
 PADDED = np.where(MASK == 0, 0, IDS)  # GPT-2 pools at the last token that is not its pad id 0
-
-
-class _Logits(nn.Module):
-    def __init__(self, bert: nn.Module) -> None:
-        super().__init__()
-        self.bert = bert
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.bert(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
 def _classifier(family: str) -> nn.Module:
@@ -52,7 +43,7 @@ def _classifier(family: str) -> nn.Module:
             vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=64, num_labels=3, initializer_range=0.3,
         )  # fmt: skip
-    return _Logits(getattr(transformers, f"{family}ForSequenceClassification")(config).eval())
+    return Logits(getattr(transformers, f"{family}ForSequenceClassification")(config).eval())
 
 
 @pytest.fixture(scope="module", params=["bert", "roberta", "bert_legacy", "gpt2", "gpt2_legacy"])
@@ -101,15 +92,7 @@ METHODS = ("integrated_gradients", "lrp_epsilon", "deeplift_rescale")
 
 
 def _prepared(data: bytes, ids: np.ndarray, mask: np.ndarray) -> Prepared:
-    spec = JobSpec(
-        kind="attribution",
-        players="tokens",
-        explain="input_ids",
-        baseline="token:0",
-        device="cpu",
-        methods=METHODS,
-    )
-    return prepare(spec, data, None, {"inputs": ids, "input:attention_mask": mask})
+    return prepared_tokens(data, ids, mask, METHODS, baseline="token:0")
 
 
 def test_a_default_bert_export_takes_a_mask_per_sample_and_is_rebatched(
