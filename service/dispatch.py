@@ -58,15 +58,8 @@ def celery_sender(broker_url: str, server_address: str) -> tuple[Sender, Callabl
     from xaudit.contract.names import TASK_NAME
 
     app = make_app(broker_url)
-    # kombu's filesystem transport names message files by the millisecond and sorts them by name, so
-    # two sends within one millisecond could be consumed out of order: keep them 2 ms apart.
-    spacing = 0.002 if broker_url.startswith("filesystem://") else 0.0
-    last = [0.0]
 
     def send(job_id: str, queue_name: str) -> None:
-        wait = last[0] + spacing - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
         # Few, fast retries: the dispatcher itself retries later, and the submit path never waits on it.
         app.send_task(
             TASK_NAME,
@@ -75,7 +68,6 @@ def celery_sender(broker_url: str, server_address: str) -> tuple[Sender, Callabl
             retry=True,
             retry_policy={"max_retries": 1, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0},
         )
-        last[0] = time.monotonic()
 
     return send, app.close
 

@@ -16,7 +16,10 @@ from xaudit.contract.names import QUEUE_CPU
 if TYPE_CHECKING:
     from celery import Celery
 
-__all__ = ["CelerySettings", "broker_options", "make_app"]
+__all__ = ["FILE_TRANSPORT", "CelerySettings", "broker_options", "make_app"]
+
+# The serverless broker's transport: kombu's filesystem transport writing whole messages, in order.
+FILE_TRANSPORT = "xaudit.contract.file_broker:Transport"
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ def make_app(broker_url: str, settings: CelerySettings | None = None) -> Celery:
     settings = settings or CelerySettings()
     url, transport_options = broker_options(broker_url, settings)
     app = Celery("xaudit", broker=url, backend=None, set_as_current=False)
+    if url == "filesystem://":
+        app.conf.broker_transport = FILE_TRANSPORT
     app.conf.update(
         broker_transport_options=transport_options,
         broker_connection_retry_on_startup=True,
