@@ -42,9 +42,12 @@ def xaudit(*args: str, server: str | None = None, timeout: float = 300) -> subpr
     env.pop("XAUDIT_SERVER", None)
     if server is not None:
         env["XAUDIT_SERVER"] = server
-    return subprocess.run(
-        [str(XAUDIT), *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT
-    )
+    try:
+        return subprocess.run(
+            [str(XAUDIT), *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired as exc:  # say where it stood, not only that it hung
+        raise AssertionError(f"xaudit {args[0]} ran past {timeout:g} s; its stderr:\n{exc.stderr}") from None
 
 
 def test_submit_writes_the_exact_report_the_server_stores(service: Service, tmp_path: Path) -> None:
