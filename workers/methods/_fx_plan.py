@@ -154,7 +154,7 @@ GATES = (
 )
 SELF_GATES = "SiLU, Hardswish, LeakyReLU, PReLU"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
-NORMS = "LayerNorm, RMSNorm, InstanceNorm (their scale held constant)"
+NORMS = "LayerNorm (or written out), RMSNorm, InstanceNorm (their scale held constant)"
 CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants"
 ELEMENTWISE_CONSTANTS = "Mul, Div, Add and Sub with constants"
 _HEAD_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax, nn.LogSoftmax, nn.Sigmoid)
@@ -182,12 +182,13 @@ _COPYING_PAD_MODES = {"replicate", "reflect", "circular"}  # torch's names of ON
 # a mean of neighbours with weights >= 0; cubic's weights can be negative, and it is not a move.
 _RESIZE_NAMES = {"OnnxResize", "OnnxResizeV10"}
 _MOVING_RESIZE_MODES = {"nearest", "linear"}
-# nn.LayerNorm, and workers.models.onnx_converters' LayerNorm of the same name (sizes at run time);
+# nn.LayerNorm, and workers.models.onnx_converters' LayerNorm of the same name (sizes at run time), and
+# its Standardize (a layer norm over one axis that workers.models.norm_fusion writes for one written out);
 # instance norms on their inputs' own statistics (MONAI's U-Nets; GroupNorm as exporters write it, an
 # instance norm over the reshaped groups followed by a constant scale and shift).
-_NORM_NAMES = {"LayerNorm"}
+_NORM_NAMES = {"LayerNorm", "Standardize"}
 # RMS normalisation (Llama, Mistral, Qwen, T5): torch's nn.RMSNorm, and the module of the same name
-# that workers.models.rms_norm_fusion writes for the exporters' Pow, ReduceMean, Add, Sqrt, Div.
+# that workers.models.norm_fusion writes for the exporters' Pow, ReduceMean, Add, Sqrt, Div.
 _RMS_NORM_NAMES = {"RMSNorm"}
 _INSTANCE_NORMS = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
 # GELU modules (nn.GELU; ONNX Gelu, opset 20) and tanh (BERT's pooler): x times a gate of x in
@@ -1097,6 +1098,8 @@ def _is_norm(module: nn.Module | None, name: str) -> bool:
         return False
     if isinstance(module, nn.LayerNorm):
         return True
+    if name == "Standardize":
+        return hasattr(module, "axis") and hasattr(module, "epsilon")
     return hasattr(module, "axis") and hasattr(module, "epsilon") and hasattr(module, "weight")
 
 
@@ -1118,7 +1121,8 @@ def layer_norm_parts(module: nn.Module, ndim: int) -> tuple[tuple[int, ...], flo
     """A ``norm`` step's normalised axes (for an input of ``ndim`` dimensions), epsilon, and scale and
     shift shaped to broadcast over the input (None where absent): a layer norm's over its trailing
     axes, an RMS norm's over its trailing axes (the converter's over the last; its scale a separate
-    step), an instance norm's per channel (axis 1) over the axes after it."""
+    step), a Standardize's over its one axis (its affine separate steps), an instance norm's per
+    channel (axis 1) over the axes after it."""
     if isinstance(module, nn.RMSNorm):
         eps = torch.finfo(torch.float32).eps if module.eps is None else module.eps
         return tuple(range(ndim - len(module.normalized_shape), ndim)), eps, module.weight, None
@@ -1132,6 +1136,9 @@ def layer_norm_parts(module: nn.Module, ndim: int) -> tuple[tuple[int, ...], flo
     if isinstance(module, nn.LayerNorm):
         return tuple(range(ndim - len(module.normalized_shape), ndim)), module.eps, module.weight, module.bias
     axis, epsilon = module.axis, module.epsilon
+    if _module_name(module) == "Standardize":  # over its one axis, its affine separate steps
+        assert isinstance(axis, int) and isinstance(epsilon, float)
+        return (axis % ndim,), epsilon, None, None
     assert isinstance(axis, int) and isinstance(epsilon, float)
     return tuple(range(axis % ndim, ndim)), epsilon, module.weight, module.bias
 

@@ -76,7 +76,7 @@ def _gelu(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
 
 
 class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2, last axis) + epsilon): the RMS normalisation workers.models.rms_norm_fusion
+    """x / sqrt(mean(x^2, last axis) + epsilon): the RMS normalisation workers.models.norm_fusion
     writes as one node (its scale a separate Mul)."""
 
     def __init__(self, epsilon: float) -> None:
@@ -91,6 +91,26 @@ def _rms_norm(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     del graph
     epsilon = float(node.attributes.get("epsilon", 1e-6))
     return OperationConverterResult(torch_module=RMSNorm(epsilon), onnx_mapping=onnx_mapping_from_node(node))
+
+
+class Standardize(nn.Module):
+    """(x - mean(x)) / sqrt(var(x) + epsilon) over one axis: a layer norm written out by hand (ConvNeXt's
+    channels-first one), which workers.models.norm_fusion writes as one node (its affine separate)."""
+
+    def __init__(self, axis: int, epsilon: float) -> None:
+        super().__init__()
+        self.axis, self.epsilon = axis, epsilon
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        centred = x - x.mean(self.axis, keepdim=True)
+        return centred * torch.rsqrt(centred.square().mean(self.axis, keepdim=True) + self.epsilon)
+
+
+def _standardize(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    del graph
+    (axis,) = node.attributes["axes"]
+    module = Standardize(int(axis), float(node.attributes.get("epsilon", 1e-5)))
+    return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
 
 
 def _average_pool_19(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
@@ -489,7 +509,9 @@ def _register() -> None:
     fused = OperationDescription(domain=FUSED, operation_type="Gelu", version=1)
     _CONVERTER_REGISTRY[fused] = _gelu  # the exact GELU that workers.models.gelu_fusion writes
     rms = OperationDescription(domain=FUSED, operation_type="RMSNorm", version=1)
-    _CONVERTER_REGISTRY[rms] = _rms_norm  # workers.models.rms_norm_fusion's
+    _CONVERTER_REGISTRY[rms] = _rms_norm  # workers.models.norm_fusion's
+    standardize = OperationDescription(domain=FUSED, operation_type="Standardize", version=1)
+    _CONVERTER_REGISTRY[standardize] = _standardize  # workers.models.norm_fusion's
     for (op, version), converter in _ADDED.items():
         if _description(op, version) not in _CONVERTER_REGISTRY:
             add_converter(operation_type=op, version=version)(converter)

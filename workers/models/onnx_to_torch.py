@@ -38,6 +38,7 @@ from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
 from workers.models.ml_ops import ml_ops_as_onnx  # noqa: E402
+from workers.models.norm_fusion import fuse_norms  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
 from workers.models.onnx_outputs import only_output  # noqa: E402
@@ -45,7 +46,6 @@ from workers.models.onnx_shapes import infer_shapes_light  # noqa: E402
 from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
 from workers.models.pooled_rows import mark_pooled_rows, rows_at_axis_0_pools  # noqa: E402
 from workers.models.recurrent_unroll import unroll_recurrent  # noqa: E402
-from workers.models.rms_norm_fusion import fuse_rms_norm  # noqa: E402
 
 __all__ = ["method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
 
@@ -196,7 +196,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         _finite_constants(copy)
         pooled = rows_at_axis_0_pools(copy)  # before the fusions: their ONNX functions stop the walk
         fuse_gelu(copy)
-        fuse_rms_norm(copy)
+        fuse_norms(copy)
         fuse_dense_layers(copy)
         unroll_recurrent(copy)
         _distinct_node_names(copy)

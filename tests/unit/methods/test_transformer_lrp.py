@@ -247,7 +247,7 @@ def test_transformer_equals_zennit_with_held_norms_and_attention(name: str, dyna
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rms_norms_are_held_as_layer_norms_are(name: str, dynamo: bool) -> None:
     """Llama's, Mistral's and T5's RMS normalisation, which both exporters write out as Pow,
-    ReduceMean, Add, Sqrt and a reciprocal (workers/models/rms_norm_fusion.py): its scale held, as a
+    ReduceMean, Add, Sqrt and a reciprocal (workers/models/norm_fusion.py): its scale held, as a
     layer norm's (before, every LRP method refused the Pow)."""
     model = _TinyViT(rms=True).eval()
     ctx = _context(model, CASES[name][0], dynamo)

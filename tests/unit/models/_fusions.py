@@ -1,5 +1,5 @@
 """What a fusion of the methods' graph must keep (tests/unit/models/test_gelu_fusion.py,
-test_rms_norm_fusion.py): onnxruntime's outputs, and the gradients of the graph converted without it."""
+test_norm_fusion.py): onnxruntime's outputs, and the gradients of the graph converted without it."""
 
 from __future__ import annotations
 

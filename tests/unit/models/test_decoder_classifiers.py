@@ -1,7 +1,7 @@
 """transformers' decoder classifiers (Llama: RMS norms, rotary positions, grouped-query attention,
 SwiGLU MLPs; pooled at the last non-padding token) exported with each exporter's defaults from one
 row: re-batched (workers/models/row_indices.py), and LRP runs through every block
-(workers/models/rms_norm_fusion.py, the Expand of the keys and values as data movement, the SwiGLU
+(workers/models/norm_fusion.py, the Expand of the keys and values as data movement, the SwiGLU
 gate held: docs/science.md 5.8), with the same relevance from both exporters. Before, the model ran
 one row per call and LRP, DeepLIFT and DeepSHAP were not applicable."""
 

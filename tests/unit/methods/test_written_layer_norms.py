@@ -1,0 +1,105 @@
+"""A layer norm written out by hand is held as nn.LayerNorm is (workers/models/norm_fusion.py).
+
+ConvNeXt's channels-first layer norm (the original code, transformers' ConvNext and ConvNextV2),
+MedNeXt's, and many a custom transformer block write ``d = x - mean(x); d / sqrt(mean(d^2) + eps)``
+and then scale and shift it. Both exporters keep every step, and the rule methods stopped at the
+``Pow``. Fused into one normalisation over that axis, each method must give the numbers of the
+same model with torch's own nn.LayerNorm (for the channels, between two permutes), which the
+exporters write as LayerNormalization and which tests/unit/methods/test_transformer_lrp.py checks
+against Zennit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.unit.methods._context import context
+from workers.methods import get_method
+from workers.methods._fx_plan import held_constant
+
+X = torch.randn(4, 2, 6, 6, generator=torch.Generator().manual_seed(4))
+METHODS = ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_rescale"]
+
+
+class _WrittenNorm(nn.Module):
+    """A layer norm over ``axis`` as ConvNeXt writes it (``kept``); ``twice``: ``x - u`` written twice,
+    as ViTDet's does (the legacy exporter then writes two Sub); ``cast``: DeBERTa's, in float32 with a
+    cast back (the legacy exporter writes a Cast on each side)."""
+
+    def __init__(self, dim: int, axis: int, style: str) -> None:
+        super().__init__()
+        self.axis, self.style, self.eps = axis, style, 1e-6
+        generator = torch.Generator().manual_seed(dim)
+        self.weight = nn.Parameter(1 + 0.3 * torch.randn(dim, generator=generator))
+        self.bias = nn.Parameter(0.1 * torch.randn(dim, generator=generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        if self.style == "cast":
+            x = x.float()
+        u = x.mean(self.axis, keepdim=True)
+        if self.style != "kept":
+            s = (x - u).pow(2).mean(self.axis, keepdim=True)
+            y = ((x - u) / torch.sqrt(s + self.eps)).to(dtype)
+        else:
+            d = x - u
+            y = d * torch.rsqrt(d.pow(2).mean(self.axis, keepdim=True) + self.eps)
+        shape = [-1] + [1] * (x.ndim - 1 - self.axis)
+        return self.weight.reshape(shape) * y + self.bias.reshape(shape)
+
+
+class _TorchNorm(nn.Module):
+    """The same normalisation with nn.LayerNorm, over the channels through two permutes."""
+
+    def __init__(self, written: _WrittenNorm) -> None:
+        super().__init__()
+        self.axis = written.axis
+        self.norm = nn.LayerNorm(written.weight.shape[0], eps=written.eps)
+        with torch.no_grad():
+            self.norm.weight.copy_(written.weight)
+            self.norm.bias.copy_(written.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.axis == x.ndim - 1:
+            return self.norm(x)
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def _cnn(norm: nn.Module) -> nn.Sequential:
+    torch.manual_seed(5)
+    return nn.Sequential(
+        nn.Conv2d(2, 8, 3, padding=1),
+        norm,
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+    ).eval()
+
+
+@pytest.mark.parametrize("style", ["kept", "twice", "cast"])
+@pytest.mark.parametrize("axis", [1, 3], ids=["channels", "last"])
+@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+def test_a_written_layer_norm_gives_nn_layer_norms_attributions(dynamo: bool, axis: int, style: str) -> None:
+    written = _WrittenNorm(8 if axis == 1 else 6, axis, style)
+    model = _cnn(written)
+    twin = _cnn(_TorchNorm(written))
+    twin.load_state_dict(
+        {k: v for k, v in model.state_dict().items() if not k.startswith("1.")}, strict=False
+    )
+    with torch.no_grad():
+        np.testing.assert_allclose(model(X).numpy(), twin(X).numpy(), rtol=1e-5, atol=1e-5)
+    ctx, reference = context(model, X, dynamo=dynamo), context(twin, X, dynamo=dynamo)
+    x = X.numpy()
+    classes = ctx.model.predict(x).argmax(1)
+    for name in METHODS:
+        got = get_method(name).attribute(ctx, x, np.zeros_like(x), classes)
+        want = get_method(name).attribute(reference, x, np.zeros_like(x), classes)
+        # DeepLIFT takes a norm's gradient (Captum's nonlinearity rules do not cover it): the two
+        # graphs round it differently, by a few float32 steps of the largest attribution.
+        atol = (1e-4 if name == "deeplift_rescale" else 1e-6) * np.abs(want).max()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol, err_msg=name)
+    assert "layer norms' scales" in held_constant(ctx.model.torch_hookable("lrp_epsilon"), "lrp_epsilon")

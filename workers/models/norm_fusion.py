@@ -1,0 +1,188 @@
+"""Normalisations written out in several operators, as one operator in the torch graph the methods run on.
+
+- **RMS norms.** Llama, Mistral, Qwen, Gemma and T5 normalise each token by its root mean square,
+  ``x / sqrt(mean(x^2) + eps)`` over the last axis, then scale it (no centring, no shift: RMSNorm).
+  ONNX has no operator for it before opset 23, so both of torch's exporters write it out:
+  ``Mul(x, Reciprocal(Sqrt(Add(ReduceMean(Pow(x, 2)), eps))))`` (dynamo) or with ``Div(1, Sqrt(...))``
+  (legacy), the weight a separate ``Mul``.
+- **Layer norms written by hand.** ConvNeXt's channels-first layer norm (the original code, and
+  transformers' ConvNext and ConvNextV2), MedNeXt and many a custom block write
+  ``d = x - mean(x); d / sqrt(mean(d^2) + eps)`` over one axis (the channels of an NCHW tensor, or the
+  last), then scale and shift it; the exporters keep every step (``d`` once, or two twin ``Sub``).
+
+Converted one by one, the rule methods stopped at the ``Pow`` ("no LRP rule"). Fused, the graph calls
+one ``RMSNorm`` or ``Standardize`` module (workers.models.onnx_converters), whose scale LRP holds
+constant as it holds a layer norm's (docs/science.md 5.8), and whose gradient is the same function's.
+The game runs the original model on onnxruntime; only the methods' graph is rewritten.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from workers.models.fused_nodes import DOMAIN, PatternReader, write_fused
+from workers.models.onnx_nodes import attributes, declared_ranks, reduced_axes
+
+__all__ = ["fuse_norms"]
+
+
+def fuse_norms(model: onnx.ModelProto) -> int:
+    """Replace every ``x / sqrt(mean(x^2, last axis) + eps)`` (an RMS norm) and every
+    ``d / sqrt(mean(d^2, axis) + eps)`` with ``d = x - mean(x, axis)`` (a layer norm over one axis,
+    without its affine) that ``model`` (constants lifted to initializers) writes out by one
+    ``xaudit.RMSNorm`` or ``xaudit.Standardize`` node; returns how many were fused."""
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if version < 13:  # the fused nodes' function bodies are written in opset 13 or later
+        return 0
+    graph = model.graph
+    reader = PatternReader(graph)
+    only_use, scalar = reader.only_use, reader.scalar
+    ranks = declared_ranks(graph)
+    producers = {name: node for node in graph.node for name in node.output}
+
+    def axis_of(mean: onnx.NodeProto, x: str) -> int | None:
+        """The one axis ``mean`` reduces with keepdims (counted from 0 where ``x``'s rank is known)."""
+        axes = reduced_axes(mean, reader.initializers)
+        if axes is None or len(axes) != 1 or attributes(mean).get("keepdims", 1) != 1:
+            return None
+        rank = ranks.get(x)
+        return axes[0] % rank if rank is not None else axes[0]
+
+    def same(name: str, base: str) -> bool:
+        """``name`` is ``base``, or the output of a twin of ``base``'s Sub (the same two inputs)."""
+        if name == base:
+            return True
+        a, b = producers.get(name), producers.get(base)
+        return a is not None and b is not None and a.op_type == b.op_type == "Sub" and a.input == b.input
+
+    def tail(power: onnx.NodeProto) -> tuple[str, int, float, list[onnx.NodeProto]] | None:
+        """base, axis, eps and the nodes of ``base / sqrt(mean(base^2) + eps)`` from ``power`` on."""
+        base = power.input[0]
+        if scalar(power.input[1]) != 2.0:
+            return None
+        mean = only_use(power.output[0], "ReduceMean")
+        axis = None if mean is None else axis_of(mean, base)
+        add = None if mean is None else only_use(mean.output[0], "Add")
+        if axis is None or mean is None or add is None:
+            return None
+        shift = [name for name in add.input if name != mean.output[0]]
+        eps = scalar(shift[0]) if len(shift) == 1 else None
+        sqrt = only_use(add.output[0], "Sqrt")
+        if eps is None or eps < 0 or sqrt is None:
+            return None
+        root = sqrt.output[0]
+        step = only_use(root, "Reciprocal", "Div")
+        if step is None:
+            return None
+        if step.op_type == "Div" and step.input[1] == root and same(step.input[0], base):
+            return base, axis, eps, [power, mean, add, sqrt, step]  # base / sqrt(...)
+        if step.op_type == "Div" and (step.input[1] != root or scalar(step.input[0]) != 1.0):
+            return None
+        scale = only_use(step.output[0], "Mul")  # base * (1 / sqrt(...))
+        other = None if scale is None else [n for n in scale.input if n != step.output[0]]
+        if scale is None or other is None or len(other) != 1 or not same(other[0], base):
+            return None
+        return base, axis, eps, [power, mean, add, sqrt, step, scale]
+
+    def centring(
+        base: str, axis: int, nodes: list[onnx.NodeProto]
+    ) -> tuple[str, list[onnx.NodeProto]] | None:
+        """x and the nodes of ``base = x - mean(x, axis)`` (with a twin Sub the division reads), when
+        nothing outside the pattern reads them."""
+        sub = producers.get(base)
+        if sub is None or sub.op_type != "Sub" or sub.domain or len(sub.input) != 2:
+            return None
+        x, centre = sub.input
+        mean = producers.get(centre)
+        if mean is None or mean.op_type != "ReduceMean" or mean.domain or list(mean.input[:1]) != [x]:
+            return None
+        if axis_of(mean, x) != axis:
+            return None
+        twins = [producers[n] for n in nodes[-1].input if n != base and n in producers and same(n, base)]
+        pattern = [mean, sub, *twins, *nodes]
+        inside = {id(n) for n in pattern}
+        for node in pattern[:-1]:
+            for name in node.output:
+                users = reader.uses.get(name, [])
+                if name in reader.outputs or any(id(u) not in inside for u in users):
+                    return None
+        return x, pattern
+
+    fused: dict[int, onnx.NodeProto] = {}  # id of a pattern's last node -> the node replacing it
+    dropped: set[int] = set()
+    functions: list[onnx.FunctionProto] = []
+    for node in graph.node:
+        found = tail(node) if node.op_type == "Pow" and not node.domain and len(node.input) == 2 else None
+        if found is None:
+            continue
+        base, axis, eps, nodes = found
+        centred = centring(base, axis, nodes)
+        last = nodes[-1]
+        name = last.name or last.output[0]
+        if centred is not None:
+            x, nodes = centred
+            op = "Standardize"
+        else:
+            rank = ranks.get(base)
+            if base not in last.input or not (axis == -1 or (rank is not None and axis == rank - 1)):
+                continue  # an RMS over another axis (the tokens'): not an RMS norm
+            x, op = base, "RMSNorm"
+        node = onnx.helper.make_node(op, [x], list(last.output), name=name, domain=DOMAIN, epsilon=eps)
+        if op == "Standardize":
+            node.attribute.append(onnx.helper.make_attribute("axes", [axis]))
+        fused[id(last)] = node
+        dropped.update(id(n) for n in nodes[:-1])
+        if all(f.name != op for f in functions):
+            functions.append(_norm_function(op, version))
+    return write_fused(model, fused, dropped, *functions)
+
+
+def _norm_function(op: str, version: int) -> onnx.FunctionProto:
+    """xaudit.RMSNorm's or xaudit.Standardize's body, in the model's own opset: ``epsilon`` (and
+    Standardize's ``axes``) attributes."""
+    make = onnx.helper.make_node
+    eps = make("Constant", [], ["eps"])
+    eps.attribute.append(
+        onnx.helper.make_attribute_ref("value_float", onnx.AttributeProto.FLOAT, ref_attr_name="epsilon")
+    )
+    body = [eps]
+    if op == "Standardize":
+        axes = make("Constant", [], ["axes"])
+        axes.attribute.append(
+            onnx.helper.make_attribute_ref("value_ints", onnx.AttributeProto.INTS, ref_attr_name="axes")
+        )
+    else:
+        axes = make("Constant", [], ["axes"], value=numpy_helper.from_array(np.array([-1], np.int64), "axes"))
+
+    def mean(source: str, target: str) -> onnx.NodeProto:
+        if version >= 18:  # ReduceMean's axes an input from opset 18
+            return make("ReduceMean", [source, "axes"], [target], keepdims=1)
+        node = make("ReduceMean", [source], [target], keepdims=1)
+        if op == "Standardize":
+            node.attribute.append(
+                onnx.helper.make_attribute_ref("axes", onnx.AttributeProto.INTS, ref_attr_name="axes")
+            )
+        else:
+            node.attribute.append(onnx.helper.make_attribute("axes", [-1]))
+        return node
+
+    if version >= 18:
+        body.append(axes)
+    if op == "Standardize":
+        body += [mean("x", "centre"), make("Sub", ["x", "centre"], ["d"])]
+        base = "d"
+    else:
+        base = "x"
+    body += [
+        make("Mul", [base, base], ["square"]),
+        mean("square", "mean"),
+        make("Add", ["mean", "eps"], ["shifted"]),
+        make("Sqrt", ["shifted"], ["rms"]),
+        make("Div", [base, "rms"], ["y"]),
+    ]
+    names = ["epsilon", "axes"] if op == "Standardize" else ["epsilon"]
+    return onnx.helper.make_function(
+        DOMAIN, op, ["x"], ["y"], body, [onnx.helper.make_opsetid("", version)], attributes=names
+    )
