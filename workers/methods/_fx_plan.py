@@ -47,7 +47,7 @@ import dataclasses
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import fx, nn
@@ -522,7 +522,8 @@ def plan_graph(
     steps: list[Step] = []
     active: set[fx.Node] = set()
     output: fx.Node | None = None
-    gate_nodes = _gates(graph, every=gates) if gates or self_gates else {}
+    found = _gates(graph, every=gates) if gates or self_gates else _Gates({}, set())
+    gate_nodes, mixed_gates = found
     glu_nodes = _glu_gates(graph, gate_nodes) if gates else {}
     gate_nodes.update(glu_nodes)
     branch_nodes = _branches(graph, gate_nodes) if gates else set()
@@ -559,6 +560,8 @@ def plan_graph(
             active.add(node)
             continue
         kind = _kind(module, name) if len(inputs) == 1 else None
+        if node in mixed_gates:  # held as the gate it mixes, whatever it would be elsewhere
+            kind = "gate"
         if kind is None and moves and len(inputs) == 1 and _moves_data(graph, node, name, inputs[0]):
             kind = "move"
         if kind is None and moves and len(inputs) == 1 and _is_stack_sum(graph, node, module, name):
@@ -606,7 +609,7 @@ def plan_graph(
             gated = _gated_source(node, gate_nodes, active)
             if gated is not None:
                 source, gate = gated
-                signed = gate in glu_nodes
+                signed = gate in glu_nodes or gate in mixed_gates
                 steps.append(Step(node, "gated", module, source, gate=gate_nodes[gate], signed=signed))
                 active.add(node)
                 continue
@@ -753,17 +756,25 @@ def merge_parts(step: Step) -> tuple[list[fx.Node], int | None]:
     return parts, None
 
 
-def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
+class _Gates(NamedTuple):
+    nodes: dict[fx.Node, nn.Module]  # each gate, and what it reaches its products through, with its module
+    # Of those, what mixes a gate's values on the way (CaiT's talking heads): held too, as gate
+    # steps; its products are signed, since mixed weights can be negative.
+    mixed: set[fx.Node]
+
+
+def _gates(graph: fx.GraphModule, every: bool) -> _Gates:
     """Sigmoids and hard sigmoids whose every use is one of the two factors of a product, with their
     modules; ``every=False``: only those whose products multiply the gate's own input (x * gate(x)).
     ``every``: also softmax weights and GELU's 1 + erf factor, and products by matrix (attention)."""
-    found = {}
+    found: dict[fx.Node, nn.Module] = {}
+    mixed: set[fx.Node] = set()
     for node in graph.graph.nodes:
         module = _module(graph, node)
         if not _is_gate_op(graph, node, module, every) or not node.users:
             continue
         own_input = node.args[0] if node.args else None
-        users, reshaped = _through_reshapes(graph, node) if every else (list(node.users), [])
+        users, reshaped, mixing = _through_held_maps(graph, node) if every else (list(node.users), [], [])
         # 1 - g, a gate too (a GRU's h = z h + (1 - z) n, as Keras writes it): its uses are products
         complements = [user for user in users if every and _is_complement(graph, user, node)]
         users = [user for user in users if user not in complements]
@@ -776,10 +787,11 @@ def _gates(graph: fx.GraphModule, every: bool) -> dict[fx.Node, nn.Module]:
         if every or all(own_input in factors for factors in products):
             assert module is not None
             found[node] = module
-            # the weights reshaped are the same gate (the plan evaluates them from the held weights)
-            found.update(dict.fromkeys(reshaped, module))
+            # the weights reshaped or mixed are the same gate (the plan evaluates them from the held weights)
+            found.update(dict.fromkeys([*reshaped, *mixing], module))
             found.update(dict.fromkeys(complements, module))
-    return found
+            mixed.update(mixing)
+    return _Gates(found, mixed)
 
 
 def _glu_gates(graph: fx.GraphModule, gates: dict[fx.Node, nn.Module]) -> dict[fx.Node, nn.Module]:
@@ -857,18 +869,41 @@ def _is_complement(graph: fx.GraphModule, node: fx.Node, gate: fx.Node) -> bool:
     return one is not None and torch.as_tensor(one).numel() == 1 and float(one) == 1.0
 
 
-def _through_reshapes(graph: fx.GraphModule, node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
-    """The nodes that use ``node``'s values, followed through reshapes with one such use each, and
-    those reshapes. DeBERTa reshapes its softmax weights to one axis of rows and heads before the
-    product with the values (and the legacy exporter reads their shape for it)."""
+def _through_held_maps(
+    graph: fx.GraphModule, node: fx.Node
+) -> tuple[list[fx.Node], list[fx.Node], list[fx.Node]]:
+    """The nodes that use ``node``'s values, followed through steps with one such use each: reshapes,
+    and moves and constant linear maps of those values alone; those reshapes; and those other steps.
+    DeBERTa reshapes its softmax weights to one axis of rows and heads before the product with the
+    values (and the legacy exporter reads their shape for it); CaiT's talking heads mix the weights
+    across heads (a Linear between two permutes) before theirs."""
     users: list[fx.Node] = []
     reshaped: list[fx.Node] = []
+    mixing: list[fx.Node] = []
     for user in _value_users(graph, node):
-        while len(after := _value_users(graph, user)) == 1 and _is_reshape(graph, user):
-            reshaped.append(user)
+        while len(after := _value_users(graph, user)) == 1:
+            if _is_reshape(graph, user):
+                reshaped.append(user)
+            elif _mixes_held_values(graph, user, node, mixing):
+                mixing.append(user)
+            else:
+                break
             user = after[0]
         users.append(user)
-    return users, reshaped
+    return users, reshaped, mixing
+
+
+def _mixes_held_values(graph: fx.GraphModule, node: fx.Node, gate: fx.Node, chain: list[fx.Node]) -> bool:
+    """``node`` moves the gate's values (a transpose) or maps them linearly by constants (a MatMul with
+    a constant, and its bias), reading no other graph value: a product with an activation ends the
+    chain, and so does an elementwise constant factor (GELU's 0.5, which the gate rules read)."""
+    values = _leaves((node.args, node.kwargs))
+    held = {gate, *chain}
+    if not any(v in held for v in values) or not all(v in held or v.op == "get_attr" for v in values):
+        return False
+    name = _operator_name(node, _module(graph, node))
+    after_map = bool(chain) and _operator_name(chain[-1], _module(graph, chain[-1])) in _MATMUL_NAMES
+    return name in _MOVE_NAMES or name in _MATMUL_NAMES or (name in _ADD_NAMES and after_map)
 
 
 def _value_users(graph: fx.GraphModule, node: fx.Node) -> list[fx.Node]:

@@ -78,10 +78,21 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
 class _Block(nn.Module):
     def __init__(
-        self, dim: int, heads: int, bias: bool, flat_heads: bool = False, rms: bool = False, glu: str = ""
+        self,
+        dim: int,
+        heads: int,
+        bias: bool,
+        flat_heads: bool = False,
+        rms: bool = False,
+        glu: str = "",
+        talking_heads: bool = False,
     ) -> None:
         super().__init__()
         self.heads, self.flat_heads = heads, flat_heads
+        # CaiT's talking heads: the logits and the softmax weights mixed across heads by a Linear each
+        self.talk = (
+            nn.ModuleList([nn.Linear(heads, heads), nn.Linear(heads, heads)]) if talking_heads else None
+        )
         self.ln1, self.ln2 = _norm_layer(dim, bias, rms), _norm_layer(dim, bias, rms)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=bias), nn.Linear(dim, dim, bias=bias)
         self.fc1, self.fc2 = nn.Linear(dim, 2 * dim, bias=bias), nn.Linear(2 * dim, dim, bias=bias)
@@ -96,7 +107,12 @@ class _Block(nn.Module):
         h = self._norm(self.ln1, x, "ln1", twin)
         qkv = self.qkv(h).reshape(rows, tokens, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dim // self.heads), -1)
+        logits = q @ k.transpose(-2, -1) / math.sqrt(dim // self.heads)
+        if self.talk is not None:
+            logits = self.talk[0](logits.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        weights = torch.softmax(logits, -1)
+        if self.talk is not None:
+            weights = self.talk[1](weights.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         if self.flat_heads:  # DeBERTa's layout: rows and heads as one batch axis, weights reshaped by
             # their own size (the legacy exporter reads it with a Shape of the softmax)
             weights = weights.reshape(-1, weights.size(-2), weights.size(-1))
@@ -163,6 +179,7 @@ class _TinyViT(nn.Module):
         flat_heads: bool = False,
         rms: bool = False,
         glu: str = "",
+        talking_heads: bool = False,
     ) -> None:
         super().__init__()
         torch.manual_seed(11)
@@ -170,7 +187,9 @@ class _TinyViT(nn.Module):
         self.patch = nn.Conv2d(3, dim, 4, 4, bias=bias)
         self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.5) if class_token else None
         self.pos = nn.Parameter(torch.randn(1, 4 + class_token, dim) * 0.5) if bias else None
-        self.blocks = nn.ModuleList([_Block(dim, 2, bias, flat_heads, rms, glu) for _ in range(depth)])
+        self.blocks = nn.ModuleList(
+            [_Block(dim, 2, bias, flat_heads, rms, glu, talking_heads) for _ in range(depth)]
+        )
         self.ln, self.head = _norm_layer(dim, bias, rms), nn.Linear(dim, 3, bias=bias)
         self.held = nn.ModuleDict({k: _Held() for k in ("pos", "ln", "pool")})
 
@@ -267,6 +286,19 @@ def test_gated_linear_units_hold_their_gate(name: str, dynamo: bool, glu: str) -
     ctx = _context(model, CASES[name][0], dynamo)
     assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
     assert "GLU gates" in held_constant(ctx.model.torch_hookable(name), name)
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_talking_heads_mix_held_attention_weights(name: str, dynamo: bool) -> None:
+    """CaiT mixes its attention logits and its softmax weights across heads (a Linear each, between
+    two permutes): the mixed weights are a function of the query-key branch alone, held as the
+    weights are, so relevance passes by their product with the values only (before, every LRP
+    method refused the query-key product). Mixed weights can be negative: the product is signed."""
+    model = _TinyViT(talking_heads=True).eval()
+    ctx = _context(model, CASES[name][0], dynamo)
+    assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
+    assert "attention weights" in held_constant(ctx.model.torch_hookable(name), name)
 
 
 @pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta"])
