@@ -259,6 +259,8 @@ class Step:
     sources: tuple[fx.Node, ...] = ()  # a merge's activation arguments, all of them
     gate: nn.Module | None = None  # a gated product's gate (the sigmoid's module)
     signed: bool = False  # a gate that can be negative (a GLU's), or a product with one
+    # a step that mixes a gate's values (CaiT's talking heads), or a product with the mixed values
+    mixed: bool = False
 
 
 @dataclass(frozen=True)
@@ -609,8 +611,10 @@ def plan_graph(
             gated = _gated_source(node, gate_nodes, active)
             if gated is not None:
                 source, gate = gated
-                signed = gate in glu_nodes or gate in mixed_gates
-                steps.append(Step(node, "gated", module, source, gate=gate_nodes[gate], signed=signed))
+                mixed = gate in mixed_gates
+                signed = gate in glu_nodes or mixed
+                step = Step(node, "gated", module, source, gate=gate_nodes[gate], signed=signed, mixed=mixed)
+                steps.append(step)
                 active.add(node)
                 continue
         if kind is None:
@@ -629,7 +633,8 @@ def plan_graph(
                 method,
                 f"operator {name} (node '{node.name}') has no {family} rule here; supported: {supported}",
             )
-        steps.append(Step(node, kind, module, inputs[0], signed=kind == "gate" and node in glu_nodes))
+        signed = kind == "gate" and node in glu_nodes
+        steps.append(Step(node, kind, module, inputs[0], signed=signed, mixed=node in mixed_gates))
         active.add(node)
     if output is None or output not in active:
         raise NotApplicable(method, "the model's output does not depend on its input")
@@ -1263,6 +1268,8 @@ def held_constant(graph: nn.Module, method: str) -> str:
     }
     glu = {step.node for step in plan.steps if step.signed and step.kind == "gate"}
     for step in plan.steps:
+        if step.mixed:
+            continue  # weights mixed on their way to their product: the gate they came from says what
         if step.signed:
             held["GLU gates"] = True
             continue
