@@ -213,3 +213,64 @@ def test_a_gelu_times_a_constant_is_no_gated_unit() -> None:
     ]
     assert np.abs(got[1]).max() > 1e-2
     np.testing.assert_allclose(got[0], got[1], rtol=1e-5, atol=1e-6)
+
+
+class _MixedExcite(nn.Module):
+    """Squeeze-and-excitation whose softmax gate is mixed across channels by a constant matrix with
+    negative entries before the product (as CaiT mixes its attention weights across heads): held as
+    the gate is, but no longer non-negative, so the product of a ReLU's output with it is signed."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.down, self.up = nn.Conv2d(channels, channels // 2, 1), nn.Conv2d(channels // 2, channels, 1)
+        self.mix = nn.Parameter(torch.eye(channels) - 0.6 * torch.rand(channels, channels))
+        self.detached = False
+        self.product = _Product()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = torch.softmax(self.up(torch.relu(self.down(self.pool(x)))), dim=1)
+        gate = (weights.permute(0, 2, 3, 1) @ self.mix).permute(0, 3, 1, 2)
+        if not self.detached:
+            return x * gate
+        self.product.gate = gate.detach()
+        return self.product(x)
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_mixed_gate_makes_its_product_signed(name: str, dynamo: bool) -> None:
+    """The product of a ReLU's output with a mixed gate can be negative: a pass that took it for
+    non-negative (as it may after a sigmoid or softmax gate) would drop alpha-beta's and Deep
+    Taylor's terms of its negative part in the next layer."""
+    torch.manual_seed(6)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        _MixedExcite(8),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+    ).eval()
+    with torch.no_grad():
+        assert (model[:3](X) < 0).any()  # the mixed gate does turn products negative
+    twin = copy.deepcopy(model)
+    twin[2].detached = True
+    hooks = [twin[0], twin[3], twin[7]]
+
+    def reference(rules: list[LayerRule], classes: np.ndarray) -> np.ndarray:
+        by_layer = {id(layer): rule for layer, rule in zip(hooks, rules, strict=True)}
+
+        def mapping(ctx: dict, name: str, module: nn.Module) -> Hook | None:
+            if id(module) in by_layer:
+                return by_layer[id(module)].zennit()
+            if module is twin[5]:
+                return Norm()
+            return Pass() if isinstance(module, _Product) else None
+
+        return zennit_relevance(twin, mapping, X, classes)
+
+    ctx = _context(model, CASES[name][0], dynamo)
+    assert_equals_zennit(name, ctx, X, reference, 3, 1e-5)
