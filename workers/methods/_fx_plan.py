@@ -150,7 +150,7 @@ SCALES = "BatchNorm"
 CLIPS = "ReLU6"
 GATES = (
     "SiLU, Hardswish, LeakyReLU, PReLU, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights, "
-    "SwiGLU and GeGLU gates"
+    "SwiGLU and GeGLU gates, global response norms' scales"
 )
 SELF_GATES = "SiLU, Hardswish, LeakyReLU, PReLU"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
@@ -190,6 +190,8 @@ _NORM_NAMES = {"LayerNorm", "Standardize"}
 # RMS normalisation (Llama, Mistral, Qwen, T5): torch's nn.RMSNorm, and the module of the same name
 # that workers.models.norm_fusion writes for the exporters' Pow, ReduceMean, Add, Sqrt, Div.
 _RMS_NORM_NAMES = {"RMSNorm"}
+# ConvNeXt V2's global response normalisation scale, which workers.models.norm_fusion writes as one node.
+_RESPONSE_SCALE_NAMES = {"ResponseScale"}
 _INSTANCE_NORMS = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
 # GELU modules (nn.GELU; ONNX Gelu, opset 20) and tanh (BERT's pooler): x times a gate of x in
 # [0, 1] (tanh(x) / x), for LRP only (DeepLIFT has rules for the activations in _SELF_GATED).
@@ -935,9 +937,15 @@ def _is_gate_op(graph: fx.GraphModule, node: fx.Node, module: nn.Module | None, 
         return True
     if not every:
         return False
-    if _is_softmax(module) or _is_nan_safe_softmax(graph, node):
+    if _is_softmax(module) or _is_nan_safe_softmax(graph, node) or _is_response_scale(module):
         return True
     return _is_gelu_factor(graph, node) or _is_written_hard_sigmoid(graph, node)
+
+
+def _is_response_scale(module: nn.Module | None) -> bool:
+    """ConvNeXt V2's GRN scale (workers.models.norm_fusion): a ratio of norms, >= 0, held as a layer
+    norm's scale is (docs/science.md 5.8)."""
+    return _module_name(module) in _RESPONSE_SCALE_NAMES
 
 
 def _is_written_hard_sigmoid(graph: fx.GraphModule, node: fx.Node) -> bool:
@@ -1284,6 +1292,8 @@ def held_constant(graph: nn.Module, method: str) -> str:
             name = _operator_name(step.node, step.module)
             if _is_softmax(step.module) or name in _WHERE_NAMES:
                 held["attention weights"] = True
+            elif _is_response_scale(step.module):
+                held["response norms' scales"] = True
             elif (  # a sigmoid, a hard sigmoid written out, or 1 - a sigmoid gate
                 _is_sigmoid_gate(step.module)
                 or _is_written_hard_sigmoid(plan.graph, step.node)

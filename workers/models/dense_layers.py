@@ -47,7 +47,7 @@ __all__ = ["fuse_dense_layers"]
 _SAME_TYPE = {
     "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose",
     "Div", "Dropout", "Elu", "Erf", "Exp", "Expand", "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool",
-    "GlobalMaxPool", "Reciprocal", "RMSNorm", "Standardize",
+    "GlobalMaxPool", "Reciprocal", "RMSNorm", "Standardize", "ResponseScale",
     "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu",
     "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Pad", "Pow", "PRelu",
     "ReduceMax", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Resize", "Selu", "Sigmoid", "Slice",
@@ -63,7 +63,7 @@ _ELEMENTWISE = {
 _SAME_RANK = {
     "AveragePool", "BatchNormalization", "Conv", "ConvTranspose", "Erf", "Gelu", "GlobalAveragePool",
     "GlobalMaxPool", "InstanceNormalization", "LayerNormalization", "MaxPool", "Pad", "Reciprocal", "Resize",
-    "RMSNorm", "Standardize", "Transpose",
+    "ResponseScale", "RMSNorm", "Standardize", "Transpose",
 }  # fmt: skip
 _REDUCTIONS = {"ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum"}
 _PER_CHANNEL = {"Add", "Sub", "Mul", "Div"}  # by a constant per channel (_conv_affine, _channel_norms)
@@ -442,7 +442,7 @@ def _known(
         if len(tensor.dims) == 1:
             lengths[name] = tensor.dims[0]
     for node in graph.node:  # nodes come in topological order
-        # (the fusions' Gelu, RMSNorm and Standardize, run before, keep their input's type and rank too)
+        # (the fusions' Gelu, RMSNorm, Standardize and ResponseScale, run before, keep their input's type and rank too)
         if not node.input or node.domain not in ("", "ai.onnx", FUSED) or len(node.output) != 1:
             continue
         out, first = node.output[0], node.input[0]

@@ -10,9 +10,14 @@
   ``d = x - mean(x); d / sqrt(mean(d^2) + eps)`` over one axis (the channels of an NCHW tensor, or the
   last), then scale and shift it; the exporters keep every step (``d`` once, or two twin ``Sub``).
 
-Converted one by one, the rule methods stopped at the ``Pow`` ("no LRP rule"). Fused, the graph calls
-one ``RMSNorm`` or ``Standardize`` module (workers.models.onnx_converters), whose scale LRP holds
-constant as it holds a layer norm's (docs/science.md 5.8), and whose gradient is the same function's.
+- **Global response norms' scales.** ConvNeXt V2's GRN (timm, transformers) scales each channel by
+  ``s / (mean(s over the channels) + eps)`` with ``s = ||x||`` over the spatial axes, then adds
+  ``gamma * x * scale + beta`` to ``x``; the exporters write ReduceL2, ReduceMean, Add and Div.
+
+Converted one by one, the rule methods stopped at the ``Pow`` or the ``ReduceL2`` ("no LRP rule"). Fused, the graph calls
+one ``RMSNorm``, ``Standardize`` or ``ResponseScale`` module (workers.models.onnx_converters), whose
+scale LRP holds constant as it holds a layer norm's (docs/science.md 5.8), and whose gradient is the
+same function's.
 The game runs the original model on onnxruntime; only the methods' graph is rewritten.
 """
 
@@ -110,6 +115,27 @@ def fuse_norms(model: onnx.ModelProto) -> int:
                     return None
         return x, pattern
 
+    def response_scale(l2: onnx.NodeProto) -> tuple[str, list[int], int, float, list[onnx.NodeProto]] | None:
+        """x, the spatial axes, the channel axis, eps and the nodes of GRN's
+        ``s / (mean(s, channel) + eps)`` with ``s = ReduceL2(x, spatial)``, from ``l2`` on."""
+        x, s = l2.input[0], l2.output[0]
+        spatial = reduced_axes(l2, reader.initializers)
+        users = reader.uses.get(s, [])
+        if not spatial or attributes(l2).get("keepdims", 1) != 1 or s in reader.outputs or len(users) != 2:
+            return None
+        mean = next((u for u in users if u.op_type == "ReduceMean" and not u.domain), None)
+        divide = next((u for u in users if u.op_type == "Div" and not u.domain), None)
+        if mean is None or divide is None or divide.input[0] != s:
+            return None
+        channel, add = axis_of(mean, x), only_use(mean.output[0], "Add")
+        if channel is None or add is None:
+            return None
+        shift = [name for name in add.input if name != mean.output[0]]
+        eps = scalar(shift[0]) if len(shift) == 1 else None
+        if eps is None or eps < 0 or only_use(add.output[0], "Div") is not divide:
+            return None
+        return x, spatial, channel, eps, [l2, mean, add, divide]
+
     fused: dict[int, onnx.NodeProto] = {}  # id of a pattern's last node -> the node replacing it
     dropped: set[int] = set()
     functions: list[onnx.FunctionProto] = []
@@ -136,6 +162,30 @@ def fuse_norms(model: onnx.ModelProto) -> int:
         dropped.update(id(n) for n in nodes[:-1])
         if all(f.name != op for f in functions):
             functions.append(_norm_function(op, version))
+    for node in graph.node:
+        found_scale = response_scale(node) if node.op_type == "ReduceL2" and not node.domain else None
+        if found_scale is None:
+            continue
+        x, spatial, channel, eps, nodes = found_scale
+        last = nodes[-1]
+        scale = onnx.helper.make_node(
+            "ResponseScale",
+            [x],
+            list(last.output),
+            name=last.name or last.output[0],
+            domain=DOMAIN,
+            epsilon=eps,
+        )
+        scale.attribute.extend(
+            [
+                onnx.helper.make_attribute("axes", spatial),
+                onnx.helper.make_attribute("channel_axes", [channel]),
+            ]
+        )
+        fused[id(last)] = scale
+        dropped.update(id(n) for n in nodes[:-1])
+        if all(f.name != "ResponseScale" for f in functions):
+            functions.append(_response_scale_function(version))
     return write_fused(model, fused, dropped, *functions)
 
 
@@ -185,4 +235,43 @@ def _norm_function(op: str, version: int) -> onnx.FunctionProto:
     names = ["epsilon", "axes"] if op == "Standardize" else ["epsilon"]
     return onnx.helper.make_function(
         DOMAIN, op, ["x"], ["y"], body, [onnx.helper.make_opsetid("", version)], attributes=names
+    )
+
+
+def _response_scale_function(version: int) -> onnx.FunctionProto:
+    """xaudit.ResponseScale's body, in the model's own opset: ``axes`` (spatial), ``channel_axes`` and
+    ``epsilon`` attributes."""
+    make = onnx.helper.make_node
+    eps = make("Constant", [], ["eps"])
+    eps.attribute.append(
+        onnx.helper.make_attribute_ref("value_float", onnx.AttributeProto.FLOAT, ref_attr_name="epsilon")
+    )
+    body = [eps]
+
+    def reduce(op: str, source: str, target: str, attribute: str) -> list[onnx.NodeProto]:
+        if version >= 18:  # the reductions' axes an input from opset 18
+            axes = make("Constant", [], [f"{target}_axes"])
+            axes.attribute.append(
+                onnx.helper.make_attribute_ref(
+                    "value_ints", onnx.AttributeProto.INTS, ref_attr_name=attribute
+                )
+            )
+            return [axes, make(op, [source, f"{target}_axes"], [target], keepdims=1)]
+        node = make(op, [source], [target], keepdims=1)
+        node.attribute.append(
+            onnx.helper.make_attribute_ref("axes", onnx.AttributeProto.INTS, ref_attr_name=attribute)
+        )
+        return [node]
+
+    body += reduce("ReduceL2", "x", "norm", "axes")
+    body += reduce("ReduceMean", "norm", "mean", "channel_axes")
+    body += [make("Add", ["mean", "eps"], ["shifted"]), make("Div", ["norm", "shifted"], ["y"])]
+    return onnx.helper.make_function(
+        DOMAIN,
+        "ResponseScale",
+        ["x"],
+        ["y"],
+        body,
+        [onnx.helper.make_opsetid("", version)],
+        attributes=["axes", "channel_axes", "epsilon"],
     )

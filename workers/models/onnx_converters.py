@@ -106,6 +106,28 @@ class Standardize(nn.Module):
         return centred * torch.rsqrt(centred.square().mean(self.axis, keepdim=True) + self.epsilon)
 
 
+class ResponseScale(nn.Module):
+    """ConvNeXt V2's global response normalisation scale, s / (mean(s over the channels) + epsilon)
+    with s the L2 norm over the spatial axes: what workers.models.norm_fusion writes as one node (the
+    product with the input, the scale and the shift separate)."""
+
+    def __init__(self, axes: tuple[int, ...], channel_axis: int, epsilon: float) -> None:
+        super().__init__()
+        self.axes, self.channel_axis, self.epsilon = axes, channel_axis, epsilon
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norm = torch.linalg.vector_norm(x, 2, dim=self.axes, keepdim=True)
+        return norm / (norm.mean(self.channel_axis, keepdim=True) + self.epsilon)
+
+
+def _response_scale(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    del graph
+    (channel,) = node.attributes["channel_axes"]
+    axes = tuple(int(a) for a in node.attributes["axes"])
+    module = ResponseScale(axes, int(channel), float(node.attributes.get("epsilon", 1e-6)))
+    return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
+
+
 def _standardize(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     del graph
     (axis,) = node.attributes["axes"]
@@ -512,6 +534,8 @@ def _register() -> None:
     _CONVERTER_REGISTRY[rms] = _rms_norm  # workers.models.norm_fusion's
     standardize = OperationDescription(domain=FUSED, operation_type="Standardize", version=1)
     _CONVERTER_REGISTRY[standardize] = _standardize  # workers.models.norm_fusion's
+    response = OperationDescription(domain=FUSED, operation_type="ResponseScale", version=1)
+    _CONVERTER_REGISTRY[response] = _response_scale  # workers.models.norm_fusion's
     for (op, version), converter in _ADDED.items():
         if _description(op, version) not in _CONVERTER_REGISTRY:
             add_converter(operation_type=op, version=version)(converter)

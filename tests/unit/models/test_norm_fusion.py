@@ -88,3 +88,39 @@ def test_fused_written_layer_norms_give_onnxruntimes_outputs_and_the_same_gradie
     assert [n.op_type for n in copy.graph.node].count("Standardize") == 2
     assert sum(n.op_type == "Pow" for n in copy.graph.node) == 3  # the three look-alikes'
     assert_fused_as_written(proto, x, "fuse_norms", "Standardize", 2, monkeypatch)
+
+
+class _Responses(nn.Module):
+    """timm's global response norm (ConvNeXt V2) channels first, and channels last after a permute, as
+    its MLP blocks run it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from timm.layers.grn import GlobalResponseNorm
+
+        torch.manual_seed(5)
+        self.a, self.head = nn.Conv2d(2, 6, 3, padding=1), nn.Linear(6, 3)
+        self.first, self.last = GlobalResponseNorm(6, channels_last=False), GlobalResponseNorm(6)
+        with torch.no_grad():
+            for grn in (self.first, self.last):
+                grn.weight.normal_()
+                grn.bias.normal_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.first(torch.relu(self.a(x)))
+        h = self.last(h.permute(0, 2, 3, 1))
+        return self.head(h.mean((1, 2)))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
+def test_fused_response_scales_give_onnxruntimes_outputs_and_the_same_gradients(
+    dynamo: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = torch.randn(4, 2, 5, 5, generator=torch.Generator().manual_seed(7))
+    proto = onnx.load_from_string(
+        to_onnx(_Responses().eval(), x[:2], opset=18 if dynamo else 17, dynamo=dynamo)
+    )
+    copy = lifted(proto)
+    assert fuse_norms(copy) == 2
+    assert not any(n.op_type == "ReduceL2" for n in copy.graph.node)
+    assert_fused_as_written(proto, x, "fuse_norms", "ResponseScale", 2, monkeypatch)
