@@ -776,12 +776,15 @@ def _gates(graph: fx.GraphModule, every: bool) -> _Gates:
     ``every``: also softmax weights and GELU's 1 + erf factor, and products by matrix (attention)."""
     found: dict[fx.Node, nn.Module] = {}
     mixed: set[fx.Node] = set()
+    activations = _activations(graph) if every else set()
     for node in graph.graph.nodes:
         module = _module(graph, node)
         if not _is_gate_op(graph, node, module, every) or not node.users:
             continue
         own_input = node.args[0] if node.args else None
-        users, reshaped, mixing = _through_held_maps(graph, node) if every else (list(node.users), [], [])
+        users, reshaped, mixing = (
+            _through_held_maps(graph, node, activations) if every else (list(node.users), [], [])
+        )
         # 1 - g, a gate too (a GRU's h = z h + (1 - z) n, as Keras writes it): its uses are products
         complements = [user for user in users if every and _is_complement(graph, user, node)]
         users = [user for user in users if user not in complements]
@@ -877,13 +880,14 @@ def _is_complement(graph: fx.GraphModule, node: fx.Node, gate: fx.Node) -> bool:
 
 
 def _through_held_maps(
-    graph: fx.GraphModule, node: fx.Node
+    graph: fx.GraphModule, node: fx.Node, activations: set[fx.Node]
 ) -> tuple[list[fx.Node], list[fx.Node], list[fx.Node]]:
     """The nodes that use ``node``'s values, followed through steps with one such use each: reshapes,
     and moves and constant linear maps of those values alone; those reshapes; and those other steps.
     DeBERTa reshapes its softmax weights to one axis of rows and heads before the product with the
     values (and the legacy exporter reads their shape for it); CaiT's talking heads mix the weights
-    across heads (a Linear between two permutes) before theirs."""
+    across heads (a Linear between two permutes) before theirs, EfficientFormerV2's with a 1x1
+    convolution over the heads; GhostNetV2 upsamples its sigmoid gate (nearest) before its product."""
     users: list[fx.Node] = []
     reshaped: list[fx.Node] = []
     mixing: list[fx.Node] = []
@@ -891,7 +895,7 @@ def _through_held_maps(
         while len(after := _value_users(graph, user)) == 1:
             if _is_reshape(graph, user):
                 reshaped.append(user)
-            elif _mixes_held_values(graph, user, node, mixing):
+            elif _mixes_held_values(graph, user, node, mixing, activations):
                 mixing.append(user)
             else:
                 break
@@ -900,17 +904,24 @@ def _through_held_maps(
     return users, reshaped, mixing
 
 
-def _mixes_held_values(graph: fx.GraphModule, node: fx.Node, gate: fx.Node, chain: list[fx.Node]) -> bool:
-    """``node`` moves the gate's values (a transpose) or maps them linearly by constants (a MatMul with
-    a constant, and its bias), reading no other graph value: a product with an activation ends the
-    chain, and so does an elementwise constant factor (GELU's 0.5, which the gate rules read)."""
+def _mixes_held_values(
+    graph: fx.GraphModule, node: fx.Node, gate: fx.Node, chain: list[fx.Node], activations: set[fx.Node]
+) -> bool:
+    """``node`` moves the gate's values (a transpose, an upsampling) or maps them linearly by
+    constants (a convolution, a MatMul with a constant and its bias), reading no other activation: a
+    product with one ends the chain, and so does an elementwise constant factor (GELU's 0.5, which
+    the gate rules read)."""
     values = _leaves((node.args, node.kwargs))
     held = {gate, *chain}
-    if not any(v in held for v in values) or not all(v in held or v.op == "get_attr" for v in values):
+    source = next((v for v in values if v in held), None)
+    if source is None or any(v in activations and v not in held for v in values):
         return False
-    name = _operator_name(node, _module(graph, node))
+    module = _module(graph, node)
+    name = _operator_name(node, module)
     after_map = bool(chain) and _operator_name(chain[-1], _module(graph, chain[-1])) in _MATMUL_NAMES
-    return name in _MOVE_NAMES or name in _MATMUL_NAMES or (name in _ADD_NAMES and after_map)
+    if name in _MATMUL_NAMES or (name in _ADD_NAMES and after_map):
+        return all(v in held or v.op == "get_attr" for v in values)
+    return isinstance(module, nn.modules.conv._ConvNd) or _moves_data(graph, node, name, source)
 
 
 def _value_users(graph: fx.GraphModule, node: fx.Node) -> list[fx.Node]:

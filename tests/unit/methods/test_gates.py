@@ -11,6 +11,7 @@ add up to the explained score, which the product rule breaks."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -237,25 +238,24 @@ class _MixedExcite(nn.Module):
         return self.product(x)
 
 
-@pytest.mark.parametrize("dynamo", [False, True])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_a_mixed_gate_makes_its_product_signed(name: str, dynamo: bool) -> None:
-    """The product of a ReLU's output with a mixed gate can be negative: a pass that took it for
-    non-negative (as it may after a sigmoid or softmax gate) would drop alpha-beta's and Deep
-    Taylor's terms of its negative part in the next layer."""
-    torch.manual_seed(6)
-    model = nn.Sequential(
+def _around(block: Callable[[], nn.Module], seed: int) -> nn.Sequential:
+    """Conv, ReLU, the gated ``block()``, Conv, ReLU, pooling and a Linear head, made after ``seed``."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1),
         nn.ReLU(),
-        _MixedExcite(8),
+        block(),
         nn.Conv2d(8, 8, 3, padding=1),
         nn.ReLU(),
         nn.AdaptiveAvgPool2d(1),
         nn.Flatten(),
         nn.Linear(8, 3),
     ).eval()
-    with torch.no_grad():
-        assert (model[:3](X) < 0).any()  # the mixed gate does turn products negative
+
+
+def _detached_reference(model: nn.Sequential) -> Callable[[list[LayerRule], np.ndarray], np.ndarray]:
+    """Zennit on a twin of :func:`_around`'s model whose block's gate is detached: the rules on its
+    three layers, Norm on the pooling, Pass on the block's product."""
     twin = copy.deepcopy(model)
     twin[2].detached = True
     hooks = [twin[0], twin[3], twin[7]]
@@ -272,5 +272,46 @@ def test_a_mixed_gate_makes_its_product_signed(name: str, dynamo: bool) -> None:
 
         return zennit_relevance(twin, mapping, X, classes)
 
+    return reference
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_mixed_gate_makes_its_product_signed(name: str, dynamo: bool) -> None:
+    """The product of a ReLU's output with a mixed gate can be negative: a pass that took it for
+    non-negative (as it may after a sigmoid or softmax gate) would drop alpha-beta's and Deep
+    Taylor's terms of its negative part in the next layer."""
+    model = _around(lambda: _MixedExcite(8), seed=6)
+    with torch.no_grad():
+        assert (model[:3](X) < 0).any()  # the mixed gate does turn products negative
     ctx = _context(model, CASES[name][0], dynamo)
-    assert_equals_zennit(name, ctx, X, reference, 3, 1e-5)
+    assert_equals_zennit(name, ctx, X, _detached_reference(model), 3, 1e-5)
+
+
+class _UpsampledGate(nn.Module):
+    """GhostNetV2's DFC attention: a sigmoid gate computed at half the resolution and upsampled
+    (nearest) before its product with the features; the gate held, moved by the upsampling."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.pool = nn.AvgPool2d(2)
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.detached = False
+        self.product = _Product()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = nn.functional.interpolate(
+            torch.sigmoid(self.conv(self.pool(x))), scale_factor=2.0, mode="nearest"
+        )
+        if not self.detached:
+            return x * gate
+        self.product.gate = gate.detach()
+        return self.product(x)
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_an_upsampled_gate_is_held(name: str, dynamo: bool) -> None:
+    model = _around(lambda: _UpsampledGate(8), seed=7)
+    ctx = _context(model, CASES[name][0], dynamo)
+    assert_equals_zennit(name, ctx, X, _detached_reference(model), 3, 1e-5)

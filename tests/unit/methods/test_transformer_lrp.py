@@ -85,14 +85,16 @@ class _Block(nn.Module):
         flat_heads: bool = False,
         rms: bool = False,
         glu: str = "",
-        talking_heads: bool = False,
+        talking_heads: str = "",
     ) -> None:
         super().__init__()
         self.heads, self.flat_heads = heads, flat_heads
-        # CaiT's talking heads: the logits and the softmax weights mixed across heads by a Linear each
-        self.talk = (
-            nn.ModuleList([nn.Linear(heads, heads), nn.Linear(heads, heads)]) if talking_heads else None
-        )
+        # Talking heads: the logits and the softmax weights mixed across heads by a Linear each between
+        # two permutes (CaiT, "linear"), or by a 1x1 convolution each (EfficientFormerV2, "conv")
+        self.talking_heads = talking_heads
+        mixers = {"linear": lambda: nn.Linear(heads, heads), "conv": lambda: nn.Conv2d(heads, heads, 1)}
+        make = mixers.get(talking_heads)
+        self.talk = nn.ModuleList([make(), make()]) if make else None
         self.ln1, self.ln2 = _norm_layer(dim, bias, rms), _norm_layer(dim, bias, rms)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=bias), nn.Linear(dim, dim, bias=bias)
         self.fc1, self.fc2 = nn.Linear(dim, 2 * dim, bias=bias), nn.Linear(2 * dim, dim, bias=bias)
@@ -108,11 +110,8 @@ class _Block(nn.Module):
         qkv = self.qkv(h).reshape(rows, tokens, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
         logits = q @ k.transpose(-2, -1) / math.sqrt(dim // self.heads)
-        if self.talk is not None:
-            logits = self.talk[0](logits.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-        weights = torch.softmax(logits, -1)
-        if self.talk is not None:
-            weights = self.talk[1](weights.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        logits = self._talk(0, logits)
+        weights = self._talk(1, torch.softmax(logits, -1))
         if self.flat_heads:  # DeBERTa's layout: rows and heads as one batch axis, weights reshaped by
             # their own size (the legacy exporter reads it with a Shape of the softmax)
             weights = weights.reshape(-1, weights.size(-2), weights.size(-1))
@@ -143,6 +142,13 @@ class _Block(nn.Module):
         else:
             h = self.gelu(h)
         return self._sum(x, self.fc2(h), "sum2", twin)
+
+    def _talk(self, i: int, scores: torch.Tensor) -> torch.Tensor:
+        if self.talk is None:
+            return scores
+        if self.talking_heads == "conv":
+            return self.talk[i](scores)
+        return self.talk[i](scores.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
     def _norm(self, norm: nn.LayerNorm, x: torch.Tensor, name: str, twin: bool) -> torch.Tensor:
         if not twin:
@@ -179,7 +185,7 @@ class _TinyViT(nn.Module):
         flat_heads: bool = False,
         rms: bool = False,
         glu: str = "",
-        talking_heads: bool = False,
+        talking_heads: str = "",
     ) -> None:
         super().__init__()
         torch.manual_seed(11)
@@ -288,14 +294,16 @@ def test_gated_linear_units_hold_their_gate(name: str, dynamo: bool, glu: str) -
     assert "GLU gates" in held_constant(ctx.model.torch_hookable(name), name)
 
 
+@pytest.mark.parametrize("mixer", ["linear", "conv"])
 @pytest.mark.parametrize("dynamo", [False, True])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_talking_heads_mix_held_attention_weights(name: str, dynamo: bool) -> None:
+def test_talking_heads_mix_held_attention_weights(name: str, dynamo: bool, mixer: str) -> None:
     """CaiT mixes its attention logits and its softmax weights across heads (a Linear each, between
-    two permutes): the mixed weights are a function of the query-key branch alone, held as the
-    weights are, so relevance passes by their product with the values only (before, every LRP
-    method refused the query-key product). Mixed weights can be negative: the product is signed."""
-    model = _TinyViT(talking_heads=True).eval()
+    two permutes), EfficientFormerV2 with a 1x1 convolution each: the mixed weights are a function
+    of the query-key branch alone, held as the weights are, so relevance passes by their product
+    with the values only (before, every LRP method refused the query-key product). Mixed weights
+    can be negative: the product is signed."""
+    model = _TinyViT(talking_heads=mixer).eval()
     ctx = _context(model, CASES[name][0], dynamo)
     assert_equals_zennit(name, ctx, X, lambda rules, classes: _zennit(model, rules, X, classes), LAYERS, 1e-4)
     # the report names the mixed weights as attention weights (not as a GLU's signed gate)
