@@ -467,7 +467,34 @@ def _cumsum(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
 
 
 # (operator, since-version) -> converter; what this module adds to onnx2torch.
+class OneHot(nn.Module):
+    """ONNX OneHot: ``values[1]`` where an index names the position along the new ``axis``, else
+    ``values[0]``; a negative index counts from the end, and one out of range is all ``values[0]``
+    (GC ViT's relative position bias, torch's ``one_hot`` as exported)."""
+
+    def __init__(self, axis: int) -> None:
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, indices: torch.Tensor, depth: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        size = int(depth.reshape(-1)[0])
+        index = indices.long()
+        index = torch.where(index < 0, index + size, index)
+        positions = torch.arange(size, device=indices.device)
+        hot = index.unsqueeze(-1) == positions  # out of range: no position matches
+        out = torch.where(hot, values[1], values[0])
+        return out.movedim(-1, self.axis % out.ndim)
+
+
+def _one_hot(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    del graph
+    module = OneHot(int(node.attributes.get("axis", -1)))
+    return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
+
+
 _ADDED: dict[tuple[str, int], Any] = {
+    ("OneHot", 9): _one_hot,
+    ("OneHot", 11): _one_hot,
     ("GlobalMaxPool", 1): _global_max_pool,
     ("Gelu", 20): _gelu,
     ("LSTM", 14): _recurrent,

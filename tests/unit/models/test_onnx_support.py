@@ -547,6 +547,28 @@ def test_reshape_with_allowzero_and_a_shape_computed_at_run_time_matches_onnxrun
     np.testing.assert_allclose(out, _ort(model, X), rtol=1e-6)
 
 
+@pytest.mark.parametrize("axis", [-1, 0, 2])
+def test_one_hot_matches_onnxruntime(axis: int) -> None:
+    """onnx2torch has no OneHot, so a model with one (GC ViT's relative position bias) converted
+    for no method at all. Indices from the input, some negative (counted from the end) and some out
+    of range (all off values)."""
+    nodes = [
+        oh.make_node("ArgMax", ["x"], ["a"], axis=1, keepdims=0),
+        oh.make_node("Add", ["a", "offsets"], ["i"]),
+        oh.make_node("OneHot", ["i", "depth", "values"], ["y"], axis=axis),
+    ]
+    inits = [
+        nh.from_array(np.array([-3, -1, 0, 2, 4, 7], np.int64), "offsets"),
+        nh.from_array(np.array(5, np.int64), "depth"),
+        nh.from_array(np.array([-0.5, 2.0], np.float32), "values"),
+    ]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, inits, 11)
+    out = onnx_to_torch(model)(torch.from_numpy(X)).detach().numpy()
+    want = _ort(model, X)
+    assert out.shape == want.shape and (want == -0.5).all(axis=axis).any()  # out-of-range rows exist
+    np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("axis", [1, 2, 4, -1, 0])
 def test_flatten_at_any_axis_matches_onnxruntime(axis: int) -> None:
     """onnx2torch's Flatten failed at axis = rank (transformers' BERT from the legacy exporter)."""
