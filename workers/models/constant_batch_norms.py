@@ -1,0 +1,103 @@
+"""Batch norms in training mode over constants, computed once (weight standardization).
+
+NF-ResNets and NFNets (timm's ScaledStdConv2d) and BiT's StdConv standardise each convolution's
+weight in their forward pass with ``F.batch_norm(weight, training=True)``. The legacy exporter
+writes a BatchNormalization in training mode (with its mean and variance outputs) over the weight,
+and onnx2torch refuses that operator ("BatchNorm operation with mean/var output is not
+implemented"), so such a model converted for no method at all. Its inputs are constants: the
+standardised weight is a constant too. It is computed here with onnx's reference evaluator, with
+every constant node it reads and every one after it that reads only constants (the reshape and the
+gain onnx2torch's Conv needs folded into its weight), and written as initializers; the convolution
+then reads a plain weight. Only such batch norms and what follows them are folded: every other
+constant computation stays as written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from workers.models.onnx_nodes import attributes, drop_unread
+
+__all__ = ["fold_constant_batch_norms"]
+
+
+def fold_constant_batch_norms(model: onnx.ModelProto) -> int:
+    """Replace each training-mode BatchNormalization of ``model``'s main graph (constants lifted to
+    initializers) whose inputs are all constants, and what reads only constants after it, by
+    initializers of their outputs; returns how many batch norms were folded."""
+    graph = model.graph
+    constants = {t.name for t in graph.initializer}
+    producers = {name: node for node in graph.node for name in node.output}
+    order = {id(node): i for i, node in enumerate(graph.node)}
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    folded = 0
+    derived: set[str] = set()  # the folded batch norms' outputs, and what is computed from them alone
+    for norm in list(graph.node):
+        training = attributes(norm).get("training_mode", 0) == 1 or len(norm.output) > 1
+        if norm.op_type != "BatchNormalization" or norm.domain or not training:
+            continue
+        nodes = _constant_ancestry(norm, order, producers, constants)
+        if nodes is None:
+            continue
+        _fold(graph, nodes, [name for name in norm.output if name], opsets, constants)
+        derived.update(norm.output)
+        graph.node.remove(norm)
+        folded += 1
+    for node in list(graph.node):  # in graph order: what reads only constants, one of them derived
+        inputs = [name for name in node.input if name]
+        if node.domain or not any(n in derived for n in inputs) or not all(n in constants for n in inputs):
+            continue
+        _fold(graph, [node], list(node.output), opsets, constants)
+        derived.update(node.output)
+        graph.node.remove(node)
+    if folded:
+        drop_unread(graph)  # the constant nodes that only the batch norms read
+    return folded
+
+
+def _fold(
+    graph: onnx.GraphProto,
+    nodes: list[onnx.NodeProto],
+    outputs: list[str],
+    opsets: list[onnx.OperatorSetIdProto],
+    constants: set[str],
+) -> None:
+    """Evaluate ``nodes`` (they read only constants) and write ``outputs`` as initializers."""
+    reads = {name for node in nodes for name in node.input}
+    values_out = [onnx.helper.make_value_info(name, onnx.TypeProto()) for name in outputs]
+    sub = onnx.helper.make_graph(nodes, "constants", [], values_out)
+    sub.initializer.extend(t for t in graph.initializer if t.name in reads)
+    values = ReferenceEvaluator(onnx.helper.make_model(sub, opset_imports=opsets)).run(None, {})
+    for name, value in zip(outputs, values, strict=True):
+        graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+        constants.add(name)
+
+
+def _constant_ancestry(
+    node: onnx.NodeProto, order: dict[int, int], producers: dict[str, onnx.NodeProto], constants: set[str]
+) -> list[onnx.NodeProto] | None:
+    """``node`` and every node it reads through, in graph order, when all of them read only
+    constants in the end (no graph input, no subgraph, the default domain); else None."""
+    found: dict[int, onnx.NodeProto] = {}
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if id(current) in found:
+            continue
+        subgraph = any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in current.attribute
+        )
+        if current.domain or subgraph:
+            return None
+        found[id(current)] = current
+        for name in current.input:
+            if not name or name in constants:
+                continue
+            producer = producers.get(name)
+            if producer is None:  # a graph input
+                return None
+            stack.append(producer)
+    return sorted(found.values(), key=lambda n: order[id(n)])
