@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ from workers.models import load_model
 from workers.players import parse_players
 from workers.targets import Target
 
-__all__ = ["Dense", "context", "dense_layers"]
+__all__ = ["Dense", "context", "dense_layers", "pooled_cnn"]
 
 
 def context(
@@ -36,6 +36,24 @@ def context(
     model.check_sample(example.numpy())
     players = parse_players("features" if example.ndim == 2 else "grid:2x2", tuple(example.shape[1:]))
     return AttributionContext(model, players, target or Target(), dict(params or {}))
+
+
+def pooled_cnn(
+    middle: Callable[[], nn.Module], channels: int, seed: int, relu_first: bool = True
+) -> nn.Sequential:
+    """Conv (``channels`` in, 8 out), a ReLU where ``relu_first``, the block ``middle()``, Conv, ReLU,
+    global average pooling and a Linear head to 3 classes, made after ``seed``."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(channels, 8, 3, padding=1),
+        *([nn.ReLU()] if relu_first else []),
+        middle(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+    ).eval()
 
 
 Dense = tuple[np.ndarray, np.ndarray, bool]  # W (in, out) with z_j = sum_i a_i W[i, j] + b_j; b; ReLU after

@@ -21,6 +21,7 @@ from zennit.core import Hook
 from zennit.rules import Norm, Pass
 
 from tests.models import to_onnx
+from tests.unit.methods._context import pooled_cnn
 from tests.unit.methods._zennit_reference import assert_equals_zennit, lrp_cases, zennit_relevance
 from workers.methods import AttributionContext, get_method
 from workers.methods import _modified_backward as modified_backward
@@ -238,23 +239,8 @@ class _MixedExcite(nn.Module):
         return self.product(x)
 
 
-def _around(block: Callable[[], nn.Module], seed: int) -> nn.Sequential:
-    """Conv, ReLU, the gated ``block()``, Conv, ReLU, pooling and a Linear head, made after ``seed``."""
-    torch.manual_seed(seed)
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1),
-        nn.ReLU(),
-        block(),
-        nn.Conv2d(8, 8, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 3),
-    ).eval()
-
-
 def _detached_reference(model: nn.Sequential) -> Callable[[list[LayerRule], np.ndarray], np.ndarray]:
-    """Zennit on a twin of :func:`_around`'s model whose block's gate is detached: the rules on its
+    """Zennit on a twin of a :func:`pooled_cnn` whose block's gate is detached: the rules on its
     three layers, Norm on the pooling, Pass on the block's product."""
     twin = copy.deepcopy(model)
     twin[2].detached = True
@@ -281,7 +267,7 @@ def test_a_mixed_gate_makes_its_product_signed(name: str, dynamo: bool) -> None:
     """The product of a ReLU's output with a mixed gate can be negative: a pass that took it for
     non-negative (as it may after a sigmoid or softmax gate) would drop alpha-beta's and Deep
     Taylor's terms of its negative part in the next layer."""
-    model = _around(lambda: _MixedExcite(8), seed=6)
+    model = pooled_cnn(lambda: _MixedExcite(8), 3, seed=6)
     with torch.no_grad():
         assert (model[:3](X) < 0).any()  # the mixed gate does turn products negative
     ctx = _context(model, CASES[name][0], dynamo)
@@ -312,6 +298,6 @@ class _UpsampledGate(nn.Module):
 @pytest.mark.parametrize("dynamo", [False, True])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_an_upsampled_gate_is_held(name: str, dynamo: bool) -> None:
-    model = _around(lambda: _UpsampledGate(8), seed=7)
+    model = pooled_cnn(lambda: _UpsampledGate(8), 3, seed=7)
     ctx = _context(model, CASES[name][0], dynamo)
     assert_equals_zennit(name, ctx, X, _detached_reference(model), 3, 1e-5)

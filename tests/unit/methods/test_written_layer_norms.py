@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.unit.methods._context import context
+from tests.unit.methods._context import context, pooled_cnn
 from workers.methods import get_method
 from workers.methods._fx_plan import held_constant
 
@@ -68,16 +68,7 @@ class _TorchNorm(nn.Module):
 
 
 def _cnn(norm: nn.Module) -> nn.Sequential:
-    torch.manual_seed(5)
-    return nn.Sequential(
-        nn.Conv2d(2, 8, 3, padding=1),
-        norm,
-        nn.Conv2d(8, 8, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 3),
-    ).eval()
+    return pooled_cnn(lambda: norm, 2, seed=5, relu_first=False)
 
 
 @pytest.mark.parametrize("style", ["kept", "twice", "cast"])
