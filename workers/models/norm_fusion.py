@@ -37,7 +37,9 @@ def fuse_norms(model: onnx.ModelProto) -> int:
     """Replace every ``x / sqrt(mean(x^2, last axis) + eps)`` (an RMS norm) and every
     ``d / sqrt(mean(d^2, axis) + eps)`` with ``d = x - mean(x, axis)`` (a layer norm over one axis,
     without its affine) that ``model`` (constants lifted to initializers) writes out by one
-    ``xaudit.RMSNorm`` or ``xaudit.Standardize`` node; returns how many were fused."""
+    ``xaudit.RMSNorm`` or ``xaudit.Standardize`` node, and every GRN scale ``s / (mean(s, channel) +
+    eps)`` with ``s = ReduceL2(x, spatial)`` by one ``xaudit.ResponseScale``; returns how many were
+    fused."""
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if version < 13:  # the fused nodes' function bodies are written in opset 13 or later
         return 0
