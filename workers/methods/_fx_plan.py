@@ -186,7 +186,8 @@ _MOVING_RESIZE_MODES = {"nearest", "linear"}
 # its Standardize (a layer norm over one axis that workers.models.norm_fusion writes for one written out);
 # instance norms on their inputs' own statistics (MONAI's U-Nets; GroupNorm as exporters write it, an
 # instance norm over the reshaped groups followed by a constant scale and shift).
-_NORM_NAMES = {"LayerNorm", "Standardize"}
+_STANDARDIZE = "Standardize"
+_NORM_NAMES = {"LayerNorm", _STANDARDIZE}
 # RMS normalisation (Llama, Mistral, Qwen, T5): torch's nn.RMSNorm, and the module of the same name
 # that workers.models.norm_fusion writes for the exporters' Pow, ReduceMean, Add, Sqrt, Div.
 _RMS_NORM_NAMES = {"RMSNorm"}
@@ -526,9 +527,9 @@ def plan_graph(
     steps: list[Step] = []
     active: set[fx.Node] = set()
     output: fx.Node | None = None
-    found = _gates(graph, every=gates) if gates or self_gates else _Gates({}, set())
-    gate_nodes, mixed_gates = found
-    glu_nodes = _glu_gates(graph, gate_nodes) if gates else {}
+    activations = _activations(graph) if gates else set()  # what the gate walks read: once a plan
+    gate_nodes, mixed_gates = _gates(graph, gates, activations) if gates or self_gates else _Gates({}, set())
+    glu_nodes = _glu_gates(graph, gate_nodes, activations) if gates else {}
     gate_nodes.update(glu_nodes)
     branch_nodes = _branches(graph, gate_nodes) if gates else set()
     folded_biases: set[fx.Node] = set()
@@ -770,13 +771,13 @@ class _Gates(NamedTuple):
     mixed: set[fx.Node]
 
 
-def _gates(graph: fx.GraphModule, every: bool) -> _Gates:
+def _gates(graph: fx.GraphModule, every: bool, activations: set[fx.Node]) -> _Gates:
     """Sigmoids and hard sigmoids whose every use is one of the two factors of a product, with their
     modules; ``every=False``: only those whose products multiply the gate's own input (x * gate(x)).
-    ``every``: also softmax weights and GELU's 1 + erf factor, and products by matrix (attention)."""
+    ``every``: also softmax weights and GELU's 1 + erf factor, and products by matrix (attention),
+    reached through the steps :func:`_through_held_maps` follows (``activations``: the graph's)."""
     found: dict[fx.Node, nn.Module] = {}
     mixed: set[fx.Node] = set()
-    activations = _activations(graph) if every else set()
     for node in graph.graph.nodes:
         module = _module(graph, node)
         if not _is_gate_op(graph, node, module, every) or not node.users:
@@ -804,7 +805,9 @@ def _gates(graph: fx.GraphModule, every: bool) -> _Gates:
     return _Gates(found, mixed)
 
 
-def _glu_gates(graph: fx.GraphModule, gates: dict[fx.Node, nn.Module]) -> dict[fx.Node, nn.Module]:
+def _glu_gates(
+    graph: fx.GraphModule, gates: dict[fx.Node, nn.Module], activations: set[fx.Node]
+) -> dict[fx.Node, nn.Module]:
     """Gated linear units' gates (SwiGLU in Llama, Mistral and Qwen, GeGLU in T5 v1.1): an activation
     ``act(g)`` (SiLU or GELU as one module, or ``g``, or a constant times ``g``, times a sigmoid or
     GELU factor of ``g``, as exporters write SiLU and GELU out) whose
@@ -812,7 +815,6 @@ def _glu_gates(graph: fx.GraphModule, gates: dict[fx.Node, nn.Module]) -> dict[f
     hands ``u`` all of its relevance and the gate's branch none. Unlike a sigmoid's, such a gate can
     be negative (SiLU's minimum is -0.28): the product does not keep ``u``'s sign."""
     found: dict[fx.Node, nn.Module] = {}
-    activations = _activations(graph)
     for node in graph.graph.nodes:
         module = _module(graph, node)
         if node in gates or not _is_glu_activation(graph, node, module, gates):
@@ -1157,7 +1159,7 @@ def _is_norm(module: nn.Module | None, name: str) -> bool:
         return False
     if isinstance(module, nn.LayerNorm):
         return True
-    if name == "Standardize":
+    if name == _STANDARDIZE:
         return hasattr(module, "axis") and hasattr(module, "epsilon")
     return hasattr(module, "axis") and hasattr(module, "epsilon") and hasattr(module, "weight")
 
@@ -1195,7 +1197,7 @@ def layer_norm_parts(module: nn.Module, ndim: int) -> tuple[tuple[int, ...], flo
     if isinstance(module, nn.LayerNorm):
         return tuple(range(ndim - len(module.normalized_shape), ndim)), module.eps, module.weight, module.bias
     axis, epsilon = module.axis, module.epsilon
-    if _module_name(module) == "Standardize":  # over its one axis, its affine separate steps
+    if _module_name(module) == _STANDARDIZE:  # over its one axis, its affine separate steps
         assert isinstance(axis, int) and isinstance(epsilon, float)
         return (axis % ndim,), epsilon, None, None
     assert isinstance(axis, int) and isinstance(epsilon, float)

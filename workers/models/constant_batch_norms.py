@@ -29,16 +29,16 @@ def fold_constant_batch_norms(model: onnx.ModelProto) -> int:
     initializers) whose inputs are all constants, and what reads only constants after it, by
     initializers of their outputs; returns how many batch norms were folded."""
     graph = model.graph
+    norms = [n for n in graph.node if _in_training_mode(n)]
+    if not norms:  # every other model: nothing to index
+        return 0
     constants = {t.name for t in graph.initializer}
     producers = {name: node for node in graph.node for name in node.output}
     order = {id(node): i for i, node in enumerate(graph.node)}
     opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
     folded = 0
     derived: set[str] = set()  # the folded batch norms' outputs, and what is computed from them alone
-    for norm in list(graph.node):
-        training = attributes(norm).get("training_mode", 0) == 1 or len(norm.output) > 1
-        if norm.op_type != "BatchNormalization" or norm.domain or not training:
-            continue
+    for norm in norms:
         nodes = _constant_ancestry(norm, order, producers, constants)
         if nodes is None:
             continue
@@ -56,6 +56,12 @@ def fold_constant_batch_norms(model: onnx.ModelProto) -> int:
     if folded:
         drop_unread(graph)  # the constant nodes that only the batch norms read
     return folded
+
+
+def _in_training_mode(node: onnx.NodeProto) -> bool:
+    if node.op_type != "BatchNormalization" or node.domain:
+        return False
+    return attributes(node).get("training_mode", 0) == 1 or len(node.output) > 1
 
 
 def _fold(

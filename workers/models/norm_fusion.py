@@ -5,17 +5,16 @@
   ONNX has no operator for it before opset 23, so both of torch's exporters write it out:
   ``Mul(x, Reciprocal(Sqrt(Add(ReduceMean(Pow(x, 2)), eps))))`` (dynamo) or with ``Div(1, Sqrt(...))``
   (legacy), the weight a separate ``Mul``.
-- **Layer norms written by hand.** ConvNeXt's channels-first layer norm (the original code, and
-  transformers' ConvNext and ConvNextV2), MedNeXt and many a custom block write
-  ``d = x - mean(x); d / sqrt(mean(d^2) + eps)`` over one axis (the channels of an NCHW tensor, or the
-  last), then scale and shift it; the exporters keep every step (``d`` once, or two twin ``Sub``).
-
+- **Layer norms written by hand.** The original ConvNeXt's channels-first layer norm, transformers'
+  ViTDet, DeBERTa and Cohere write ``d = x - mean(x); d / sqrt(mean(d^2) + eps)`` over one axis (the
+  channels of an NCHW tensor, or the last), then scale and shift it; the exporters keep every step
+  (``d`` once, or two twin ``Sub``).
 - **Global response norms' scales.** ConvNeXt V2's GRN (timm, transformers) scales each channel by
   ``s / (mean(s over the channels) + eps)`` with ``s = ||x||`` over the spatial axes, then adds
   ``gamma * x * scale + beta`` to ``x``; the exporters write ReduceL2, ReduceMean, Add and Div.
 
-Converted one by one, the rule methods stopped at the ``Pow`` or the ``ReduceL2`` ("no LRP rule"). Fused, the graph calls
-one ``RMSNorm``, ``Standardize`` or ``ResponseScale`` module (workers.models.onnx_converters), whose
+Converted one by one, the rule methods stopped at the ``Pow`` or the ``ReduceL2`` ("no LRP rule").
+Fused, the graph calls one ``RMSNorm``, ``Standardize`` or ``ResponseScale`` module (workers.models.onnx_converters), whose
 scale LRP holds constant as it holds a layer norm's (docs/science.md 5.8), and whose gradient is the
 same function's.
 The game runs the original model on onnxruntime; only the methods' graph is rewritten.
@@ -64,6 +63,12 @@ def fuse_norms(model: onnx.ModelProto) -> int:
         a, b = producers.get(name), producers.get(base)
         return a is not None and b is not None and a.op_type == b.op_type == "Sub" and a.input == b.input
 
+    def epsilon(add: onnx.NodeProto, mean: onnx.NodeProto) -> float | None:
+        """The constant ``add`` adds to ``mean``'s output, where it is one number >= 0."""
+        shift = [name for name in add.input if name != mean.output[0]]
+        eps = scalar(shift[0]) if len(shift) == 1 else None
+        return None if eps is None or eps < 0 else eps
+
     def tail(power: onnx.NodeProto) -> tuple[str, int, float, list[onnx.NodeProto]] | None:
         """base, axis, eps and the nodes of ``base / sqrt(mean(base^2) + eps)`` from ``power`` on."""
         base = power.input[0]
@@ -74,10 +79,8 @@ def fuse_norms(model: onnx.ModelProto) -> int:
         add = None if mean is None else only_use(mean.output[0], "Add")
         if axis is None or mean is None or add is None:
             return None
-        shift = [name for name in add.input if name != mean.output[0]]
-        eps = scalar(shift[0]) if len(shift) == 1 else None
-        sqrt = only_use(add.output[0], "Sqrt")
-        if eps is None or eps < 0 or sqrt is None:
+        eps, sqrt = epsilon(add, mean), only_use(add.output[0], "Sqrt")
+        if eps is None or sqrt is None:
             return None
         root = sqrt.output[0]
         step = only_use(root, "Reciprocal", "Div")
@@ -132,9 +135,8 @@ def fuse_norms(model: onnx.ModelProto) -> int:
         channel, add = axis_of(mean, x), only_use(mean.output[0], "Add")
         if channel is None or add is None:
             return None
-        shift = [name for name in add.input if name != mean.output[0]]
-        eps = scalar(shift[0]) if len(shift) == 1 else None
-        if eps is None or eps < 0 or only_use(add.output[0], "Div") is not divide:
+        eps = epsilon(add, mean)
+        if eps is None or only_use(add.output[0], "Div") is not divide:
             return None
         return x, spatial, channel, eps, [l2, mean, add, divide]
 
@@ -195,41 +197,14 @@ def _norm_function(op: str, version: int) -> onnx.FunctionProto:
     """xaudit.RMSNorm's or xaudit.Standardize's body, in the model's own opset: ``epsilon`` (and
     Standardize's ``axes``) attributes."""
     make = onnx.helper.make_node
-    eps = make("Constant", [], ["eps"])
-    eps.attribute.append(
-        onnx.helper.make_attribute_ref("value_float", onnx.AttributeProto.FLOAT, ref_attr_name="epsilon")
-    )
-    body = [eps]
+    axes: str | list[int] = "axes" if op == "Standardize" else [-1]
+    body = [_epsilon()]
     if op == "Standardize":
-        axes = make("Constant", [], ["axes"])
-        axes.attribute.append(
-            onnx.helper.make_attribute_ref("value_ints", onnx.AttributeProto.INTS, ref_attr_name="axes")
-        )
-    else:
-        axes = make("Constant", [], ["axes"], value=numpy_helper.from_array(np.array([-1], np.int64), "axes"))
-
-    def mean(source: str, target: str) -> onnx.NodeProto:
-        if version >= 18:  # ReduceMean's axes an input from opset 18
-            return make("ReduceMean", [source, "axes"], [target], keepdims=1)
-        node = make("ReduceMean", [source], [target], keepdims=1)
-        if op == "Standardize":
-            node.attribute.append(
-                onnx.helper.make_attribute_ref("axes", onnx.AttributeProto.INTS, ref_attr_name="axes")
-            )
-        else:
-            node.attribute.append(onnx.helper.make_attribute("axes", [-1]))
-        return node
-
-    if version >= 18:
-        body.append(axes)
-    if op == "Standardize":
-        body += [mean("x", "centre"), make("Sub", ["x", "centre"], ["d"])]
-        base = "d"
-    else:
-        base = "x"
+        body += [*_reduced("ReduceMean", "x", "centre", axes, version), make("Sub", ["x", "centre"], ["d"])]
+    base = "d" if op == "Standardize" else "x"
     body += [
         make("Mul", [base, base], ["square"]),
-        mean("square", "mean"),
+        *_reduced("ReduceMean", "square", "mean", axes, version),
         make("Add", ["mean", "eps"], ["shifted"]),
         make("Sqrt", ["shifted"], ["rms"]),
         make("Div", [base, "rms"], ["y"]),
@@ -244,30 +219,13 @@ def _response_scale_function(version: int) -> onnx.FunctionProto:
     """xaudit.ResponseScale's body, in the model's own opset: ``axes`` (spatial), ``channel_axes`` and
     ``epsilon`` attributes."""
     make = onnx.helper.make_node
-    eps = make("Constant", [], ["eps"])
-    eps.attribute.append(
-        onnx.helper.make_attribute_ref("value_float", onnx.AttributeProto.FLOAT, ref_attr_name="epsilon")
-    )
-    body = [eps]
-
-    def reduce(op: str, source: str, target: str, attribute: str) -> list[onnx.NodeProto]:
-        if version >= 18:  # the reductions' axes an input from opset 18
-            axes = make("Constant", [], [f"{target}_axes"])
-            axes.attribute.append(
-                onnx.helper.make_attribute_ref(
-                    "value_ints", onnx.AttributeProto.INTS, ref_attr_name=attribute
-                )
-            )
-            return [axes, make(op, [source, f"{target}_axes"], [target], keepdims=1)]
-        node = make(op, [source], [target], keepdims=1)
-        node.attribute.append(
-            onnx.helper.make_attribute_ref("axes", onnx.AttributeProto.INTS, ref_attr_name=attribute)
-        )
-        return [node]
-
-    body += reduce("ReduceL2", "x", "norm", "axes")
-    body += reduce("ReduceMean", "norm", "mean", "channel_axes")
-    body += [make("Add", ["mean", "eps"], ["shifted"]), make("Div", ["norm", "shifted"], ["y"])]
+    body = [
+        _epsilon(),
+        *_reduced("ReduceL2", "x", "norm", "axes", version),
+        *_reduced("ReduceMean", "norm", "mean", "channel_axes", version),
+        make("Add", ["mean", "eps"], ["shifted"]),
+        make("Div", ["norm", "shifted"], ["y"]),
+    ]
     return onnx.helper.make_function(
         DOMAIN,
         "ResponseScale",
@@ -277,3 +235,36 @@ def _response_scale_function(version: int) -> onnx.FunctionProto:
         [onnx.helper.make_opsetid("", version)],
         attributes=["axes", "channel_axes", "epsilon"],
     )
+
+
+def _epsilon() -> onnx.NodeProto:
+    """A function body's ``eps``: the fused node's ``epsilon`` attribute."""
+    eps = onnx.helper.make_node("Constant", [], ["eps"])
+    eps.attribute.append(
+        onnx.helper.make_attribute_ref("value_float", onnx.AttributeProto.FLOAT, ref_attr_name="epsilon")
+    )
+    return eps
+
+
+def _reduced(op: str, source: str, target: str, axes: str | list[int], version: int) -> list[onnx.NodeProto]:
+    """A function body's ``op`` of ``source`` with keepdims over ``axes``: fixed, or the fused node's
+    attribute of that name; an input from opset 18, an attribute before."""
+    make = onnx.helper.make_node
+    if version >= 18:
+        if isinstance(axes, str):
+            constant = make("Constant", [], [f"{target}_axes"])
+            constant.attribute.append(
+                onnx.helper.make_attribute_ref("value_ints", onnx.AttributeProto.INTS, ref_attr_name=axes)
+            )
+        else:
+            value = numpy_helper.from_array(np.array(axes, np.int64), f"{target}_axes")
+            constant = make("Constant", [], [f"{target}_axes"], value=value)
+        return [constant, make(op, [source, f"{target}_axes"], [target], keepdims=1)]
+    node = make(op, [source], [target], keepdims=1)
+    if isinstance(axes, str):
+        node.attribute.append(
+            onnx.helper.make_attribute_ref("axes", onnx.AttributeProto.INTS, ref_attr_name=axes)
+        )
+    else:
+        node.attribute.append(onnx.helper.make_attribute("axes", axes))
+    return [node]

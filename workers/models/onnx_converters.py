@@ -466,7 +466,6 @@ def _cumsum(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     return OperationConverterResult(OnnxCumSum(exclusive, reverse), onnx_mapping_from_node(node))
 
 
-# (operator, since-version) -> converter; what this module adds to onnx2torch.
 class OneHot(nn.Module):
     """ONNX OneHot: ``values[1]`` where an index names the position along the new ``axis``, else
     ``values[0]``; a negative index counts from the end, and one out of range is all ``values[0]``
@@ -492,6 +491,7 @@ def _one_hot(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
 
 
+# (operator, since-version) -> converter; what this module adds to onnx2torch.
 _ADDED: dict[tuple[str, int], Any] = {
     ("OneHot", 9): _one_hot,
     ("OneHot", 11): _one_hot,
@@ -512,6 +512,16 @@ _ADDED: dict[tuple[str, int], Any] = {
     **{(op, 18): _reduce_with_axes_input for op in _REDUCTIONS_18},
     ("ReduceMax", 20): _reduce_with_axes_input,  # 20 adds bool inputs only
     ("ReduceMin", 20): _reduce_with_axes_input,
+}
+
+
+# The operators the fusions write in xaudit's domain (workers.models.gelu_fusion's exact GELU,
+# workers.models.norm_fusion's norms) -> converter.
+_FUSED_OPS: dict[str, Any] = {
+    "Gelu": _gelu,
+    "RMSNorm": _rms_norm,
+    "Standardize": _standardize,
+    "ResponseScale": _response_scale,
 }
 
 
@@ -555,14 +565,8 @@ def _within(part: slice, size: int) -> slice:
 
 def _register() -> None:
     _onnx2torch_slice._do_slice = _slice_by_tuple  # read at call time by both of its Slice modules
-    fused = OperationDescription(domain=FUSED, operation_type="Gelu", version=1)
-    _CONVERTER_REGISTRY[fused] = _gelu  # the exact GELU that workers.models.gelu_fusion writes
-    rms = OperationDescription(domain=FUSED, operation_type="RMSNorm", version=1)
-    _CONVERTER_REGISTRY[rms] = _rms_norm  # workers.models.norm_fusion's
-    standardize = OperationDescription(domain=FUSED, operation_type="Standardize", version=1)
-    _CONVERTER_REGISTRY[standardize] = _standardize  # workers.models.norm_fusion's
-    response = OperationDescription(domain=FUSED, operation_type="ResponseScale", version=1)
-    _CONVERTER_REGISTRY[response] = _response_scale  # workers.models.norm_fusion's
+    for op, converter in _FUSED_OPS.items():
+        _CONVERTER_REGISTRY[OperationDescription(domain=FUSED, operation_type=op, version=1)] = converter
     for (op, version), converter in _ADDED.items():
         if _description(op, version) not in _CONVERTER_REGISTRY:
             add_converter(operation_type=op, version=version)(converter)
