@@ -10,12 +10,12 @@ import torch
 from torch import nn
 
 from tests.models import to_onnx, to_torchscript
-from workers.methods import AttributionContext
+from workers.methods import AttributionContext, get_method
 from workers.models import load_model
 from workers.players import parse_players
 from workers.targets import Target
 
-__all__ = ["Dense", "context", "dense_layers", "pooled_cnn"]
+__all__ = ["Dense", "assert_same_attributions", "context", "dense_layers", "pooled_cnn"]
 
 
 def context(
@@ -36,6 +36,18 @@ def context(
     model.check_sample(example.numpy())
     players = parse_players("features" if example.ndim == 2 else "grid:2x2", tuple(example.shape[1:]))
     return AttributionContext(model, players, target or Target(), dict(params or {}))
+
+
+def assert_same_attributions(
+    ctx: AttributionContext, twin: AttributionContext, x: np.ndarray, methods: Mapping[str, float]
+) -> None:
+    """Each of ``methods`` gives ``ctx`` the attributions it gives ``twin`` (zero baseline, the classes
+    ``ctx``'s model predicts), to rtol 1e-4 and an atol of the method's share of the largest one."""
+    classes = ctx.model.predict(x).argmax(1)
+    for name, share in methods.items():
+        got = get_method(name).attribute(ctx, x, np.zeros_like(x), classes)
+        want = get_method(name).attribute(twin, x, np.zeros_like(x), classes)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=share * np.abs(want).max(), err_msg=name)
 
 
 def pooled_cnn(

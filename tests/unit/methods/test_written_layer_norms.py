@@ -1,7 +1,7 @@
 """A layer norm written out by hand is held as nn.LayerNorm is (workers/models/norm_fusion.py).
 
-ConvNeXt's channels-first layer norm (the original code, transformers' ConvNext and ConvNextV2),
-MedNeXt's, and many a custom transformer block write ``d = x - mean(x); d / sqrt(mean(d^2) + eps)``
+The original ConvNeXt's channels-first layer norm, transformers' ViTDet, DeBERTa and Cohere, and
+many a custom block write ``d = x - mean(x); d / sqrt(mean(d^2) + eps)``
 and then scale and shift it. Both exporters keep every step, and the rule methods stopped at the
 ``Pow``. Fused into one normalisation over that axis, each method must give the numbers of the
 same model with torch's own nn.LayerNorm (for the channels, between two permutes), which the
@@ -15,12 +15,14 @@ import pytest
 import torch
 from torch import nn
 
-from tests.unit.methods._context import context, pooled_cnn
-from workers.methods import get_method
+from tests.unit.methods._context import assert_same_attributions, context, pooled_cnn
 from workers.methods._fx_plan import held_constant
 
 X = torch.randn(4, 2, 6, 6, generator=torch.Generator().manual_seed(4))
-METHODS = ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor", "deeplift_rescale"]
+# Each method, and its tolerance as a share of the largest attribution. DeepLIFT takes a norm's
+# gradient (Captum's nonlinearity rules do not cover it): the two graphs round it differently, by a
+# few float32 steps of the largest attribution.
+METHODS = {"lrp_epsilon": 1e-6, "lrp_alpha_beta": 1e-6, "deep_taylor": 1e-6, "deeplift_rescale": 1e-4}
 
 
 class _WrittenNorm(nn.Module):
@@ -83,14 +85,6 @@ def test_a_written_layer_norm_gives_nn_layer_norms_attributions(dynamo: bool, ax
     )
     with torch.no_grad():
         np.testing.assert_allclose(model(X).numpy(), twin(X).numpy(), rtol=1e-5, atol=1e-5)
-    ctx, reference = context(model, X, dynamo=dynamo), context(twin, X, dynamo=dynamo)
-    x = X.numpy()
-    classes = ctx.model.predict(x).argmax(1)
-    for name in METHODS:
-        got = get_method(name).attribute(ctx, x, np.zeros_like(x), classes)
-        want = get_method(name).attribute(reference, x, np.zeros_like(x), classes)
-        # DeepLIFT takes a norm's gradient (Captum's nonlinearity rules do not cover it): the two
-        # graphs round it differently, by a few float32 steps of the largest attribution.
-        atol = (1e-4 if name == "deeplift_rescale" else 1e-6) * np.abs(want).max()
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol, err_msg=name)
+    ctx = context(model, X, dynamo=dynamo)
+    assert_same_attributions(ctx, context(twin, X, dynamo=dynamo), X.numpy(), METHODS)
     assert "layer norms' scales" in held_constant(ctx.model.torch_hookable("lrp_epsilon"), "lrp_epsilon")

@@ -17,13 +17,12 @@ from timm.layers import ScaledStdConv2d, StdConv2d
 from torch import nn
 
 from tests.models import to_onnx
-from tests.unit.methods._context import context
-from workers.methods import get_method
+from tests.unit.methods._context import assert_same_attributions, context
 from workers.models.constant_batch_norms import fold_constant_batch_norms
 from workers.models.onnx_to_torch import onnx_to_torch
 
 X = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(2))
-METHODS = ["integrated_gradients", "lrp_epsilon", "lrp_alpha_beta", "deeplift_rescale"]
+METHODS = dict.fromkeys(["integrated_gradients", "lrp_epsilon", "lrp_alpha_beta", "deeplift_rescale"], 1e-5)
 
 
 def _net(conv: type[nn.Conv2d]) -> nn.Sequential:
@@ -80,13 +79,7 @@ def test_standardised_weights_convert_and_give_the_plain_networks_attributions(c
     )
     with torch.no_grad():
         np.testing.assert_allclose(onnx_to_torch(proto)(X).numpy(), model(X).numpy(), rtol=1e-5, atol=1e-5)
-    ctx, reference = context(model, X), context(_plain(model), X)
-    x = X.numpy()
-    classes = ctx.model.predict(x).argmax(1)
-    for name in METHODS:
-        got = get_method(name).attribute(ctx, x, np.zeros_like(x), classes)
-        want = get_method(name).attribute(reference, x, np.zeros_like(x), classes)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(), err_msg=name)
+    assert_same_attributions(context(model, X), context(_plain(model), X), X.numpy(), METHODS)
 
 
 def test_a_training_mode_batch_norm_of_an_activation_is_left_alone() -> None:

@@ -37,18 +37,6 @@ class _Normed(nn.Module):
         return self.head(h.mean(1))
 
 
-@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
-def test_fused_rms_norms_give_onnxruntimes_outputs_and_the_same_gradients(
-    dynamo: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    x = torch.randn(4, 5, 6, generator=torch.Generator().manual_seed(3))
-    proto = onnx.load_from_string(to_onnx(_Normed().eval(), x[:2], opset=18 if dynamo else 17, dynamo=dynamo))
-    copy = lifted(proto)
-    assert fuse_norms(copy) == 3
-    assert sum(n.op_type == "Pow" for n in copy.graph.node) == 2  # the tokens' and the cube's
-    assert_fused_as_written(proto, x, "fuse_norms", "RMSNorm", 3, monkeypatch)
-
-
 class _Standardized(nn.Module):
     """Two layer norms written by hand, over the channels of an NCHW tensor (ConvNeXt's) and over the
     last axis with ``x - u`` written twice, and three look-alikes: a centre over another axis than the
@@ -75,21 +63,6 @@ class _Standardized(nn.Module):
         return self.head(h.mean((2, 3)))
 
 
-@pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
-def test_fused_written_layer_norms_give_onnxruntimes_outputs_and_the_same_gradients(
-    dynamo: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    x = torch.randn(4, 2, 5, 5, generator=torch.Generator().manual_seed(6))
-    proto = onnx.load_from_string(
-        to_onnx(_Standardized().eval(), x[:2], opset=18 if dynamo else 17, dynamo=dynamo)
-    )
-    copy = lifted(proto)
-    assert fuse_norms(copy) == 2
-    assert [n.op_type for n in copy.graph.node].count("Standardize") == 2
-    assert sum(n.op_type == "Pow" for n in copy.graph.node) == 3  # the three look-alikes'
-    assert_fused_as_written(proto, x, "fuse_norms", "Standardize", 2, monkeypatch)
-
-
 class _Responses(nn.Module):
     """timm's global response norm (ConvNeXt V2) channels first, and channels last after a permute, as
     its MLP blocks run it."""
@@ -112,15 +85,25 @@ class _Responses(nn.Module):
         return self.head(h.mean((1, 2)))
 
 
+# Each model: its input's shape and seed, how many nodes are fused into which operator, and what
+# look-alike operator is left how many times (each comment in the model says why).
+CASES = {
+    "rms": (_Normed, (4, 5, 6), 3, 3, "RMSNorm", "Pow", 2),  # the tokens' and the cube's
+    "written": (_Standardized, (4, 2, 5, 5), 6, 2, "Standardize", "Pow", 3),  # the three look-alikes'
+    "response": (_Responses, (4, 2, 5, 5), 7, 2, "ResponseScale", "ReduceL2", 0),
+}
+
+
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
-def test_fused_response_scales_give_onnxruntimes_outputs_and_the_same_gradients(
-    dynamo: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fused_norms_give_onnxruntimes_outputs_and_the_same_gradients(
+    case: str, dynamo: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    x = torch.randn(4, 2, 5, 5, generator=torch.Generator().manual_seed(7))
-    proto = onnx.load_from_string(
-        to_onnx(_Responses().eval(), x[:2], opset=18 if dynamo else 17, dynamo=dynamo)
-    )
+    model, shape, seed, count, op, left, left_count = CASES[case]
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    proto = onnx.load_from_string(to_onnx(model().eval(), x[:2], opset=18 if dynamo else 17, dynamo=dynamo))
     copy = lifted(proto)
-    assert fuse_norms(copy) == 2
-    assert not any(n.op_type == "ReduceL2" for n in copy.graph.node)
-    assert_fused_as_written(proto, x, "fuse_norms", "ResponseScale", 2, monkeypatch)
+    assert fuse_norms(copy) == count
+    assert [n.op_type for n in copy.graph.node].count(op) == count
+    assert sum(n.op_type == left for n in copy.graph.node) == left_count
+    assert_fused_as_written(proto, x, "fuse_norms", op, count, monkeypatch)
