@@ -147,7 +147,7 @@ def _methods(model: ModelAdapter, check: ModelCheck) -> None:
                 else:
                     hookable.torch_differentiable()
             where = f" at '{check.embedding_tensor}'" if check.embedding_tensor else ""
-            implementation = method.implementation(model)
+            implementation = method.described_implementation(model)
             through = f"; {implementation}" if implementation else ""
             check.methods[name] = f"runs: torch graph{where}{needs}{through}"
         except NotApplicable as exc:

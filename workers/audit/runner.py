@@ -419,7 +419,7 @@ def run_audit(prep: Prepared, progress: Progress | None = None, plan: Plan | Non
                 fields = {"verdict": "not_applicable", "reason": exc.reason}
             release_derived()  # one method's derived weights at a time, as explain() keeps them
         if fields["verdict"] != "not_applicable":
-            fields["implementation"] = method.implementation(prep.model)
+            fields["implementation"] = method.described_implementation(prep.model)
         if method.capabilities.baseline == "distribution" and references is not None:
             fields["references"] = {
                 "given": references.given,

@@ -106,6 +106,15 @@ class Method(ABC):
         where there is only one."""
         return None
 
+    def described_implementation(self, model: ModelAdapter) -> str | None:
+        """:meth:`implementation`, and how the graph the method ran on stands in for ``model`` where
+        it does not run it as given (for the report and ``xaudit inspect``)."""
+        parts = [part for part in (self.implementation(model), self._graph_note(model)) if part]
+        return "; ".join(parts) or None
+
+    def _graph_note(self, model: ModelAdapter) -> str | None:
+        return None  # the method runs the model itself
+
     def from_game(self, params: Mapping[str, Any], players: Players, game: SubInputGame) -> np.ndarray | None:
         """Per-player attributions (B, m, n) on every sub-input x_T of ``game``, read off the game's
         values where this method is a function of the game (v_T(U) = v(U ∩ T), see
@@ -138,6 +147,24 @@ class TorchMethod(Method):
         c = torch.as_tensor(classes, dtype=torch.long, device=device)
         return to_numpy(
             self.attribute_tensors(ctx, to_tensor(inputs, device), to_tensor(baselines, device), c)
+        )
+
+    def _graph_note(self, model: ModelAdapter) -> str | None:
+        if model.info.format != "onnx":
+            return None
+        from xaudit.contract.errors import XauditError
+
+        try:
+            graph = model.torch_differentiable()
+        except XauditError:
+            return None
+        from workers.models.onnx_converters import fake_quantizes  # loaded with the graph
+
+        if not fake_quantizes(graph):
+            return None
+        return (
+            "on the quantized model's graph with each quantize-dequantize pair as a fake quantization: "
+            "its values, straight-through gradients (docs/science.md 5.9)"
         )
 
     @abstractmethod

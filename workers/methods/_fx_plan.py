@@ -19,6 +19,8 @@ the operator. Node kinds on the input's path ("activations"):
 - ``clip`` (only where the caller asks): an activation clamped to [0, c], ReLU6
   (MobileNetV2's; onnx2torch writes ``Clip(0, 6)`` as ``nn.ReLU6``); see ``clips`` in
   :func:`plan_graph` for each family's rule;
+- ``quantize`` (only where the caller asks): a quantize-dequantize pair of a statically quantized
+  model (workers.models.fake_quantization); see ``quantized`` in :func:`plan_graph`;
 - ``gate`` and ``gated`` (only where the caller asks): a sigmoid or hard sigmoid whose every
   use is to multiply another activation (``gate``: EfficientNet's SiLU, ``x * sigmoid(x)``, and the
   squeeze-and-excitation blocks of EfficientNet and MobileNetV3), the product (``gated``, its source
@@ -98,6 +100,7 @@ Kind = Literal[
     "move",
     "scale",
     "clip",
+    "quantize",
     "gate",
     "gated",
     "head",
@@ -148,6 +151,9 @@ MOVES = (
 )
 SCALES = "BatchNorm"
 CLIPS = "ReLU6"
+QUANTIZED = "QuantizeLinear -> DequantizeLinear pairs"
+# A quantize-dequantize pair as workers.models.fake_quantization fuses it (onnx_converters' module).
+_QUANTIZE_NAMES = {"FakeQuantize"}
 GATES = (
     "SiLU, Hardswish, LeakyReLU, PReLU, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights, "
     "SwiGLU and GeGLU gates, global response norms' scales"
@@ -217,6 +223,7 @@ class Admits:
     moves: bool = False
     scales: bool = False
     clips: bool = False
+    quantized: bool = False
     gates: bool = False
     self_gates: bool = False
     heads: bool = False
@@ -232,6 +239,7 @@ _FAMILY_ADMITS: dict[str, Admits] = {
         differences=True,
         moves=True,
         clips=True,
+        quantized=True,
         gates=True,
         heads=True,
         scales=True,
@@ -239,7 +247,14 @@ _FAMILY_ADMITS: dict[str, Admits] = {
         constants=True,
     ),
     "DeepLIFT": Admits(
-        merges=True, moves=True, scales=True, clips=True, self_gates=True, heads=True, constants=True
+        merges=True,
+        moves=True,
+        scales=True,
+        clips=True,
+        quantized=True,
+        self_gates=True,
+        heads=True,
+        constants=True,
     ),  # ._rescale_graph
     "RevealCancel": Admits(  # ._revealcancel_graph
         merges=True,
@@ -382,8 +397,9 @@ def folded_layer(affine: nn.Module, norm: nn.Module) -> nn.Module:
 
 def is_elementwise(step: Step) -> bool:
     """A batch norm, or a product, quotient, sum or difference of one activation with constants: an
-    elementwise scaling or shift (a concatenation with a constant, a class token, is not)."""
-    if step.kind == "scale":
+    elementwise scaling or shift (a concatenation with a constant, a class token, is not); or a
+    quantize-dequantize pair, which rounds each value to its grid (a quantized model's input)."""
+    if step.kind in ("scale", "quantize"):
         return True
     return step.kind in ("factor", "bias") and _operator_name(step.node, step.module) not in _CONCAT_NAMES
 
@@ -448,6 +464,7 @@ def plan_graph(
     moves: bool = False,
     scales: bool = False,
     clips: bool = False,
+    quantized: bool = False,
     gates: bool = False,
     self_gates: bool = False,
     heads: bool = False,
@@ -490,6 +507,13 @@ def plan_graph(
     gave it; for DeepLIFT, whose Rescale multiplier is defined for any nonlinearity (Captum, which
     does not list ReLU6, would take its gradient); and for RevealCancel, whose rule is linear in the
     nonlinearity (relu(z) - relu(z - c)).
+
+    ``quantized``: admit a statically quantized model's quantize-dequantize pairs, each an elementwise
+    step function (its values rounded to the quantization grid and saturated at its ends), for LRP,
+    which passes relevance through it unchanged as through ReLU6 (between the output and the top
+    layer too: the output's relevance is its own value), and for DeepLIFT, whose Rescale multiplier is
+    defined for any nonlinearity; not for RevealCancel, whose rule is written for clamps
+    (docs/science.md 5.9).
 
     ``gates``: admit multiplicative gates for LRP, which holds the gate constant: the product passes
     its relevance to the activation it gates and none to the gate's branch (the rule of Arras et al.
@@ -575,6 +599,8 @@ def plan_graph(
             kind = "scale"
         if kind is None and clips and len(inputs) == 1 and _is_clip(module):
             kind = "clip"
+        if kind is None and quantized and len(inputs) == 1 and name in _QUANTIZE_NAMES:
+            kind = "quantize"
         if kind is None and heads and len(inputs) == 1 and _is_head(module, name, node):
             kind = "head"
         if kind is None and node in gate_nodes:  # held constant, whatever its arguments
@@ -627,6 +653,7 @@ def plan_graph(
                 + [MOVES] * moves
                 + [SCALES] * scales
                 + [CLIPS] * clips
+                + [QUANTIZED] * quantized
             )
             extra += [GATES] * gates + [SELF_GATES] * (self_gates and not gates) + [HEADS] * heads
             extra += [NORMS] * norms + [CONSTANTS] * constants

@@ -150,10 +150,18 @@ class RelevanceGraph:
         # Norm), its shift absorbing a share. Passing relevance through unchanged (Zennit's default
         # Pass) hands the layer below relevance of the norm's output over its own: LeViT's attention
         # scores then grew to 1e7 where a pre-norm activation was near 0 and the shift was not.
+        # A quantize-dequantize pair passes it too; between the output and the top layer it passes
+        # the output's relevance, its own value, on as it comes (the top layer divides it by its z).
+        above = {step.node for step in above_top(plan)}
         self.passes = {
             step.node: step.module
             for step in plan.steps
-            if step.kind == "clip" or (step.kind == "gated" and is_self_gated(step.module))
+            if step.kind == "clip"
+            or (step.kind == "quantize" and step.node not in above)
+            or (step.kind == "gated" and is_self_gated(step.module))
+        }
+        self.relayed_steps = {
+            step.node: step.module for step in plan.steps if step.kind == "quantize" and step.node in above
         }
         self.gates = {step.node for step in plan.steps if step.kind == "gate"}
         # a positive number the output is multiplied by after the top layer or merge: relevance passes
@@ -234,6 +242,7 @@ class RelevanceGraph:
         replace.update({node: _unchanged for node in self.folded})
         replace.update({node: partial(_held_norm, module) for node, module in self.norms.items()})
         replace.update({node: partial(_relayed, factor) for node, factor in self.relayed.items()})
+        replace.update({node: partial(_relayed_step, module) for node, module in self.relayed_steps.items()})
         start = x = x.detach()
         if self.scalings:  # relevance is taken at the first layer's input
             assert moved is not None
@@ -407,6 +416,11 @@ def _given(value: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
 def _relayed(factor: float, z: torch.Tensor) -> torch.Tensor:
     """``factor * z``, the relevance above the top layer passed on unchanged (gradient 1)."""
     return rerouted(z * factor, z, torch.ones_like(z))
+
+
+def _relayed_step(activation: Any, z: torch.Tensor) -> torch.Tensor:
+    """``activation(z)``, the relevance above the top layer passed on unchanged (gradient 1)."""
+    return rerouted(activation(z), z, torch.ones_like(z))
 
 
 def _over_value(value: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:

@@ -42,7 +42,7 @@ class RescaleGraph:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.relus = [s for s in plan.steps if s.kind in ACTIVATIONS or s.kind == "gated"]
+        self.relus = [s for s in plan.steps if s.kind in (*ACTIVATIONS, "quantize", "gated")]
 
     @staticmethod
     def refusal(graph: nn.Module, method: str) -> str | None:

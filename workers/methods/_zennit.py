@@ -30,11 +30,11 @@ AffineRule = Callable[[int, torch.nn.Module], Hook]
 
 def _composite(plan: Plan, rule: AffineRule) -> Composite:
     """Linear/Conv layers get ``rule``; average pooling LRP-0 (Zennit's Norm, as in its own
-    composites); ReLU6 Zennit's Pass (as its composites give every activation); ReLU, reshapes and
-    max-pooling the gradient, which passes relevance through."""
+    composites); ReLU6 and quantize-dequantize pairs Zennit's Pass (as its composites give every
+    activation); ReLU, reshapes and max-pooling the gradient, which passes relevance through."""
     affine = [s.module for s in output_path(plan) if s.kind == "affine"]  # indexed as the own pass does
     pools = [s.module for s in plan.steps if s.kind == "avgpool"]
-    clips = [s.module for s in plan.steps if s.kind == "clip"]
+    clips = [s.module for s in plan.steps if s.kind in ("clip", "quantize")]
 
     def mapping(ctx: dict[str, Any], name: str, module: torch.nn.Module) -> Hook | None:
         for i, layer in enumerate(affine):
@@ -60,7 +60,9 @@ def lrp_relevance(
     is in the target's units and a conservative rule makes it sum to the target value.
     """
     graph = ctx.model.torch_hookable(method)
-    plan = plan_graph(graph, method, "LRP", clips=True)  # Zennit would silently use the gradient elsewhere
+    plan = plan_graph(
+        graph, method, "LRP", clips=True, quantized=True
+    )  # Zennit would silently use the gradient elsewhere
     model = ctx.target.wrap(graph)
     # The one-pass rules' bound (the hooks store as much), probed before the hooks are on.
     rows = rows_per_pass(inputs, graph)

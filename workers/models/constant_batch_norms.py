@@ -14,12 +14,9 @@ constant computation stays as written.
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
-from onnx import numpy_helper
-from onnx.reference import ReferenceEvaluator
 
-from workers.models.onnx_nodes import attributes, drop_unread
+from workers.models.onnx_nodes import attributes, drop_unread, fold_to_initializers
 
 __all__ = ["fold_constant_batch_norms"]
 
@@ -42,17 +39,17 @@ def fold_constant_batch_norms(model: onnx.ModelProto) -> int:
         nodes = _constant_ancestry(norm, order, producers, constants)
         if nodes is None:
             continue
-        _fold(graph, nodes, [name for name in norm.output if name], opsets, constants)
+        fold_to_initializers(graph, nodes, [name for name in norm.output if name], opsets)
+        constants.update(norm.output)
         derived.update(norm.output)
-        graph.node.remove(norm)
         folded += 1
     for node in list(graph.node):  # in graph order: what reads only constants, one of them derived
         inputs = [name for name in node.input if name]
         if node.domain or not any(n in derived for n in inputs) or not all(n in constants for n in inputs):
             continue
-        _fold(graph, [node], list(node.output), opsets, constants)
+        fold_to_initializers(graph, [node], list(node.output), opsets)
+        constants.update(node.output)
         derived.update(node.output)
-        graph.node.remove(node)
     if folded:
         drop_unread(graph)  # the constant nodes that only the batch norms read
     return folded
@@ -62,24 +59,6 @@ def _in_training_mode(node: onnx.NodeProto) -> bool:
     if node.op_type != "BatchNormalization" or node.domain:
         return False
     return attributes(node).get("training_mode", 0) == 1 or len(node.output) > 1
-
-
-def _fold(
-    graph: onnx.GraphProto,
-    nodes: list[onnx.NodeProto],
-    outputs: list[str],
-    opsets: list[onnx.OperatorSetIdProto],
-    constants: set[str],
-) -> None:
-    """Evaluate ``nodes`` (they read only constants) and write ``outputs`` as initializers."""
-    reads = {name for node in nodes for name in node.input}
-    values_out = [onnx.helper.make_value_info(name, onnx.TypeProto()) for name in outputs]
-    sub = onnx.helper.make_graph(nodes, "constants", [], values_out)
-    sub.initializer.extend(t for t in graph.initializer if t.name in reads)
-    values = ReferenceEvaluator(onnx.helper.make_model(sub, opset_imports=opsets)).run(None, {})
-    for name, value in zip(outputs, values, strict=True):
-        graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
-        constants.add(name)
 
 
 def _constant_ancestry(

@@ -31,7 +31,7 @@ from onnx2torch.utils.common import (  # noqa: E402
     onnx_mapping_from_node,
 )
 
-__all__ = ["registered"]  # importing the module registers the converters
+__all__ = ["fake_quantizes", "registered"]  # importing the module registers the converters
 
 
 def _description(op: str, version: int) -> OperationDescription:
@@ -133,6 +133,71 @@ def _standardize(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     (axis,) = node.attributes["axes"]
     module = Standardize(int(axis), float(node.attributes.get("epsilon", 1e-5)))
     return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
+
+
+class _Quantized(torch.autograd.Function):
+    """ONNX's QuantizeLinear then DequantizeLinear: ``(clamp(round(x / s) + z, low, high) - z) * s``,
+    rounded half to even and divided as onnxruntime divides (torch's own fake quantization multiplies
+    by 1 / s, which moves values at a tie of the grid a step: 0.195 / 0.03 is 6.5 in float32, and
+    0.195 * (1 / 0.03) just above it); its gradient the straight-through one, 1 where the level is
+    inside [low, high], else 0."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, low: int, high: int
+    ) -> torch.Tensor:
+        levels = torch.round(x / scale).add_(zero)
+        ctx.save_for_backward((levels >= low) & (levels <= high))
+        return levels.clamp_(low, high).sub_(zero).mul_(scale)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (inside,) = ctx.saved_tensors
+        return grad * inside, None, None, None, None
+
+
+class FakeQuantize(nn.Module):
+    """A QuantizeLinear -> DequantizeLinear pair (workers.models.fake_quantization): the values ONNX
+    defines for it and the straight-through gradient (:class:`_Quantized`); per tensor, or per
+    channel along ``axis``."""
+
+    def __init__(
+        self, scale: torch.Tensor, zero_point: torch.Tensor, axis: int | None, low: int, high: int
+    ) -> None:
+        super().__init__()
+        self.register_buffer("scale", scale.float().reshape(-1))
+        self.register_buffer("zero_point", zero_point.to(torch.float32).reshape(-1))
+        self.axis, self.low, self.high = axis, low, high
+        self.scale: torch.Tensor
+        self.zero_point: torch.Tensor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = [1] * x.ndim
+        if self.axis is not None:
+            shape[self.axis % x.ndim] = -1
+        scale, zero = self.scale.to(x.dtype).reshape(shape), self.zero_point.to(x.dtype).reshape(shape)
+        out: torch.Tensor = _Quantized.apply(x, scale, zero, self.low, self.high)
+        return out
+
+
+def fake_quantizes(graph: nn.Module) -> bool:
+    """``graph`` runs a quantized model's quantize-dequantize pairs as :class:`FakeQuantize`."""
+    return any(isinstance(module, FakeQuantize) for module in graph.modules())
+
+
+def _fake_quantize(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    scale, zero_point = (get_const_value(name, graph) for name in node.input_values[1:3])
+    assert isinstance(scale, torch.Tensor) and isinstance(zero_point, torch.Tensor)
+    axis = node.attributes.get("axis")
+    module = FakeQuantize(
+        scale,
+        zero_point,
+        None if axis is None else int(axis),
+        int(node.attributes["low"]),
+        int(node.attributes["high"]),
+    )
+    mapping = OnnxMapping(inputs=(node.input_values[0],), outputs=node.output_values)
+    return OperationConverterResult(torch_module=module, onnx_mapping=mapping)
 
 
 def _average_pool_19(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
@@ -522,6 +587,7 @@ _FUSED_OPS: dict[str, Any] = {
     "RMSNorm": _rms_norm,
     "Standardize": _standardize,
     "ResponseScale": _response_scale,
+    "FakeQuantize": _fake_quantize,
 }
 
 

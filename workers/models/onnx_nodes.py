@@ -4,12 +4,21 @@ dense_layers.py, pinned_shapes.py, pooled_rows.py, row_indices.py, fused_nodes.p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["attributes", "constant_tensors", "declared_ranks", "drop_unread", "reduced_axes"]
+__all__ = [
+    "attributes",
+    "constant_tensors",
+    "declared_ranks",
+    "drop_unread",
+    "fold_to_initializers",
+    "reduced_axes",
+]
 
 
 def attributes(node: onnx.NodeProto) -> dict[str, Any]:
@@ -49,6 +58,39 @@ def reduced_axes(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -
         axes = constants.get(node.input[1])
         return None if axes is None else numpy_helper.to_array(axes).reshape(-1).tolist()
     return []
+
+
+def fold_to_initializers(
+    graph: onnx.GraphProto,
+    nodes: Sequence[onnx.NodeProto],
+    outputs: Sequence[str],
+    opsets: Sequence[onnx.OperatorSetIdProto],
+) -> None:
+    """Evaluate ``nodes`` (in graph order; they read only the graph's constant tensors and each
+    other) with onnx's reference evaluator, write ``outputs`` as initializers and remove the nodes
+    whose every output is one of them (constant_batch_norms.py's weight standardization,
+    fake_quantization.py's integer weights); what else they read stays for others to read."""
+    from onnx.reference import ReferenceEvaluator  # only models with such constants pay its import
+
+    produced = {name for node in nodes for name in node.output}
+    reads = {name for node in nodes for name in node.input} - produced
+    known = constant_tensors(graph)
+    values_out = [helper.make_value_info(name, onnx.TypeProto()) for name in outputs]
+    sub = helper.make_graph(list(nodes), "constants", [], values_out)
+    sub.initializer.extend(known[name] for name in reads if name in known)
+    values = ReferenceEvaluator(helper.make_model(sub, opset_imports=list(opsets))).run(None, {})
+    for name, value in zip(outputs, values, strict=True):
+        graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    written = set(outputs)
+    done = [node for node in nodes if all(name in written for name in node.output if name)]
+    ids = {id(node) for node in done}
+    if ids <= {id(node) for node in graph.node}:  # one pass over the graph
+        kept = [node for node in graph.node if id(node) not in ids]
+        del graph.node[:]
+        graph.node.extend(kept)
+        return
+    for node in done:  # a caller's nodes are copies from before a rewrite: removed by value
+        graph.node.remove(node)
 
 
 def drop_unread(graph: onnx.GraphProto) -> None:

@@ -37,6 +37,7 @@ from onnx2torch.onnx_graph import OnnxGraph as _Onnx2TorchGraph  # noqa: E402
 from workers.models.constant_batch_norms import fold_constant_batch_norms  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
+from workers.models.fake_quantization import simulate_quantization  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
 from workers.models.ml_ops import ml_ops_as_onnx  # noqa: E402
 from workers.models.norm_fusion import fuse_norms  # noqa: E402
@@ -174,7 +175,9 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     ``output`` alone where one is named (workers/models/onnx_outputs.py), negative declared dimensions
     read as unknown (workers/models/onnx_dims.py: shape inference aborts the process on them),
     onnxruntime's fused operators written back as ONNX's own (workers/models/ort_unfusion.py) and so
-    are ONNX-ML's linear operators (workers/models/ml_ops.py). The game runs ``model`` itself."""
+    are ONNX-ML's linear operators (workers/models/ml_ops.py), and a statically quantized model's
+    weights dequantized and its activations' quantize-dequantize pairs fused
+    (workers/models/fake_quantization.py). The game runs ``model`` itself."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     if output is not None:
@@ -182,6 +185,7 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     negative_dims_unknown(copy)
     unfuse_onnxruntime_ops(copy)
     ml_ops_as_onnx(copy)
+    simulate_quantization(copy)
     return copy
 
 

@@ -1,0 +1,229 @@
+"""Statically quantized models in the methods' graph (workers/models/fake_quantization.py).
+
+onnxruntime's ``quantize_static`` writes QuantizeLinear -> DequantizeLinear pairs around every layer
+and its weights as integers behind a DequantizeLinear; onnx2torch converted neither, so no gradient
+or rule method ran on such a model. The pairs now run as torch's fake quantization, which computes
+ONNX's values and the straight-through gradient, and the rule methods pass relevance through them."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper
+from torch import nn
+from zennit.core import Hook
+from zennit.rules import Norm, Pass
+
+from tests.models import to_onnx
+from tests.unit.methods._zennit_reference import lrp_cases, zennit_relevance
+from workers.methods import AttributionContext, get_method
+from workers.methods._conversion_check import check_graph_matches_model
+from workers.methods._lrp_rules import ZBox
+from workers.models import load_model
+from workers.models.onnx_converters import FakeQuantize
+from workers.models.onnx_to_torch import methods_copy, onnx_to_torch
+from workers.players import parse_players
+from workers.targets import Target
+from xaudit.contract.errors import NotApplicable
+
+X = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+
+
+def _spec_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """onnxruntime evaluating each node as ONNX defines it (no fused integer kernels)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _pair(kind: int, scale: list[float], zero: list[int], axis: int | None) -> onnx.ModelProto:
+    shape = [len(scale)] if axis is not None else []
+    nodes = [
+        helper.make_node(
+            "QuantizeLinear", ["x", "s", "z"], ["q"], **({"axis": axis} if axis is not None else {})
+        ),
+        helper.make_node(
+            "DequantizeLinear", ["q", "s", "z"], ["y"], **({"axis": axis} if axis is not None else {})
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pair",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3, 5])],
+        [
+            helper.make_tensor("s", TensorProto.FLOAT, shape, scale),
+            helper.make_tensor("z", kind, shape, zero),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+PAIRS = {
+    "uint8": (TensorProto.UINT8, [0.02], [7], None, (0, 255)),
+    "int8": (TensorProto.INT8, [0.03], [-4], None, (-128, 127)),
+    "int8-per-channel": (TensorProto.INT8, [0.01, 0.05, 0.002], [0, 3, -9], 1, (-128, 127)),
+    "uint16": (TensorProto.UINT16, [0.0001], [30000], None, (0, 65535)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAIRS))
+def test_a_pair_runs_as_onnx_defines_it_with_the_straight_through_gradient(case: str) -> None:
+    kind, scale, zero, axis, (low, high) = PAIRS[case]
+    model = _pair(kind, scale, zero, axis)
+    x = (np.random.default_rng(0).standard_normal((64, 3, 5)) * 3).astype(np.float32)
+    step = np.array(scale, np.float32).reshape(-1, 1)
+    x[0] = (np.arange(15).reshape(3, 5) + 0.5) * step  # ties: rounded half to even
+    want = _spec_session(model).run(None, {"x": x})[0]
+
+    fused = methods_copy(model)
+    assert [n.op_type for n in fused.graph.node] == ["FakeQuantize"]
+    np.testing.assert_array_equal(_spec_session(fused).run(None, {"x": x})[0], want)  # its function body
+
+    graph = onnx_to_torch(model)
+    t = torch.from_numpy(x).requires_grad_(True)
+    out = graph(t)
+    np.testing.assert_array_equal(out.detach().numpy(), want)
+    (gradient,) = torch.autograd.grad(out.sum(), t)
+    s, z = np.array(scale).reshape(-1, 1), np.array(zero).reshape(-1, 1)
+    levels = np.round(x / s) + z
+    np.testing.assert_array_equal(gradient.numpy(), ((levels >= low) & (levels <= high)).astype(np.float32))
+    assert 0 < gradient.numpy().mean() < 1, "the case saturates somewhere and not everywhere"
+
+
+def _cnn() -> nn.Sequential:
+    torch.manual_seed(5)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+    ).eval()
+
+
+def _quantized(tmp_path: object, per_channel: bool) -> bytes:
+    """The CNN exported by the legacy exporter and quantized by onnxruntime's ``quantize_static`` with
+    its defaults (QDQ, uint8 activations, int8 weights), calibrated on random images."""
+    from pathlib import Path
+
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    folder = Path(str(tmp_path))
+    (folder / "float.onnx").write_bytes(to_onnx(_cnn(), X[:1]))
+    rows = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(4)).numpy()
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.rows = iter([{"input": rows[i : i + 1]} for i in range(len(rows))])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.rows, None)
+
+    quantize_static(str(folder / "float.onnx"), str(folder / "int8.onnx"), Reader(), per_channel=per_channel)
+    return (folder / "int8.onnx").read_bytes()
+
+
+def _context(data: bytes, params: dict | None = None) -> AttributionContext:
+    model = load_model(data, "onnx", "cpu")
+    return AttributionContext(model, parse_players("grid:2x2", (3, 8, 8)), Target(), dict(params or {}))
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_a_statically_quantized_cnn_converts_to_its_fake_quantized_graph(
+    tmp_path: object, per_channel: bool
+) -> None:
+    data = _quantized(tmp_path, per_channel)
+    proto = onnx.load_from_string(data)
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in proto.graph.node}
+    fused = methods_copy(proto)
+    assert not {"QuantizeLinear", "DequantizeLinear"} & {n.op_type for n in fused.graph.node}
+    assert sum(n.op_type == "FakeQuantize" for n in fused.graph.node) >= 4
+    # the rewritten graph (weights dequantized ahead, pairs fused) is the model as ONNX defines it
+    x = X.numpy()
+    np.testing.assert_allclose(
+        _spec_session(fused).run(None, {"input": x})[0],
+        _spec_session(proto).run(None, {"input": x})[0],
+        atol=1e-6,
+    )
+    ctx = _context(data)
+    check_graph_matches_model("gradient_x_input", ctx.model, x)  # passes: rounding flips at most
+    # the report says what the gradient methods ran on; the perturbation methods run the model itself
+    assert "straight-through" in (
+        get_method("integrated_gradients").described_implementation(ctx.model) or ""
+    )
+    assert get_method("occlusion_1").described_implementation(ctx.model) is None
+
+
+@pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
+def test_lrp_passes_relevance_through_the_pairs_as_zennit_does(tmp_path: object, name: str) -> None:
+    """Zennit's hooks on the same converted graph, its Pass rule on each pair (the input's, the
+    activations', and the output's above the last layer): the relevance xaudit's own pass gives.
+    Deep Taylor's first layer reads the quantized input, whose bounds are the pair's values at the
+    input's bounds."""
+    data = _quantized(tmp_path, per_channel=True)
+    params, rules = lrp_cases(3)[name]
+    ctx = _context(data, params)
+    twin = onnx_to_torch(onnx.load_from_string(data))
+    layers = [m for m in twin.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    quantizers = [m for m in twin.modules() if isinstance(m, FakeQuantize)]
+    assert len(quantizers) >= 4
+    if isinstance(rules[0], ZBox):
+        with torch.no_grad():
+            low, high = (
+                float(quantizers[0](torch.tensor([bound]))) for bound in (rules[0].low, rules[0].high)
+            )
+        assert (low, high) != (rules[0].low, rules[0].high), "the input's grid saturates inside the bounds"
+        rules = [ZBox(low, high), *rules[1:]]
+    hooks = dict(zip(map(id, layers), rules, strict=True))
+
+    def mapping(context: dict, module_name: str, module: nn.Module) -> Hook | None:
+        if id(module) in hooks:
+            return hooks[id(module)].zennit()
+        if isinstance(module, FakeQuantize):
+            return Pass()
+        return Norm() if "Pool" in type(module).__name__ else None
+
+    classes = np.array([0, 1, 2, 1])
+    ours = get_method(name).attribute(ctx, X.numpy(), np.zeros_like(X.numpy()), classes)
+    want = zennit_relevance(twin, mapping, X, classes)
+    assert np.abs(want).max() > 1e-3
+    np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def test_deeplift_rescales_through_the_pairs(tmp_path: object) -> None:
+    """Rescale's multipliers Δy/Δx through each pair sum to the graph's own output difference
+    (summation-to-delta); the straight-through gradient, which the pair's own backward is, does not."""
+    ctx = _context(_quantized(tmp_path, per_channel=True))
+    x = X.numpy()
+    classes = np.array([0, 1, 2, 1])
+    found = get_method("deeplift_rescale").attribute(ctx, x, np.zeros_like(x), classes)
+    graph = ctx.model.torch_differentiable()
+    with torch.no_grad():
+        delta = (graph(X) - graph(torch.zeros_like(X))).numpy()[np.arange(4), classes]
+    np.testing.assert_allclose(found.reshape(4, -1).sum(1), delta, rtol=1e-4, atol=1e-5 * np.abs(delta).max())
+    straight = get_method("gradient_x_input").attribute(ctx, x, np.zeros_like(x), classes)
+    assert np.abs(straight.reshape(4, -1).sum(1) - delta).max() > 1e-3 * np.abs(delta).max()
+
+
+def test_revealcancel_names_the_pair_it_has_no_rule_for(tmp_path: object) -> None:
+    ctx = _context(_quantized(tmp_path, per_channel=False))
+    x = X.numpy()
+    with pytest.raises(NotApplicable, match="FakeQuantize"):
+        get_method("deeplift_revealcancel").attribute(ctx, x, np.zeros_like(x), np.zeros(4, np.int64))
+
+
+def test_the_check_refuses_a_graph_that_lost_its_quantization(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conversion check admits rounding flips, not a graph that computes the float model: with
+    the pairs as the identity, most outputs move and the gradient methods say so."""
+    monkeypatch.setattr(FakeQuantize, "forward", lambda self, x: x)
+    ctx = _context(_quantized(tmp_path, per_channel=False))
+    with pytest.raises(NotApplicable, match="quantized model converted for gradients"):
+        check_graph_matches_model("gradient_x_input", ctx.model, X.numpy())
