@@ -18,6 +18,7 @@ from zennit.core import Hook
 from zennit.rules import Norm, Pass
 
 from tests.models import to_onnx
+from tests.unit.methods._context import pooled_cnn
 from tests.unit.methods._zennit_reference import lrp_cases, zennit_relevance
 from workers.methods import AttributionContext, get_method
 from workers.methods._conversion_check import check_graph_matches_model
@@ -94,28 +95,15 @@ def test_a_pair_runs_as_onnx_defines_it_with_the_straight_through_gradient(case:
     assert 0 < gradient.numpy().mean() < 1, "the case saturates somewhere and not everywhere"
 
 
-def _cnn() -> nn.Sequential:
-    torch.manual_seed(5)
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(8, 8, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 3),
-    ).eval()
-
-
 def _quantized(tmp_path: object, per_channel: bool) -> bytes:
-    """The CNN exported by the legacy exporter and quantized by onnxruntime's ``quantize_static`` with
+    """A small CNN (two convolutions, pooling, a Linear head) exported by the legacy exporter and quantized by onnxruntime's ``quantize_static`` with
     its defaults (QDQ, uint8 activations, int8 weights), calibrated on random images."""
     from pathlib import Path
 
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
 
     folder = Path(str(tmp_path))
-    (folder / "float.onnx").write_bytes(to_onnx(_cnn(), X[:1]))
+    (folder / "float.onnx").write_bytes(to_onnx(pooled_cnn(nn.Identity, 3, 5), X[:1]))
     rows = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(4)).numpy()
 
     class Reader(CalibrationDataReader):
