@@ -163,8 +163,9 @@ class TorchMethod(Method):
         if not fake_quantizes(graph):
             return None
         return (
-            "on the quantized model's graph with each quantize-dequantize pair as a fake quantization: "
-            "its values, straight-through gradients (docs/science.md 5.9)"
+            "on the quantized model's graph, each quantize-dequantize pair a fake quantization with its "
+            "values: straight-through gradients, and for the rule methods relevance passed or rescaled "
+            "through it (docs/science.md 5.9)"
         )
 
     @abstractmethod
