@@ -314,11 +314,18 @@ def _kind(module: nn.Module | None, name: str) -> Kind | None:
         return "avgpool"
     if isinstance(module, nn.ReLU):
         return "relu"
-    if name in _SHAPE_NAMES:
+    if name in _SHAPE_NAMES or _is_float32_cast(module, name):
         return "shape"
     if isinstance(module, _MAXPOOL):
         return "maxpool"
     return None
+
+
+def _is_float32_cast(module: nn.Module | None, name: str) -> bool:
+    """A Cast to float32 of an activation: the identity in the methods' graph, which computes in
+    float32 (workers.models.onnx_to_torch casts float16 and float64 to it): a float16 model's cast back
+    before its output (onnxconverter-common's ``keep_io_types``)."""
+    return name == "OnnxCast" and getattr(module, "torch_dtype", None) == torch.float32
 
 
 def _is_scale(module: nn.Module | None) -> bool:

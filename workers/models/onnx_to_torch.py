@@ -154,6 +154,23 @@ def _finite_constants(model: onnx.ModelProto) -> None:
         )
 
 
+_FLOAT_CASTS = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
+
+
+def _casts_to_float32(model: onnx.ModelProto) -> None:
+    """Casts to float16, bfloat16 or float64 cast to float32: the methods' graph computes in float32
+    (``onnx_to_torch`` makes its weights so). onnxconverter-common's float16 conversion with
+    ``keep_io_types`` (onnxruntime's recipe for GPUs) casts the float32 input to float16 first, and
+    torch then met a float16 activation with float32 weights in every gradient method. The game
+    runs the model in its own precision; the conversion check allows for float16's rounding."""
+    for node in model.graph.node:
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
+            continue
+        for attribute in node.attribute:
+            if attribute.name == "to" and attribute.i in _FLOAT_CASTS:
+                attribute.i = onnx.TensorProto.FLOAT
+
+
 def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
     """``'OP' (node 'NAME')`` for every node with no torch converter, in graph order, one per op."""
     opsets = {o.domain or "": o.version for o in model.opset_import}
@@ -199,6 +216,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
     try:
         _lift_constants(copy)
         _finite_constants(copy)
+        _casts_to_float32(copy)
         fold_constant_batch_norms(copy)
         pooled = rows_at_axis_0_pools(copy)  # before the fusions: their ONNX functions stop the walk
         fuse_gelu(copy)
