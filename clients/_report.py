@@ -91,6 +91,7 @@ def verdict_table(report: Mapping[str, Any]) -> str:
     unaudited = _unaudited_line(report)
     if unaudited:
         lines.append(unaudited)
+    ran: dict[str, list[str]] = {}  # which implementation each verdict judges, said once per text
     for method in report["methods"]:
         refs = method.get("references")
         if isinstance(refs, dict) and refs.get("sampled"):
@@ -98,8 +99,9 @@ def verdict_table(report: Mapping[str, Any]) -> str:
                 f"{method.get('name')}: map and audit averaged over {refs.get('used')} of "
                 f"{refs.get('given')} background samples (a seeded subset)"
             )
-        if isinstance(method.get("implementation"), str):  # which implementation the verdict judges
-            lines.append(f"{method.get('name')}: ran {method['implementation']}")
+        if isinstance(method.get("implementation"), str):
+            ran.setdefault(method["implementation"], []).append(str(method.get("name")))
+    lines.extend(f"{', '.join(names)}: ran {text}" for text, names in ran.items())
     return "\n".join(lines)
 
 

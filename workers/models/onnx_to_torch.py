@@ -47,6 +47,7 @@ from workers.models.onnx_outputs import only_output  # noqa: E402
 from workers.models.onnx_shapes import infer_shapes_light  # noqa: E402
 from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
 from workers.models.pooled_rows import mark_pooled_rows, rows_at_axis_0_pools  # noqa: E402
+from workers.models.quantized_operators import as_qdq  # noqa: E402
 from workers.models.recurrent_unroll import unroll_recurrent  # noqa: E402
 
 __all__ = ["method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
@@ -193,8 +194,8 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     read as unknown (workers/models/onnx_dims.py: shape inference aborts the process on them),
     onnxruntime's fused operators written back as ONNX's own (workers/models/ort_unfusion.py) and so
     are ONNX-ML's linear operators (workers/models/ml_ops.py), and a statically quantized model's
-    weights dequantized and its activations' quantize-dequantize pairs fused
-    (workers/models/fake_quantization.py). The game runs ``model`` itself."""
+    operators written as QDQ (workers/models/quantized_operators.py), its weights dequantized and its
+    activations' quantize-dequantize pairs fused (workers/models/fake_quantization.py). The game runs ``model`` itself."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     if output is not None:
@@ -202,6 +203,7 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     negative_dims_unknown(copy)
     unfuse_onnxruntime_ops(copy)
     ml_ops_as_onnx(copy)
+    as_qdq(copy)
     simulate_quantization(copy)
     return copy
 

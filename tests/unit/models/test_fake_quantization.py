@@ -95,15 +95,30 @@ def test_a_pair_runs_as_onnx_defines_it_with_the_straight_through_gradient(case:
     assert 0 < gradient.numpy().mean() < 1, "the case saturates somewhere and not everywhere"
 
 
-def _quantized(tmp_path: object, per_channel: bool) -> bytes:
-    """A small CNN (two convolutions, pooling, a Linear head) exported by the legacy exporter and quantized by onnxruntime's ``quantize_static`` with
-    its defaults (QDQ, uint8 activations, int8 weights), calibrated on random images."""
+class _Residual(nn.Module):
+    """x + relu(conv(x)): a residual sum, which the QOperator format writes as QLinearAdd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(self.conv(x))
+
+
+def _quantized(tmp_path: object, per_channel: bool, operators: bool = False, residual: bool = False) -> bytes:
+    """A small CNN (two convolutions, pooling, a Linear head; a residual block between where
+    ``residual``) exported by the legacy exporter and quantized by onnxruntime's ``quantize_static``
+    with its defaults (QDQ, uint8 activations, int8 weights; its QOperator format where
+    ``operators``), calibrated on random images."""
     from pathlib import Path
 
-    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
     folder = Path(str(tmp_path))
-    (folder / "float.onnx").write_bytes(to_onnx(pooled_cnn(nn.Identity, 3, 5), X[:1]))
+    (folder / "float.onnx").write_bytes(
+        to_onnx(pooled_cnn(_Residual if residual else nn.Identity, 3, 5), X[:1])
+    )
     rows = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(4)).numpy()
 
     class Reader(CalibrationDataReader):
@@ -113,7 +128,13 @@ def _quantized(tmp_path: object, per_channel: bool) -> bytes:
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.rows, None)
 
-    quantize_static(str(folder / "float.onnx"), str(folder / "int8.onnx"), Reader(), per_channel=per_channel)
+    quantize_static(
+        str(folder / "float.onnx"),
+        str(folder / "int8.onnx"),
+        Reader(),
+        quant_format=QuantFormat.QOperator if operators else QuantFormat.QDQ,
+        per_channel=per_channel,
+    )
     return (folder / "int8.onnx").read_bytes()
 
 
@@ -126,7 +147,7 @@ def _context(data: bytes, params: dict | None = None) -> AttributionContext:
 def test_a_statically_quantized_cnn_converts_to_its_fake_quantized_graph(
     tmp_path: object, per_channel: bool
 ) -> None:
-    data = _quantized(tmp_path, per_channel)
+    data = _quantized(tmp_path, per_channel, residual=True)
     proto = onnx.load_from_string(data)
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in proto.graph.node}
     fused = methods_copy(proto)
@@ -146,6 +167,28 @@ def test_a_statically_quantized_cnn_converts_to_its_fake_quantized_graph(
         get_method("integrated_gradients").described_implementation(ctx.model) or ""
     )
     assert get_method("occlusion_1").described_implementation(ctx.model) is None
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_the_qoperator_format_is_written_as_qdq(tmp_path: object, per_channel: bool) -> None:
+    """onnxruntime's QOperator format (QLinearConv, QLinearAdd, QLinearGlobalAveragePool, QGemm; MaxPool
+    and Flatten of integers) converts to the same fake-quantized graph: the conversion check passes,
+    and the rule methods run through it."""
+    data = _quantized(tmp_path, per_channel, operators=True, residual=True)
+    proto = onnx.load_from_string(data)
+    ops = {n.op_type for n in proto.graph.node}
+    assert {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QGemm"} <= ops
+    fused = methods_copy(proto)
+    left = {n.op_type for n in fused.graph.node}
+    assert not {op for op in left if op.startswith("Q") or op.endswith("QuantizeLinear")}, left
+    assert {"Conv", "Add", "GlobalAveragePool", "Gemm", "FakeQuantize"} <= left
+    ctx = _context(data)
+    x = X.numpy()
+    check_graph_matches_model("gradient_x_input", ctx.model, x)
+    classes = np.array([0, 1, 2, 1])
+    for name in ("lrp_epsilon", "deeplift_rescale", "integrated_gradients"):
+        found = get_method(name).attribute(ctx, x, np.zeros_like(x), classes)
+        assert np.isfinite(found).all() and np.abs(found).max() > 0, name
 
 
 @pytest.mark.parametrize("name", ["lrp_epsilon", "lrp_alpha_beta", "deep_taylor"])
