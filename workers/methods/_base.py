@@ -152,10 +152,11 @@ class TorchMethod(Method):
     def _graph_note(self, model: ModelAdapter) -> str | None:
         if model.info.format != "onnx":
             return None
+        from workers.methods._embedding import graph_model
         from xaudit.contract.errors import XauditError
 
         try:
-            graph = model.torch_differentiable()
+            graph = graph_model(model).torch_differentiable()
         except XauditError:
             return None
         from workers.models.onnx_converters import fake_quantizes  # loaded with the graph
