@@ -69,6 +69,12 @@ class ModelAdapter(ABC):
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Model output for a batch (k, *sample_shape) float32, evaluated in chunks: (k, C) float32."""
 
+    def predict_as_defined(self, x: np.ndarray) -> np.ndarray | None:
+        """The outputs of the model as its format defines it, where the runtime that :meth:`predict`
+        uses may compute it otherwise (onnxruntime's fused kernels for a quantized ONNX model); None
+        where the two are the same."""
+        return None
+
     @abstractmethod
     def torch_differentiable(self) -> torch.nn.Module:
         """A torch module (possibly scripted) whose output is differentiable w.r.t. its input."""

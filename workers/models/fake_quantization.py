@@ -54,17 +54,16 @@ def simulate_quantization(model: onnx.ModelProto) -> int:
 
 
 def _fold_constant_quantization(model: onnx.ModelProto) -> None:
-    """Every Q/DQ node that reads only constants (or what such nodes computed), computed once."""
+    """Every Q/DQ node that reads only constants (or what such nodes computed), computed once; and
+    every Identity of one, through which the legacy exporter aliases a weight equal to another
+    layer's (a transformer's layer norms at their initial ones and zeros)."""
     graph = model.graph
     constants = set(constant_tensors(graph))
     nodes = []
     for node in graph.node:
         inputs = [name for name in node.input if name]
-        if (
-            node.op_type in (_QUANTIZE, _DEQUANTIZE)
-            and not node.domain
-            and all(n in constants for n in inputs)
-        ):
+        foldable = node.op_type in (_QUANTIZE, _DEQUANTIZE, "Identity") and not node.domain
+        if foldable and all(n in constants for n in inputs):
             nodes.append(node)
             constants.update(node.output)
     if nodes:

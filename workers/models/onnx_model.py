@@ -79,6 +79,14 @@ def _joined(outs: list[np.ndarray], rows: int) -> np.ndarray:
     return out.astype(np.float32, copy=False)
 
 
+def _quantized(model: onnx.ModelProto | None) -> bool:
+    """``model`` quantizes its activations (QDQ pairs or QOperator nodes)."""
+    return model is not None and any(
+        node.op_type == "QuantizeLinear" or node.op_type.startswith("QLinear") or node.op_type == "QGemm"
+        for node in model.graph.node
+    )
+
+
 class OnnxModel(ModelAdapter):
     def __init__(self, data: bytes, sha256: str, device: torch.device, batch_size: int = DEFAULT_BATCH_SIZE):
         self._proto: onnx.ModelProto | None = parse_onnx(data)  # until the torch graph is built
@@ -95,6 +103,9 @@ class OnnxModel(ModelAdapter):
         self.info = ModelInfo("onnx", sha256, inputs[0].name, sample, self._session.get_outputs()[0].name)
         self._torch: torch.nn.Module | None = None
         self._torch_error: InvalidModel | None = None
+        # A quantized model's bytes, for a session that runs each node as ONNX defines it (onnxruntime
+        # fuses quantized nodes into integer kernels that round otherwise): workers/methods/_conversion_check.py.
+        self._defined: bytes | ort.InferenceSession | None = data if _quantized(self._proto) else None
         # Rows on the GPU are bound where they lie: a session on CUDA, float32 rows of any number.
         self._device_rows = (
             "CUDAExecutionProvider" in self._session.get_providers()
@@ -107,6 +118,21 @@ class OnnxModel(ModelAdapter):
         return list(self._session.get_providers())
 
     def predict(self, x: np.ndarray) -> np.ndarray:
+        return self._predict(self._session, x)
+
+    def predict_as_defined(self, x: np.ndarray) -> np.ndarray | None:
+        if self._defined is None:
+            return None
+        if isinstance(self._defined, bytes):
+            options = session_options()
+            options.log_severity_level = 3
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            self._defined = ort.InferenceSession(
+                self._defined, sess_options=options, providers=self._session.get_providers()
+            )
+        return self._predict(self._defined, x)
+
+    def _predict(self, session: ort.InferenceSession, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
         step = self._fixed_batch or self.rows_per_call(math.prod(x.shape[1:]))
         outs = []
@@ -115,7 +141,7 @@ class OnnxModel(ModelAdapter):
             rows = chunk.shape[0]
             if self._fixed_batch and rows < step:
                 chunk = np.concatenate([chunk, np.zeros((step - rows, *chunk.shape[1:]), np.float32)])
-            out = self._session.run([self.info.output_name], {self.info.input_name: chunk})[0]
+            out = session.run([self.info.output_name], {self.info.input_name: chunk})[0]
             outs.append(out.reshape(out.shape[0], -1)[:rows])
         return _joined(outs, x.shape[0])
 

@@ -77,7 +77,11 @@ def fold_to_initializers(
     known = constant_tensors(graph)
     values_out = [helper.make_value_info(name, onnx.TypeProto()) for name in outputs]
     sub = helper.make_graph(list(nodes), "constants", [], values_out)
-    sub.initializer.extend(known[name] for name in reads if name in known)
+    for name in reads & known.keys():  # a Constant node's tensor carries no name of its own
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(known[name])
+        tensor.name = name
+        sub.initializer.append(tensor)
     values = ReferenceEvaluator(helper.make_model(sub, opset_imports=list(opsets))).run(None, {})
     for name, value in zip(outputs, values, strict=True):
         graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))

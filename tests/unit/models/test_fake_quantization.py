@@ -258,3 +258,43 @@ def test_the_check_refuses_a_graph_that_lost_its_quantization(
     ctx = _context(_quantized(tmp_path, per_channel=False))
     with pytest.raises(NotApplicable, match="quantized model converted for gradients"):
         check_graph_matches_model("gradient_x_input", ctx.model, X.numpy())
+
+
+def test_where_onnxruntimes_kernels_compute_another_function_the_check_says_so(tmp_path: object) -> None:
+    """A quantized transformer: the graph equals the model as ONNX defines it (onnxruntime with its
+    graph optimizations off), while onnxruntime's fused integer kernels, which the game runs, land
+    several percent away; the gradient methods are refused, saying which of the two they match."""
+    from pathlib import Path
+
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+    from torchvision.models import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(
+        image_size=16, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=4
+    ).eval()
+    with torch.no_grad():
+        vit.heads.head.weight.normal_()  # torchvision starts the head at zero
+    images = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    folder = Path(str(tmp_path))
+    (folder / "vit.onnx").write_bytes(to_onnx(vit, images[:1]))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.rows = iter([{"input": images[i : i + 1].numpy()} for i in range(len(images))])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.rows, None)
+
+    quantize_static(str(folder / "vit.onnx"), str(folder / "int8.onnx"), Reader(), per_channel=True)
+    model = load_model((folder / "int8.onnx").read_bytes(), "onnx", "cpu")
+    x = images[:4].numpy()
+    defined = model.predict_as_defined(x)
+    assert defined is not None
+    with torch.no_grad():
+        graph = model.torch_differentiable()(images[:4]).numpy()
+    np.testing.assert_allclose(graph, defined, rtol=0, atol=1e-2 * np.abs(defined).max())
+    assert np.abs(model.predict(x) - defined).max() > 0.02 * np.abs(defined).max(), "the kernels differ"
+    with pytest.raises(NotApplicable, match="as ONNX defines it"):
+        check_graph_matches_model("gradient_x_input", model, x)
+    assert load_model(to_onnx(vit, images[:1]), "onnx", "cpu").predict_as_defined(x) is None
