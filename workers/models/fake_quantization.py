@@ -11,7 +11,7 @@ onnx2torch converts neither operator, so no gradient or rule method ran on such 
   model computes with, as onnxruntime's kernels read it.
 - A ``DequantizeLinear`` of a ``QuantizeLinear``'s output with the same scale, zero point and axis
   becomes one ``xaudit.FakeQuantize`` node (its ONNX function body is the pair), which
-  workers.models.onnx_converters runs as torch's fake quantization: the same values as ONNX's
+  workers.models.onnx_converters runs as a fake quantization: the same values as ONNX's
   definition of the pair (rounding half to even, saturating), and the straight-through gradient
   (1 inside the quantized range, 0 where it saturates) that quantization-aware training uses:
   the rounding's own gradient is 0 almost everywhere (docs/science.md 5.9).
@@ -30,12 +30,11 @@ from onnx import TensorProto, numpy_helper
 from workers.models.fused_nodes import DOMAIN, write_fused
 from workers.models.onnx_nodes import attributes, constant_tensors, fold_to_initializers
 
-__all__ = ["QUANTIZED_RANGES", "simulate_quantization"]
+__all__ = ["simulate_quantization"]
 
 _QUANTIZE, _DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
-# Integer types a fake-quantized activation may have, and their ranges (torch's fake quantization
-# takes any such range).
-QUANTIZED_RANGES: dict[int, tuple[int, int]] = {
+# Integer types a fake-quantized activation may have, and their ranges.
+_RANGES: dict[int, tuple[int, int]] = {
     TensorProto.UINT8: (0, 255),
     TensorProto.INT8: (-128, 127),
     TensorProto.UINT16: (0, 65535),
@@ -88,10 +87,10 @@ def _fuse_pairs(model: onnx.ModelProto) -> int:
         if q is None or q.op_type != _QUANTIZE or q.domain:
             continue
         quantized, kind = _parameters(q, values), _quantized_type(q, values)
-        if quantized is None or quantized != _parameters(dq, values) or kind not in QUANTIZED_RANGES:
+        if quantized is None or quantized != _parameters(dq, values) or kind not in _RANGES:
             continue
         axis = quantized[2]
-        low, high = QUANTIZED_RANGES[kind]
+        low, high = _RANGES[kind]
         inputs = [q.input[0], q.input[1]]
         if len(q.input) > 2 and q.input[2]:
             inputs.append(q.input[2])
