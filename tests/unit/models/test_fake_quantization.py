@@ -106,20 +106,15 @@ class _Residual(nn.Module):
         return x + torch.relu(self.conv(x))
 
 
-def _quantized(tmp_path: object, per_channel: bool, operators: bool = False, residual: bool = False) -> bytes:
-    """A small CNN (two convolutions, pooling, a Linear head; a residual block between where
-    ``residual``) exported by the legacy exporter and quantized by onnxruntime's ``quantize_static``
-    with its defaults (QDQ, uint8 activations, int8 weights; its QOperator format where
-    ``operators``), calibrated on random images."""
+def _quantize_static(tmp_path: object, model: bytes, rows: np.ndarray, **options: object) -> bytes:
+    """``model`` (input ``input``) quantized by onnxruntime's ``quantize_static`` with ``options``
+    over its defaults (QDQ, uint8 activations, int8 weights), calibrated on ``rows`` one at a time."""
     from pathlib import Path
 
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
 
     folder = Path(str(tmp_path))
-    (folder / "float.onnx").write_bytes(
-        to_onnx(pooled_cnn(_Residual if residual else nn.Identity, 3, 5), X[:1])
-    )
-    rows = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(4)).numpy()
+    (folder / "float.onnx").write_bytes(model)
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -128,14 +123,20 @@ def _quantized(tmp_path: object, per_channel: bool, operators: bool = False, res
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.rows, None)
 
-    quantize_static(
-        str(folder / "float.onnx"),
-        str(folder / "int8.onnx"),
-        Reader(),
-        quant_format=QuantFormat.QOperator if operators else QuantFormat.QDQ,
-        per_channel=per_channel,
-    )
+    quantize_static(str(folder / "float.onnx"), str(folder / "int8.onnx"), Reader(), **options)
     return (folder / "int8.onnx").read_bytes()
+
+
+def _quantized(tmp_path: object, per_channel: bool, operators: bool = False, residual: bool = False) -> bytes:
+    """A small CNN (two convolutions, pooling, a Linear head; a residual block between where
+    ``residual``) exported by the legacy exporter and quantized with ``quantize_static``'s defaults
+    (its QOperator format where ``operators``), calibrated on random images."""
+    from onnxruntime.quantization import QuantFormat
+
+    model = to_onnx(pooled_cnn(_Residual if residual else nn.Identity, 3, 5), X[:1])
+    rows = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(4)).numpy()
+    fmt = QuantFormat.QOperator if operators else QuantFormat.QDQ
+    return _quantize_static(tmp_path, model, rows, quant_format=fmt, per_channel=per_channel)
 
 
 def _context(data: bytes, params: dict | None = None) -> AttributionContext:
@@ -264,9 +265,6 @@ def test_where_onnxruntimes_kernels_compute_another_function_the_check_says_so(t
     """A quantized transformer: the graph equals the model as ONNX defines it (onnxruntime with its
     graph optimizations off), while onnxruntime's fused integer kernels, which the game runs, land
     several percent away; the gradient methods are refused, saying which of the two they match."""
-    from pathlib import Path
-
-    from onnxruntime.quantization import CalibrationDataReader, quantize_static
     from torchvision.models import VisionTransformer
 
     torch.manual_seed(0)
@@ -276,18 +274,8 @@ def test_where_onnxruntimes_kernels_compute_another_function_the_check_says_so(t
     with torch.no_grad():
         vit.heads.head.weight.normal_()  # torchvision starts the head at zero
     images = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(1))
-    folder = Path(str(tmp_path))
-    (folder / "vit.onnx").write_bytes(to_onnx(vit, images[:1]))
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.rows = iter([{"input": images[i : i + 1].numpy()} for i in range(len(images))])
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.rows, None)
-
-    quantize_static(str(folder / "vit.onnx"), str(folder / "int8.onnx"), Reader(), per_channel=True)
-    model = load_model((folder / "int8.onnx").read_bytes(), "onnx", "cpu")
+    data = _quantize_static(tmp_path, to_onnx(vit, images[:1]), images.numpy(), per_channel=True)
+    model = load_model(data, "onnx", "cpu")
     x = images[:4].numpy()
     defined = model.predict_as_defined(x)
     assert defined is not None
