@@ -8,7 +8,8 @@
 - **Layer norms written by hand.** The original ConvNeXt's channels-first layer norm, transformers'
   ViTDet, DeBERTa and Cohere write ``d = x - mean(x); d / sqrt(mean(d^2) + eps)`` over one axis (the
   channels of an NCHW tensor, or the last), then scale and shift it; the exporters keep every step
-  (``d`` once, or two twin ``Sub``).
+  (``d`` once, or two twin ``Sub``). Written with ``x.var()`` or ``torch.var_mean``, the legacy
+  exporter centres the variance on a mean of its own (a twin ``ReduceMean``) and squares by ``Mul``.
 - **Global response norms' scales.** ConvNeXt V2's GRN (timm, transformers) scales each channel by
   ``s / (mean(s over the channels) + eps)`` with ``s = ||x||`` over the spatial axes, then adds
   ``gamma * x * scale + beta`` to ``x``; the exporters write ReduceL2, ReduceMean, Add and Div.
@@ -57,11 +58,23 @@ def fuse_norms(model: onnx.ModelProto) -> int:
         return axes[0] % rank if rank is not None else axes[0]
 
     def same(name: str, base: str) -> bool:
-        """``name`` is ``base``, or the output of a twin of ``base``'s Sub (the same two inputs)."""
+        """``name`` is ``base``, or the output of a twin of ``base``'s Sub: the same two inputs, or the
+        same minuend less a twin mean (``x.var()`` centres ``x`` on a mean of its own)."""
         if name == base:
             return True
         a, b = producers.get(name), producers.get(base)
-        return a is not None and b is not None and a.op_type == b.op_type == "Sub" and a.input == b.input
+        if a is None or b is None or not a.op_type == b.op_type == "Sub" or a.domain or b.domain:
+            return False
+        return a.input == b.input or (a.input[0] == b.input[0] and twin_means(a.input[1], b.input[1]))
+
+    def twin_means(first: str, second: str) -> bool:
+        """``first`` and ``second`` are means of one tensor over the same axes."""
+        a, b = producers.get(first), producers.get(second)
+        if a is None or b is None or not a.op_type == b.op_type == "ReduceMean" or a.domain or b.domain:
+            return False
+        same_axes = reduced_axes(a, reader.initializers) == reduced_axes(b, reader.initializers)
+        keep = attributes(a).get("keepdims", 1) == attributes(b).get("keepdims", 1)
+        return a.input[0] == b.input[0] and same_axes and keep
 
     def epsilon(add: onnx.NodeProto, mean: onnx.NodeProto) -> float | None:
         """The constant ``add`` adds to ``mean``'s output, where it is one number >= 0."""
@@ -70,9 +83,11 @@ def fuse_norms(model: onnx.ModelProto) -> int:
         return None if eps is None or eps < 0 else eps
 
     def tail(power: onnx.NodeProto) -> tuple[str, int, float, list[onnx.NodeProto]] | None:
-        """base, axis, eps and the nodes of ``base / sqrt(mean(base^2) + eps)`` from ``power`` on."""
+        """base, axis, eps and the nodes of ``base / sqrt(mean(base^2) + eps)`` from ``power`` on (the
+        square a ``Pow`` by 2, or ``base * base``, as the legacy exporter writes ``x.var()``)."""
         base = power.input[0]
-        if scalar(power.input[1]) != 2.0:
+        squared = power.input[1] == base if power.op_type == "Mul" else scalar(power.input[1]) == 2.0
+        if not squared:
             return None
         mean = only_use(power.output[0], "ReduceMean")
         axis = None if mean is None else axis_of(mean, base)
@@ -108,7 +123,8 @@ def fuse_norms(model: onnx.ModelProto) -> int:
         mean = producers.get(centre)
         if mean is None or mean.op_type != "ReduceMean" or mean.domain or list(mean.input[:1]) != [x]:
             return None
-        if axis_of(mean, x) != axis:
+        rank = ranks.get(x)  # the square's axis may be counted from the end where x's is not
+        if axis_of(mean, x) != (axis % rank if rank is not None else axis):
             return None
         twins = [producers[n] for n in nodes[-1].input if n != base and n in producers and same(n, base)]
         pattern = [mean, sub, *twins, *nodes]
@@ -144,7 +160,8 @@ def fuse_norms(model: onnx.ModelProto) -> int:
     dropped: set[int] = set()
     functions: list[onnx.FunctionProto] = []
     for node in graph.node:
-        found = tail(node) if node.op_type == "Pow" and not node.domain and len(node.input) == 2 else None
+        square = node.op_type in ("Pow", "Mul") and not node.domain and len(node.input) == 2
+        found = tail(node) if square else None
         if found is None:
             continue
         base, axis, eps, nodes = found

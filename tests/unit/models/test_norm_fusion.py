@@ -107,3 +107,31 @@ def test_fused_norms_give_onnxruntimes_outputs_and_the_same_gradients(
     assert [n.op_type for n in copy.graph.node].count(op) == count
     assert sum(n.op_type == left for n in copy.graph.node) == left_count
     assert_fused_as_written(proto, x, "fuse_norms", op, count, monkeypatch)
+
+
+class _Variances(nn.Module):
+    """Layer norms written with ``x.var()`` over the input's last axis (the input's rank is declared,
+    the centred value's is not: the two axes are counted apart) and with ``torch.var_mean`` after a
+    layer. The legacy exporter centres the variance on a mean of its own and squares by a product."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(6)
+        self.a, self.head = nn.Linear(6, 6), nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5)
+        h = self.a(h)
+        v, u = torch.var_mean(h, -1, keepdim=True, unbiased=False)
+        return self.head(((h - u) * torch.rsqrt(v + 1e-6)).mean(1))
+
+
+def test_layer_norms_written_with_variances_fuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The legacy exporter's; the dynamo exporter writes a Reshape after the variance's mean and
+    var_mean as a ReduceSum over a count, which stay as written (README)."""
+    x = torch.randn(4, 5, 6, generator=torch.Generator().manual_seed(7))
+    proto = onnx.load_from_string(to_onnx(_Variances().eval(), x[:2]))
+    copy = lifted(proto)
+    assert fuse_norms(copy) == 2
+    assert [n.op_type for n in copy.graph.node].count("Standardize") == 2
+    assert_fused_as_written(proto, x, "fuse_norms", "Standardize", 2, monkeypatch)
