@@ -923,13 +923,14 @@ def _through_held_maps(
     DeBERTa reshapes its softmax weights to one axis of rows and heads before the product with the
     values (and the legacy exporter reads their shape for it); CaiT's talking heads mix the weights
     across heads (a Linear between two permutes) before theirs, EfficientFormerV2's with a 1x1
-    convolution over the heads; GhostNetV2 upsamples its sigmoid gate (nearest) before its product."""
+    convolution over the heads; GhostNetV2 upsamples its sigmoid gate (nearest) before its product;
+    a statically quantized model puts the gate's values on its grid before the product."""
     users: list[fx.Node] = []
     reshaped: list[fx.Node] = []
     mixing: list[fx.Node] = []
     for user in _value_users(graph, node):
         while len(after := _value_users(graph, user)) == 1:
-            if _is_reshape(graph, user):
+            if _is_reshape(graph, user) or _is_fake_quantize(graph, user):
                 reshaped.append(user)
             elif _mixes_held_values(graph, user, node, mixing, activations):
                 mixing.append(user)
@@ -973,6 +974,12 @@ def _reads_shape(graph: fx.GraphModule, node: fx.Node) -> bool:
 def _is_reshape(graph: fx.GraphModule, node: fx.Node) -> bool:
     module = _module(graph, node)
     return _kind(module, _operator_name(node, module)) == "shape"
+
+
+def _is_fake_quantize(graph: fx.GraphModule, node: fx.Node) -> bool:
+    """A quantize-dequantize pair (workers.models.fake_quantization): after a gate, the gate's values
+    on the quantization grid, held with it (a quantized MobileNetV3's squeeze-and-excitation gates)."""
+    return _operator_name(node, _module(graph, node)) in _QUANTIZE_NAMES
 
 
 def _is_sigmoid_gate(module: nn.Module | None) -> bool:

@@ -22,6 +22,7 @@ from tests.unit.methods._context import pooled_cnn
 from tests.unit.methods._zennit_reference import lrp_cases, zennit_relevance
 from workers.methods import AttributionContext, get_method
 from workers.methods._conversion_check import check_graph_matches_model
+from workers.methods._fx_plan import held_constant
 from workers.methods._lrp_rules import ZBox
 from workers.models import load_model
 from workers.models.onnx_converters import FakeQuantize
@@ -286,3 +287,43 @@ def test_where_onnxruntimes_kernels_compute_another_function_the_check_says_so(t
     with pytest.raises(NotApplicable, match="as ONNX defines it"):
         check_graph_matches_model("gradient_x_input", model, x)
     assert load_model(to_onnx(vit, images[:1]), "onnx", "cpu").predict_as_defined(x) is None
+
+
+class _Excited(nn.Module):
+    """A squeeze-and-excitation block as MobileNetV3 writes it: x times a hard-sigmoid gate of its
+    pooled channels (the quantizer puts the gate on its grid before the product)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.squeeze, self.excite = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = x.mean((2, 3), keepdim=True)
+        return x * nn.functional.hardsigmoid(self.excite(torch.relu(self.squeeze(pooled))))
+
+
+def test_lrp_holds_a_quantized_gate_and_conserves_relevance(tmp_path: object) -> None:
+    """The gate reaches its product through a pair; LRP holds both (the gate's branch gets no
+    relevance), so with no bias on the explained path the input's relevance sums to the output."""
+    torch.manual_seed(8)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        nn.ReLU(),
+        _Excited(),
+        nn.Conv2d(8, 8, 3, padding=1, bias=False),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 3, bias=False),
+    ).eval()
+    rows = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(4)).numpy()
+    ctx = _context(_quantize_static(tmp_path, to_onnx(model, X[:1]), rows, per_channel=True))
+    graph = ctx.model.torch_hookable("lrp_epsilon")
+    assert "sigmoid gates" in held_constant(graph, "lrp_epsilon")
+    x, classes = X.numpy(), np.array([0, 1, 2, 1])
+    relevance = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+    with torch.no_grad():
+        scores = graph(X).numpy()[np.arange(4), classes]
+    np.testing.assert_allclose(
+        relevance.reshape(4, -1).sum(1), scores, rtol=1e-3, atol=1e-4 * np.abs(scores).max()
+    )
