@@ -193,9 +193,8 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     ``output`` alone where one is named (workers/models/onnx_outputs.py), negative declared dimensions
     read as unknown (workers/models/onnx_dims.py: shape inference aborts the process on them),
     onnxruntime's fused operators written back as ONNX's own (workers/models/ort_unfusion.py) and so
-    are ONNX-ML's linear operators (workers/models/ml_ops.py), and a statically quantized model's
-    operators written as QDQ (workers/models/quantized_operators.py), its weights dequantized and its
-    activations' quantize-dequantize pairs fused (workers/models/fake_quantization.py). The game runs ``model`` itself."""
+    are ONNX-ML's linear operators (workers/models/ml_ops.py). onnxruntime still runs it (the token
+    models' embedding cut does). The game runs ``model`` itself."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     if output is not None:
@@ -203,8 +202,6 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     negative_dims_unknown(copy)
     unfuse_onnxruntime_ops(copy)
     ml_ops_as_onnx(copy)
-    as_qdq(copy)
-    simulate_quantization(copy)
     return copy
 
 
@@ -212,6 +209,17 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
     """A torch.fx GraphModule equivalent to ``model`` (to its ``output`` alone where one is named), in
     eval mode, float32."""
     copy = methods_copy(model, output)  # the fused operators written back before the converters are looked up
+    # a statically quantized model: its operators as QDQ, its weights dequantized, each activation's
+    # quantize-dequantize pair one fake quantization (torch only: xaudit's domain, which onnxruntime
+    # is not given)
+    try:
+        as_qdq(copy)
+        simulate_quantization(copy)
+    except Exception as exc:  # onnx's reference evaluator raises anything on a type it lacks
+        raise InvalidModel(
+            f"the quantized ONNX graph could not be rewritten for torch ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})"
+        ) from None
     missing = unconvertible_nodes(copy)
     if missing:
         raise InvalidModel(f"no torch conversion for operator {', '.join(missing)}")

@@ -25,13 +25,23 @@ from workers.methods._conversion_check import check_graph_matches_model
 from workers.methods._fx_plan import held_constant
 from workers.methods._lrp_rules import ZBox
 from workers.models import load_model
+from workers.models.fake_quantization import simulate_quantization
 from workers.models.onnx_converters import FakeQuantize
 from workers.models.onnx_to_torch import methods_copy, onnx_to_torch
+from workers.models.quantized_operators import as_qdq
 from workers.players import parse_players
 from workers.targets import Target
 from xaudit.contract.errors import NotApplicable
 
 X = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+
+
+def _rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The ONNX graph the torch conversion starts from (workers.models.onnx_to_torch)."""
+    copy = methods_copy(model)
+    as_qdq(copy)
+    simulate_quantization(copy)
+    return copy
 
 
 def _spec_session(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -81,7 +91,7 @@ def test_a_pair_runs_as_onnx_defines_it_with_the_straight_through_gradient(case:
     x[0] = (np.arange(15).reshape(3, 5) + 0.5) * step  # ties: rounded half to even
     want = _spec_session(model).run(None, {"x": x})[0]
 
-    fused = methods_copy(model)
+    fused = _rewritten(model)
     assert [n.op_type for n in fused.graph.node] == ["FakeQuantize"]
     np.testing.assert_array_equal(_spec_session(fused).run(None, {"x": x})[0], want)  # its function body
 
@@ -152,7 +162,7 @@ def test_a_statically_quantized_cnn_converts_to_its_fake_quantized_graph(
     data = _quantized(tmp_path, per_channel, residual=True)
     proto = onnx.load_from_string(data)
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in proto.graph.node}
-    fused = methods_copy(proto)
+    fused = _rewritten(proto)
     assert not {"QuantizeLinear", "DequantizeLinear"} & {n.op_type for n in fused.graph.node}
     assert sum(n.op_type == "FakeQuantize" for n in fused.graph.node) >= 4
     # the rewritten graph (weights dequantized ahead, pairs fused) is the model as ONNX defines it
@@ -180,7 +190,7 @@ def test_the_qoperator_format_is_written_as_qdq(tmp_path: object, per_channel: b
     proto = onnx.load_from_string(data)
     ops = {n.op_type for n in proto.graph.node}
     assert {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QGemm"} <= ops
-    fused = methods_copy(proto)
+    fused = _rewritten(proto)
     left = {n.op_type for n in fused.graph.node}
     assert not {op for op in left if op.startswith("Q") or op.endswith("QuantizeLinear")}, left
     assert {"Conv", "Add", "GlobalAveragePool", "Gemm", "FakeQuantize"} <= left
@@ -327,3 +337,37 @@ def test_lrp_holds_a_quantized_gate_and_conserves_relevance(tmp_path: object) ->
     np.testing.assert_allclose(
         relevance.reshape(4, -1).sum(1), scores, rtol=1e-3, atol=1e-4 * np.abs(scores).max()
     )
+
+
+class _Tokens(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(9)
+        self.embed, self.hidden, self.head = nn.Embedding(40, 8), nn.Linear(8, 8), nn.Linear(8, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.hidden(self.embed(ids))).mean(1))
+
+
+def test_a_quantized_token_model_is_cut_at_its_embedding(tmp_path: object) -> None:
+    """Gradient methods on token ids run at the embedding's output, in a head that onnxruntime runs
+    as given (quantized) and torch fake-quantized. Before, the cut was taken from the fused graph,
+    which onnxruntime refuses (xaudit's operator domain), and no gradient method ran."""
+    from pathlib import Path
+
+    from clients.cli.main import main
+
+    ids = np.random.default_rng(3).integers(1, 40, (16, 6)).astype(np.int64)
+    data = _quantize_static(tmp_path, to_onnx(_Tokens().eval(), torch.from_numpy(ids[:1])), ids)
+    assert "DequantizeLinear" in {n.op_type for n in onnx.load_from_string(data).graph.node}
+    folder = Path(str(tmp_path))
+    (folder / "q.onnx").write_bytes(data)
+    np.save(folder / "ids.npy", ids[:2])
+    out = folder / "maps.npz"
+    job = ["--model", str(folder / "q.onnx"), "--input", str(folder / "ids.npy"), "--players", "tokens"]
+    assert (
+        main(["explain", *job, "--baseline", "token:0", "--methods", "gradient_x_input", "--out", str(out)])
+        == 0
+    )
+    maps = np.load(out)["gradient_x_input"]
+    assert np.isfinite(maps).all() and np.abs(maps).max() > 0
