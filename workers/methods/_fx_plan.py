@@ -976,6 +976,13 @@ def _is_reshape(graph: fx.GraphModule, node: fx.Node) -> bool:
     return _kind(module, _operator_name(node, module)) == "shape"
 
 
+def _unquantized(graph: fx.GraphModule, node: fx.Node) -> fx.Node:
+    """``node``, or what its quantize-dequantize pairs quantize."""
+    while _is_fake_quantize(graph, node) and isinstance(node.args[0], fx.Node):
+        node = node.args[0]
+    return node
+
+
 def _is_fake_quantize(graph: fx.GraphModule, node: fx.Node) -> bool:
     """A quantize-dequantize pair (workers.models.fake_quantization): after a gate, the gate's values
     on the quantization grid, held with it (a quantized MobileNetV3's squeeze-and-excitation gates)."""
@@ -1053,7 +1060,8 @@ def _is_gelu_factor(graph: fx.GraphModule, node: fx.Node) -> bool:
         return False
     inner = values[0]
     if name in _MUL_NAMES or (name in _DIV_NAMES and node.args[0] is inner):
-        return _is_gelu_factor(graph, inner)
+        return _is_gelu_factor(graph, _unquantized(graph, inner))
+    inner = _unquantized(graph, inner)  # a quantized model's erf, put on its grid
     inner_name = _operator_name(inner, _module(graph, inner))
     at_least_one = float(constants[0]) >= 1.0  # type: ignore[arg-type]
     return name in _ADD_NAMES and at_least_one and inner_name in _SQUASH_NAMES

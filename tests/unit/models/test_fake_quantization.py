@@ -371,3 +371,35 @@ def test_a_quantized_token_model_is_cut_at_its_embedding(tmp_path: object) -> No
     )
     maps = np.load(out)["gradient_x_input"]
     assert np.isfinite(maps).all() and np.abs(maps).max() > 0
+
+
+class _GeluMlp(nn.Module):
+    """A transformer's MLP over tokens, no biases: GELU as the legacy exporter writes it (Div, Erf,
+    Add, Mul, Mul), which the quantizer splits with a pair after each step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(10)
+        self.up, self.down = nn.Linear(6, 8, bias=False), nn.Linear(8, 3, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(nn.functional.gelu(self.up(x))).mean(1)
+
+
+def test_lrp_holds_a_quantized_gelus_factor_and_conserves_relevance(tmp_path: object) -> None:
+    """GELU's factor (1 + erf(x / sqrt 2)) / 2 is held through the pairs around its steps, as in the
+    float model; with no bias, the input's relevance sums to the output."""
+    tokens = torch.randn(16, 5, 6, generator=torch.Generator().manual_seed(11))
+    data = _quantize_static(tmp_path, to_onnx(_GeluMlp().eval(), tokens[:1]), tokens.numpy())
+    assert "Erf" in {n.op_type for n in onnx.load_from_string(data).graph.node}
+    model = load_model(data, "onnx", "cpu")
+    ctx = AttributionContext(model, parse_players("features", (5, 6)), Target(), {})
+    graph = model.torch_hookable("lrp_epsilon")
+    assert "GELU's factor" in held_constant(graph, "lrp_epsilon")
+    x, classes = tokens[:4].numpy(), np.array([0, 1, 2, 1])
+    relevance = get_method("lrp_epsilon").attribute(ctx, x, np.zeros_like(x), classes)
+    with torch.no_grad():
+        scores = graph(tokens[:4]).numpy()[np.arange(4), classes]
+    np.testing.assert_allclose(
+        relevance.reshape(4, -1).sum(1), scores, rtol=1e-3, atol=1e-4 * np.abs(scores).max()
+    )
