@@ -150,18 +150,10 @@ class TorchMethod(Method):
         )
 
     def _graph_note(self, model: ModelAdapter) -> str | None:
-        if model.info.format != "onnx":
-            return None
+        from workers.methods._conversion_check import fake_quantized
         from workers.methods._embedding import graph_model
-        from xaudit.contract.errors import XauditError
 
-        try:
-            graph = graph_model(model).torch_differentiable()
-        except XauditError:
-            return None
-        from workers.models.onnx_converters import fake_quantizes  # loaded with the graph
-
-        if not fake_quantizes(graph):
+        if model.info.format != "onnx" or not fake_quantized(graph_model(model)):
             return None
         return (
             "on the quantized model's graph, each quantize-dequantize pair a fake quantization with its "

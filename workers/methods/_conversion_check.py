@@ -31,7 +31,7 @@ from workers.models.base import ModelAdapter
 from workers.nudge import NUDGE, nudge_test
 from xaudit.contract.errors import NotApplicable, XauditError
 
-__all__ = ["check_graph_matches_model"]
+__all__ = ["check_graph_matches_model", "fake_quantized"]
 
 _ROWS = 2  # compared rows: the check must cost next to nothing beside a method's passes
 _RELATIVE = 1e-2  # of the outputs' largest magnitude: float16 models round to about 1e-3 of it
@@ -52,19 +52,20 @@ def check_graph_matches_model(method: str, model: ModelAdapter, rows: np.ndarray
     its own graph); a model without a torch graph is left to the method, which says why."""
     if model.info.format != "onnx" or not len(rows):
         return
-    sample = np.ascontiguousarray(rows[: _QUANTIZED_ROWS if _quantized(model) else _ROWS], dtype=np.float32)
+    quantized = fake_quantized(model)
+    sample = np.ascontiguousarray(rows[: _QUANTIZED_ROWS if quantized else _ROWS], dtype=np.float32)
     key = hashlib.blake2b(repr(sample.shape).encode() + sample.tobytes(), digest_size=16).digest()
     checked = _CHECKED.setdefault(model, {})
     if key not in checked:
-        checked[key] = _mismatch(model, sample)
+        checked[key] = _mismatch(model, sample, quantized)
     found = checked[key]
     if found is not None:
         raise NotApplicable(method, found)
 
 
-def _mismatch(model: ModelAdapter, sample: np.ndarray) -> str | None:
-    """How ``model``'s torch graph differs from the model on ``sample``; None where it does not (or
-    where the model has no torch graph: the method says why)."""
+def _mismatch(model: ModelAdapter, sample: np.ndarray, quantized: bool) -> str | None:
+    """How ``model``'s torch graph (fake-quantized where ``quantized``) differs from the model on
+    ``sample``; None where it does not (or where the model has no torch graph: the method says why)."""
     try:
         graph = model.torch_differentiable()
     except XauditError:
@@ -80,7 +81,7 @@ def _mismatch(model: ModelAdapter, sample: np.ndarray) -> str | None:
     scale = float(np.abs(want).max())
     differences = np.abs(got.astype(np.float64) - want)
     worst = float(differences.max())
-    if _quantized(model):
+    if quantized:
         found = _flips_only(differences, scale)
         return found if found is None else (_kernels_differ(model, sample, got, differences, scale) or found)
     if not worst <= _RELATIVE * scale + _ABSOLUTE:
@@ -95,7 +96,7 @@ def _mismatch(model: ModelAdapter, sample: np.ndarray) -> str | None:
     return None
 
 
-def _quantized(model: ModelAdapter) -> bool:
+def fake_quantized(model: ModelAdapter) -> bool:
     """``model``'s torch graph fake-quantizes (a statically quantized ONNX model); False where it
     has none."""
     try:
@@ -107,11 +108,15 @@ def _quantized(model: ModelAdapter) -> bool:
     return fake_quantizes(graph)
 
 
+def _flipped(differences: np.ndarray, scale: float) -> tuple[float, float]:
+    """The share of ``differences`` beyond the plain check's tolerance, and the largest."""
+    return float((differences > _RELATIVE * scale + _ABSOLUTE).mean()), float(differences.max())
+
+
 def _flips_only(differences: np.ndarray, scale: float) -> str | None:
     """Why a fake-quantized graph's ``differences`` from the model are more than rounding flips;
     None where they are not."""
-    flipped = float((differences > _RELATIVE * scale + _ABSOLUTE).mean())
-    worst = float(differences.max())
+    flipped, worst = _flipped(differences, scale)
     if flipped <= _FLIPPED_SHARE and worst <= _FLIPPED_RELATIVE * scale + _ABSOLUTE:
         return None
     return (
@@ -132,12 +137,12 @@ def _kernels_differ(
     defined = model.predict_as_defined(sample)
     if defined is None or _flips_only(np.abs(got.astype(np.float64) - defined), float(np.abs(defined).max())):
         return None
-    flipped = float((differences > _RELATIVE * scale + _ABSOLUTE).mean())
+    flipped, worst = _flipped(differences, scale)
     return (
         "its torch graph computes the quantized model as ONNX defines it (each quantization step in "
         "float, as onnxruntime does with its graph optimizations off), but onnxruntime's fused integer "
         f"kernels, which the game runs, give other outputs on the rows it explains ({flipped:.0%} of "
-        f"them differ by more than 1% of the largest, {scale:.3g}, and up to {float(differences.max()):.3g}): "
+        f"them differ by more than 1% of the largest, {scale:.3g}, and up to {worst:.3g}): "
         "its attributions would explain the model as defined, not as it runs (docs/science.md 5.9)"
     )
 

@@ -1058,10 +1058,9 @@ def _is_gelu_factor(graph: fx.GraphModule, node: fx.Node) -> bool:
     constants = [c for c in constants if c is not None]
     if len(values) != 1 or len(constants) != 1 or not _is_positive_scalar(constants[0]):
         return False
-    inner = values[0]
-    if name in _MUL_NAMES or (name in _DIV_NAMES and node.args[0] is inner):
-        return _is_gelu_factor(graph, _unquantized(graph, inner))
-    inner = _unquantized(graph, inner)  # a quantized model's erf, put on its grid
+    inner = _unquantized(graph, values[0])  # a quantized model's erf or sum, put on its grid
+    if name in _MUL_NAMES or (name in _DIV_NAMES and node.args[0] is values[0]):
+        return _is_gelu_factor(graph, inner)
     inner_name = _operator_name(inner, _module(graph, inner))
     at_least_one = float(constants[0]) >= 1.0  # type: ignore[arg-type]
     return name in _ADD_NAMES and at_least_one and inner_name in _SQUASH_NAMES

@@ -32,27 +32,32 @@ def fold_constant_batch_norms(model: onnx.ModelProto) -> int:
     constants = {t.name for t in graph.initializer}
     producers = {name: node for node in graph.node for name in node.output}
     order = {id(node): i for i, node in enumerate(graph.node)}
-    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    folded = 0
+    nodes: dict[int, onnx.NodeProto] = {}  # what is computed ahead, in one evaluation
+    outputs: list[str] = []
     derived: set[str] = set()  # the folded batch norms' outputs, and what is computed from them alone
     for norm in norms:
-        nodes = _constant_ancestry(norm, order, producers, constants)
-        if nodes is None:
+        ancestry = _constant_ancestry(norm, order, producers, constants)
+        if ancestry is None:
             continue
-        fold_to_initializers(graph, nodes, [name for name in norm.output if name], opsets)
-        constants.update(norm.output)
+        nodes.update((id(node), node) for node in ancestry)
+        outputs += [name for name in norm.output if name]
         derived.update(norm.output)
-        folded += 1
-    for node in list(graph.node):  # in graph order: what reads only constants, one of them derived
+    if not derived:
+        return 0
+    constants |= derived
+    for node in graph.node:  # in graph order: what reads only constants, one of them derived
         inputs = [name for name in node.input if name]
-        if node.domain or not any(n in derived for n in inputs) or not all(n in constants for n in inputs):
+        if id(node) in nodes or node.domain or not any(n in derived for n in inputs):
             continue
-        fold_to_initializers(graph, [node], list(node.output), opsets)
-        constants.update(node.output)
-        derived.update(node.output)
-    if folded:
-        drop_unread(graph)  # the constant nodes that only the batch norms read
-    return folded
+        if all(n in constants for n in inputs):
+            nodes[id(node)] = node
+            outputs += list(node.output)
+            constants.update(node.output)
+            derived.update(node.output)
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    fold_to_initializers(graph, sorted(nodes.values(), key=lambda n: order[id(n)]), outputs, opsets)
+    drop_unread(graph)  # the constant nodes that only the batch norms read
+    return sum(1 for norm in norms if id(norm) in nodes)
 
 
 def _in_training_mode(node: onnx.NodeProto) -> bool:

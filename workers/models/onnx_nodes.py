@@ -66,8 +66,8 @@ def fold_to_initializers(
     outputs: Sequence[str],
     opsets: Sequence[onnx.OperatorSetIdProto],
 ) -> None:
-    """Evaluate ``nodes`` (in graph order; they read only the graph's constant tensors and each
-    other) with onnx's reference evaluator, write ``outputs`` as initializers and remove the nodes
+    """Evaluate ``nodes`` (the graph's own, in graph order; they read only the graph's constant
+    tensors and each other) with onnx's reference evaluator, write ``outputs`` as initializers and remove the nodes
     whose every output is one of them (constant_batch_norms.py's weight standardization,
     fake_quantization.py's integer weights); what else they read stays for others to read."""
     from onnx.reference import ReferenceEvaluator  # only models with such constants pay its import
@@ -86,15 +86,10 @@ def fold_to_initializers(
     for name, value in zip(outputs, values, strict=True):
         graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
     written = set(outputs)
-    done = [node for node in nodes if all(name in written for name in node.output if name)]
-    ids = {id(node) for node in done}
-    if ids <= {id(node) for node in graph.node}:  # one pass over the graph
-        kept = [node for node in graph.node if id(node) not in ids]
-        del graph.node[:]
-        graph.node.extend(kept)
-        return
-    for node in done:  # a caller's nodes are copies from before a rewrite: removed by value
-        graph.node.remove(node)
+    done = {id(node) for node in nodes if all(name in written for name in node.output if name)}
+    kept = [node for node in graph.node if id(node) not in done]
+    del graph.node[:]
+    graph.node.extend(kept)
 
 
 def drop_unread(graph: onnx.GraphProto) -> None:

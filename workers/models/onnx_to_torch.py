@@ -216,10 +216,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         as_qdq(copy)
         simulate_quantization(copy)
     except Exception as exc:  # onnx's reference evaluator raises anything on a type it lacks
-        raise InvalidModel(
-            f"the quantized ONNX graph could not be rewritten for torch ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})"
-        ) from None
+        raise _failed("the quantized ONNX graph could not be rewritten for torch", exc) from None
     missing = unconvertible_nodes(copy)
     if missing:
         raise InvalidModel(f"no torch conversion for operator {', '.join(missing)}")
@@ -240,11 +237,14 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         raise
     except Exception as exc:  # onnx2torch raises anything from deep inside its converters
         logger.info("onnx2torch failed", exc_info=True)
-        raise InvalidModel(
-            f"the ONNX graph could not be converted to torch ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})"
-        ) from None
+        raise _failed("the ONNX graph could not be converted to torch", exc) from None
     return module.eval().float()
+
+
+def _failed(what: str, exc: Exception) -> InvalidModel:
+    """``what``, with the exception's type and the first line of its message."""
+    message = str(exc).splitlines()[0][:160] if str(exc) else "no message"
+    return InvalidModel(f"{what} ({type(exc).__name__}: {message})")
 
 
 def _distinct_node_names(model: onnx.ModelProto) -> None:
