@@ -157,8 +157,8 @@ class TorchMethod(Method):
             return None
         return (
             "on the quantized model's graph, each quantize-dequantize pair a fake quantization with its "
-            "values: straight-through gradients, and for the rule methods relevance passed or rescaled "
-            "through it (docs/science.md 5.9)"
+            "values: straight-through gradients; LRP passes relevance through it, DeepLIFT takes its "
+            "rule there as at any nonlinearity (docs/science.md 5.9)"
         )
 
     @abstractmethod

@@ -261,6 +261,7 @@ _FAMILY_ADMITS: dict[str, Admits] = {
         moves=True,
         scales=True,
         clips=True,
+        quantized=True,
         self_gates=True,
         heads=True,
         elementwise_constants=True,

@@ -11,7 +11,9 @@ pass walks the nodes in reverse and applies one rule per node kind (see
 - relu: the RevealCancel multipliers, from the split of its input (an affine output, possibly
   through reshapes, data movement and batch norms; otherwise the elementwise sign split, where
   RevealCancel is Rescale); clip (ReLU6): the same rule, which is linear in the nonlinearity, for
-  relu(z) - relu(z - 6);
+  relu(z) - relu(z - 6); gated (SiLU, Hardswish) and quantize (a quantized model's
+  quantize-dequantize pair, a staircase) the rule from the function's values at its four points
+  (float64 plans);
 - shape: pass differences, splits and multipliers through;
 - merge (a sum or concatenation of activations, e.g. a residual connection): a sum is one linear
   layer whose terms are the summands' own terms (an affine summand's split, any other summand's
@@ -92,16 +94,17 @@ Moved = Callable[[torch.Tensor], torch.Tensor]  # a move node's value as a funct
 _ROUNDING = 2**-23
 _MAX_TOLERANCE = 1e-4
 _SPLIT_SOURCES = ("affine", "avgpool")
-_RULED = (*ACTIVATIONS, "gated")  # elementwise nonlinearities: the RevealCancel rule
-# The float32 rounding checks are written for chains of ReLUs; SiLU and Hardswish take differences of
-# their values (reveal_cancel_smooth).
-_FLOAT64_KINDS = ("merge", "move", "gated")
+# elementwise nonlinearities: the RevealCancel rule (a quantize-dequantize pair is one, a staircase)
+_RULED = (*ACTIVATIONS, "gated", "quantize")
+# The float32 rounding checks are written for chains of ReLUs; SiLU, Hardswish and the pairs take
+# differences of their values (reveal_cancel_smooth).
+_FLOAT64_KINDS = ("merge", "move", "gated", "quantize")
 _CARRIERS = ("shape", "move", "scale", "factor", "bias")  # a split passes through them
 
 
 def needs_float64(plan: Plan) -> bool:
-    """A graph with sums, concatenations, data movement, SiLU or Hardswish runs in float64 (the
-    module's docstring)."""
+    """A graph with sums, concatenations, data movement, SiLU, Hardswish or quantize-dequantize pairs
+    runs in float64 (the module's docstring)."""
     return any(step.kind in _FLOAT64_KINDS for step in plan.steps)
 
 
@@ -253,7 +256,7 @@ class RevealCancelGraph:
                     parts, tolerance = sign_split(delta[src]), None
                 if step.kind == "relu":
                     reveal[node] = reveal_cancel(at_rows(src), parts, tolerance)
-                elif step.kind == "gated":  # SiLU, Hardswish (float64 plans)
+                elif step.kind in ("gated", "quantize"):  # SiLU, Hardswish, pairs (float64 plans)
                     reveal[node] = reveal_cancel_smooth(at_rows(src), parts, elementwise(step))
                 else:
                     assert isinstance(step.module, nn.Hardtanh)  # ReLU6, or a clamp to [0, c]

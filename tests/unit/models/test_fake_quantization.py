@@ -2,10 +2,13 @@
 
 onnxruntime's ``quantize_static`` writes QuantizeLinear -> DequantizeLinear pairs around every layer
 and its weights as integers behind a DequantizeLinear; onnx2torch converted neither, so no gradient
-or rule method ran on such a model. The pairs now run as torch's fake quantization, which computes
-ONNX's values and the straight-through gradient, and the rule methods pass relevance through them."""
+or rule method ran on such a model. The pairs now run as a fake quantization, which computes ONNX's
+values and the straight-through gradient; the rule methods pass relevance through them, and
+DeepLIFT's two rules take each pair as the elementwise nonlinearity it is."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import onnx
@@ -18,7 +21,8 @@ from zennit.core import Hook
 from zennit.rules import Norm, Pass
 
 from tests.models import to_onnx
-from tests.unit.methods._context import pooled_cnn
+from tests.unit.methods._context import dense_layers, pooled_cnn
+from tests.unit.methods.test_revealcancel import revealcancel_ref
 from tests.unit.methods._zennit_reference import lrp_cases, zennit_relevance
 from workers.methods import AttributionContext, get_method
 from workers.methods._conversion_check import check_graph_matches_model
@@ -254,11 +258,56 @@ def test_deeplift_rescales_through_the_pairs(tmp_path: object) -> None:
     assert np.abs(straight.reshape(4, -1).sum(1) - delta).max() > 1e-3 * np.abs(delta).max()
 
 
-def test_revealcancel_names_the_pair_it_has_no_rule_for(tmp_path: object) -> None:
-    ctx = _context(_quantized(tmp_path, per_channel=False))
+class _Quantize(nn.Module):
+    """A fake quantization to a uint8 grid (scale ``S``, zero point 0), which the legacy exporter
+    writes as a QuantizeLinear -> DequantizeLinear pair: an activation that clamps at 0 and at 255 S."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.fake_quantize_per_tensor_affine(x, S, 0, 0, 255)
+
+
+S = 0.05
+
+
+def _on_grid(v: float) -> float:
+    """The pair's function in float64 (its scale a float32, as the graph holds it)."""
+    s = float(np.float32(S))
+    return float(np.clip(np.round(v / s), 0, 255) * s)
+
+
+@pytest.mark.parametrize("reference", ["zeros", "random"])
+def test_revealcancel_takes_its_rule_at_each_pair(reference: str) -> None:
+    """RevealCancel's rule holds for any elementwise nonlinearity (Shrikumar et al. 2017, 3.5.3):
+    through each pair, a staircase, it matches the per-unit reference with f the pair."""
+    torch.manual_seed(21)
+    model = nn.Sequential(nn.Linear(6, 10), _Quantize(), nn.Linear(10, 8), _Quantize(), nn.Linear(8, 3)).eval()
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(22)) * 3
+    x0 = torch.zeros_like(x) if reference == "zeros" else x.flip(0) * 0.5
+    loaded = load_model(to_onnx(model, x[:1]), "onnx", "cpu")
+    ctx = AttributionContext(loaded, parse_players("windows:3", (6,)), Target(), {})
+    classes = np.array([0, 1, 2, 0])
+    got = get_method("deeplift_revealcancel").attribute(ctx, x.numpy(), x0.numpy(), classes)
+    twin = nn.Sequential(model[0], nn.ReLU(), model[2], nn.ReLU(), model[4])  # flags the pairs' layers
+    layers = dense_layers(twin, (6,))
+    flat, flat0 = x.numpy().astype(np.float64), x0.numpy().astype(np.float64)
+    want = np.stack([revealcancel_ref(layers, flat[k], flat0[k], int(classes[k]), _on_grid) for k in range(4)])
+    assert np.abs(want).max() > 1e-2
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_revealcancel_adds_up_to_the_quantized_graphs_difference(tmp_path: object) -> None:
+    """On a quantized residual CNN (per channel), RevealCancel's attributions sum to the fake-quantized
+    graph's own output difference (summation-to-delta, in float64 as its plan runs)."""
+    ctx = _context(_quantized(tmp_path, per_channel=True, residual=True))
     x = X.numpy()
-    with pytest.raises(NotApplicable, match="FakeQuantize"):
-        get_method("deeplift_revealcancel").attribute(ctx, x, np.zeros_like(x), np.zeros(4, np.int64))
+    x0 = np.flip(x, 0).copy()
+    classes = np.array([0, 1, 2, 1])
+    found = get_method("deeplift_revealcancel").attribute(ctx, x, x0, classes)
+    graph = copy.deepcopy(ctx.model.torch_differentiable()).double()
+    with torch.no_grad():
+        delta = (graph(X.double()) - graph(torch.from_numpy(x0).double())).numpy()[np.arange(4), classes]
+    assert np.count_nonzero(delta) >= 3  # the output's own pair moves by whole steps of its grid
+    np.testing.assert_allclose(found.reshape(4, -1).sum(1), delta, rtol=1e-5, atol=1e-7)
 
 
 def test_the_check_refuses_a_graph_that_lost_its_quantization(
