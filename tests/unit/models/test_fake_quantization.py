@@ -22,8 +22,8 @@ from zennit.rules import Norm, Pass
 
 from tests.models import to_onnx
 from tests.unit.methods._context import dense_layers, pooled_cnn
-from tests.unit.methods.test_revealcancel import revealcancel_ref
 from tests.unit.methods._zennit_reference import lrp_cases, zennit_relevance
+from tests.unit.methods.test_revealcancel import revealcancel_ref
 from workers.methods import AttributionContext, get_method
 from workers.methods._conversion_check import check_graph_matches_model
 from workers.methods._fx_plan import held_constant
@@ -280,7 +280,9 @@ def test_revealcancel_takes_its_rule_at_each_pair(reference: str) -> None:
     """RevealCancel's rule holds for any elementwise nonlinearity (Shrikumar et al. 2017, 3.5.3):
     through each pair, a staircase, it matches the per-unit reference with f the pair."""
     torch.manual_seed(21)
-    model = nn.Sequential(nn.Linear(6, 10), _Quantize(), nn.Linear(10, 8), _Quantize(), nn.Linear(8, 3)).eval()
+    model = nn.Sequential(
+        nn.Linear(6, 10), _Quantize(), nn.Linear(10, 8), _Quantize(), nn.Linear(8, 3)
+    ).eval()
     x = torch.randn(4, 6, generator=torch.Generator().manual_seed(22)) * 3
     x0 = torch.zeros_like(x) if reference == "zeros" else x.flip(0) * 0.5
     loaded = load_model(to_onnx(model, x[:1]), "onnx", "cpu")
@@ -290,7 +292,9 @@ def test_revealcancel_takes_its_rule_at_each_pair(reference: str) -> None:
     twin = nn.Sequential(model[0], nn.ReLU(), model[2], nn.ReLU(), model[4])  # flags the pairs' layers
     layers = dense_layers(twin, (6,))
     flat, flat0 = x.numpy().astype(np.float64), x0.numpy().astype(np.float64)
-    want = np.stack([revealcancel_ref(layers, flat[k], flat0[k], int(classes[k]), _on_grid) for k in range(4)])
+    want = np.stack(
+        [revealcancel_ref(layers, flat[k], flat0[k], int(classes[k]), _on_grid) for k in range(4)]
+    )
     assert np.abs(want).max() > 1e-2
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
