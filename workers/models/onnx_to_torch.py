@@ -4,6 +4,8 @@ onnx2torch stops at opset 18 for several operators. Where a newer operator versi
 accepted tensor types (float8, int4, bfloat16...) or adds an attribute we check for, we register
 the older converter for the newer version. That is sound for the float32 graphs audited here; any
 other gap surfaces as a clear "unsupported operator" error naming the operator and its node.
+Models older than opset 13 whose operator versions onnx2torch lacks are upgraded to opset 13 by
+onnx's version converter first (``_upgraded_opset``).
 
 Older exporters (PaddlePaddle, early TF converters) write weights as Constant nodes or list them as
 graph inputs too: both are normalised to plain initializers first, which is what onnx2torch's
@@ -18,7 +20,7 @@ import logging
 import numpy as np
 import onnx
 import torch
-from onnx import defs, numpy_helper
+from onnx import defs, numpy_helper, version_converter
 
 from workers.light_imports import onnx2torch as _light_onnx2torch
 from xaudit.contract.errors import InvalidModel
@@ -188,6 +190,31 @@ def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
     return list(found.values())
 
 
+# The oldest opset whose operator versions onnx2torch converts throughout (Upsample as Resize).
+_UPGRADE_TO = 13
+
+
+def _upgraded_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` at opset 13 where that converts more of its operators. The ONNX Model Zoo's classic
+    models are opset 7 to 9, whose BatchNormalization-7, Gemm-7, Flatten-1, MaxPool-1, Dropout-7,
+    Slice-1, Cast-6 and Upsample onnx2torch has no converter for, and every gradient and rule
+    method was refused. onnx's version converter writes each in its opset-13 form (Upsample as
+    Resize); the conversion check then compares the graph with the model as sent, which the game
+    runs unchanged. A model the upgrade does not help (or that it fails on) is kept as it is."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), _UPGRADE_TO)
+    if opset >= _UPGRADE_TO:
+        return model
+    before = unconvertible_nodes(model)
+    if not before:
+        return model
+    try:
+        upgraded = version_converter.convert_version(model, _UPGRADE_TO)
+    except Exception:  # onnx's converter raises anything on an operator it has no adapter for
+        logger.info("opset %d -> %d failed", opset, _UPGRADE_TO, exc_info=True)
+        return model
+    return upgraded if len(unconvertible_nodes(upgraded)) < len(before) else model
+
+
 def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.ModelProto:
     """A copy of ``model`` that the methods' graph is built from and onnx's shape inference may read:
     ``output`` alone where one is named (workers/models/onnx_outputs.py), negative declared dimensions
@@ -208,7 +235,8 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
 def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn.Module:
     """A torch.fx GraphModule equivalent to ``model`` (to its ``output`` alone where one is named), in
     eval mode, float32."""
-    copy = methods_copy(model, output)  # the fused operators written back before the converters are looked up
+    # the fused operators written back, and an old opset upgraded, before the converters are looked up
+    copy = _upgraded_opset(methods_copy(model, output))
     # a statically quantized model: its operators as QDQ, its weights dequantized, each activation's
     # quantize-dequantize pair one fake quantization (torch only: xaudit's domain, which onnxruntime
     # is not given)

@@ -1,0 +1,108 @@
+"""Models at opsets 7 to 9, as the ONNX Model Zoo's classic models are (workers/models/onnx_to_torch.py,
+``_upgraded_opset``).
+
+onnx2torch has no converter for BatchNormalization-7, Gemm-7, Flatten-1, MaxPool-1, Dropout-7,
+Slice-1 or Upsample, so every gradient and rule method was refused on such a model while the game
+ran it. The methods' graph is now built from the model upgraded to opset 13 by onnx's version
+converter, and gives the attributions of the same network exported at opset 17."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch import nn
+
+from tests.models import to_onnx
+from workers.methods import AttributionContext, get_method
+from workers.models import load_model
+from workers.models.onnx_to_torch import _upgraded_opset, onnx_to_torch, unconvertible_nodes
+from workers.players import parse_players
+from workers.targets import Target
+
+X = torch.randn(3, 3, 8, 8, generator=torch.Generator().manual_seed(31))
+
+
+class _Classic(nn.Module):
+    """Conv, an unfolded batch norm, max pooling, a nearest upsampling, a slice, dropout and a Linear
+    head: the operators whose old versions onnx2torch lacks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(32)
+        self.conv1, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.pool, self.up = nn.MaxPool2d(2), nn.Upsample(size=(8, 8), mode="nearest")
+        self.conv2, self.drop, self.fc = nn.Conv2d(8, 4, 1), nn.Dropout(0.2), nn.Linear(4 * 7 * 7, 3)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-0.3, 0.3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pool(torch.relu(self.bn(self.conv1(x))))
+        h = torch.relu(self.conv2(self.up(h)))[:, :, 1:, 1:]
+        return self.fc(self.drop(torch.flatten(h, 1)))
+
+
+def _exported(opset: int) -> bytes:
+    """The legacy exporter at ``opset`` from a one-row example, with no dynamic axes (Upsample's
+    export at opsets 7 and 8 takes none), batch norms unfolded (training mode off, as exported)."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _Classic().eval(),
+            (X[:1],),
+            buffer,
+            dynamo=False,
+            opset_version=opset,
+            input_names=["input"],
+            do_constant_folding=False,
+        )
+    return buffer.getvalue()
+
+
+def _context(data: bytes) -> AttributionContext:
+    model = load_model(data, "onnx", "cpu")
+    return AttributionContext(model, parse_players("grid:2x2", (3, 8, 8)), Target(), {})
+
+
+@pytest.mark.parametrize("opset", [7, 8])
+def test_the_old_operators_are_upgraded_for_the_methods_graph(opset: int) -> None:
+    model = onnx.load_from_string(_exported(opset))
+    ops = {node.op_type for node in model.graph.node}
+    assert {"BatchNormalization", "Upsample", "Gemm", "Flatten", "MaxPool"} <= ops
+    assert unconvertible_nodes(model), "the case needs operators onnx2torch lacks at this opset"
+    upgraded = _upgraded_opset(model)
+    assert not unconvertible_nodes(upgraded)
+    assert "Resize" in {node.op_type for node in upgraded.graph.node}
+    graph = onnx_to_torch(model)
+    want = _Classic().eval()(X).detach().numpy()
+    np.testing.assert_allclose(graph(X).detach().numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_the_upgrade_cannot_help_is_kept_as_sent() -> None:
+    """A plain CNN at opset 9 converts as it is; a Scan, which onnx2torch converts at no opset, is not converted by
+    the upgrade either, so the model stays as sent and the refusal names the Scan."""
+    plain = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).eval()
+    model = onnx.load_from_string(to_onnx(plain, X[:1], opset=9))
+    assert _upgraded_opset(model) is model
+    loop = onnx.helper.make_node("Scan", ["s", "input"], ["t", "u"], num_scan_inputs=1)
+    model.graph.node.append(loop)
+    assert _upgraded_opset(model) is model
+
+
+@pytest.mark.parametrize("method", ["gradient_x_input", "lrp_epsilon", "deeplift_rescale", "grad_cam"])
+def test_an_opset_7_model_gets_the_attributions_of_its_opset_17_export(method: str) -> None:
+    old, new = _context(_exported(7)), _context(to_onnx(_Classic().eval(), X[:1]))
+    x = X.numpy()
+    classes = new.model.predict(x).argmax(1)
+    got = get_method(method).attribute(old, x, np.zeros_like(x), classes)
+    want = get_method(method).attribute(new, x, np.zeros_like(x), classes)
+    assert np.abs(want).max() > 1e-3
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
