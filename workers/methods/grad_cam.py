@@ -8,7 +8,7 @@ from workers.methods._base import AttributionContext, Capabilities, TorchMethod,
 from xaudit.contract.errors import InvalidInput, NotApplicable
 from xaudit.contract.params import parameter_defaults
 
-__all__ = ["GradCam", "conv_layers"]
+__all__ = ["GradCam", "conv_layers", "with_its_batch_norm"]
 
 # Interpolation mode by number of spatial axes (F.interpolate names).
 _MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
@@ -35,8 +35,27 @@ def conv_layers(graph: torch.nn.Module) -> list[tuple[str, ConvLayer]]:
     return [(name, m) for name, m in graph.named_modules() if isinstance(m, conv_types)]
 
 
+def with_its_batch_norm(graph: torch.nn.Module, name: str, conv: ConvLayer) -> torch.nn.Module:
+    """The batch norm that is the only use of the convolution ``name``, where there is one, else the
+    convolution: the map Grad-CAM weighs. Both exporters fold such a norm into the convolution (the
+    legacy one from opset 9, the dynamo one always), so that the same model exported at opset 7 or
+    with ``do_constant_folding=False`` would otherwise give another map (the norm's shift, weighted
+    by the gradient, is part of the folded layer's output)."""
+    import torch
+
+    if not isinstance(graph, torch.fx.GraphModule):
+        return conv
+    node = next(n for n in graph.graph.nodes if n.op == "call_module" and str(n.target) == name)
+    users = list(node.users)
+    if len(users) != 1 or users[0].op != "call_module" or users[0].args[0] is not node:
+        return conv
+    norm = graph.get_submodule(str(users[0].target))
+    return norm if isinstance(norm, torch.nn.modules.batchnorm._BatchNorm) else conv
+
+
 class GradCam(TorchMethod):
-    """Grad-CAM on the output of the last convolution (or the one named by ``layer``).
+    """Grad-CAM on the output of the last convolution (or the one named by ``layer``), with the batch
+    norm right after it where there is one (:func:`with_its_batch_norm`).
 
     The map (channel-summed, ReLU'd when ``relu``) is upsampled to the input's spatial size with
     Captum's interpolate (bilinear in 2-D) and spread evenly over the input channels, so that the
@@ -59,14 +78,14 @@ class GradCam(TorchMethod):
         if not convs:
             raise NotApplicable(self.name, "the model has no convolution layer")
         if p["layer"] is None:
-            layer = convs[-1][1]
+            name, layer = convs[-1]
         else:
             by_name = dict(convs)
             if p["layer"] not in by_name:
                 raise InvalidInput(
                     f"{self.name}: no convolution layer '{p['layer']}'; the model has {list(by_name)}"
                 )
-            layer = by_name[p["layer"]]
+            name, layer = p["layer"], by_name[p["layer"]]
         spatial = inputs.shape[2:]
         spatial_axes = len(layer.kernel_size)
         if inputs.ndim - 2 != spatial_axes:
@@ -76,9 +95,10 @@ class GradCam(TorchMethod):
                 f"{spatial_axes}-d convolution's map",
             )
         scores, channels = ctx.target.wrap(graph), inputs.shape[1]
+        mapped = with_its_batch_norm(graph, name, layer)
 
         def maps(c: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-            cam = _class_activation_map(scores, layer, x, c)
+            cam = _class_activation_map(scores, mapped, x, c)
             if p["relu"]:
                 cam = torch.relu(cam)
             # Captum's LayerAttribution.interpolate: F.interpolate to the input's size, align_corners unset.

@@ -106,3 +106,43 @@ def test_an_opset_7_model_gets_the_attributions_of_its_opset_17_export(method: s
     want = get_method(method).attribute(new, x, np.zeros_like(x), classes)
     assert np.abs(want).max() > 1e-3
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+class _NormedLast(nn.Module):
+    """A CNN whose last convolution is followed by a batch norm with a shift: the exporters fold it
+    into the convolution from opset 9, and leave it after the convolution at opset 7 and 8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(33)
+        self.conv1, self.conv2, self.bn = nn.Conv2d(3, 6, 3, padding=1), nn.Conv2d(6, 5, 3), nn.BatchNorm2d(5)
+        self.fc = nn.Linear(5, 3)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+            self.bn.bias.uniform_(-1.0, 1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.bn(self.conv2(torch.relu(self.conv1(x)))))
+        return self.fc(h.mean((2, 3)))
+
+
+def test_grad_cam_weighs_the_same_map_whether_the_norm_was_folded_or_not() -> None:
+    """Grad-CAM's map is the last convolution's output with the batch norm that follows it, so that
+    an export that keeps the norm (opset 7) and one that folds it (opset 17) give the same maps.
+    Without that, the norm's shift moved every map."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _NormedLast().eval(), (X[:1],), buffer, dynamo=False, opset_version=7, input_names=["input"]
+        )
+    unfolded = onnx.load_from_string(buffer.getvalue())
+    assert "BatchNormalization" in {node.op_type for node in unfolded.graph.node}
+    old, new = _context(buffer.getvalue()), _context(to_onnx(_NormedLast().eval(), X[:1]))
+    x = X.numpy()
+    classes = new.model.predict(x).argmax(1)
+    got = get_method("grad_cam").attribute(old, x, np.zeros_like(x), classes)
+    want = get_method("grad_cam").attribute(new, x, np.zeros_like(x), classes)
+    assert np.abs(want).max() > 1e-3
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
