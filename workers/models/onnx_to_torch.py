@@ -36,6 +36,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 )
 from onnx2torch.onnx_graph import OnnxGraph as _Onnx2TorchGraph  # noqa: E402
 
+from workers.models.ceil_mode_pools import ceil_mode_pools  # noqa: E402
 from workers.models.constant_batch_norms import fold_constant_batch_norms  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
@@ -252,6 +253,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         _lift_constants(copy)
         _finite_constants(copy)
         _casts_to_float32(copy)
+        ceil_mode_pools(copy)
         fold_constant_batch_norms(copy)
         pooled = rows_at_axis_0_pools(copy)  # before the fusions: their ONNX functions stop the walk
         fuse_gelu(copy)

@@ -20,6 +20,7 @@ from torch import nn
 from tests.models import to_onnx
 from workers.methods import AttributionContext, get_method
 from workers.models import load_model
+from workers.models.ceil_mode_pools import ceil_mode_pools
 from workers.models.onnx_to_torch import _upgraded_opset, onnx_to_torch, unconvertible_nodes
 from workers.players import parse_players
 from workers.targets import Target
@@ -146,3 +147,52 @@ def test_grad_cam_weighs_the_same_map_whether_the_norm_was_folded_or_not() -> No
     want = get_method("grad_cam").attribute(new, x, np.zeros_like(x), classes)
     assert np.abs(want).max() > 1e-3
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def _ceil_pooled() -> nn.Sequential:
+    """A pool that rounds up (torch's ceil_mode, Caffe's pools): written before opset 10 as a pool
+    padded at its far ends."""
+    torch.manual_seed(34)
+    return nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True),
+        nn.Conv2d(6, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 2 * 2, 3),
+    ).eval()  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["lrp_epsilon", "deeplift_rescale", "deeplift_revealcancel"])
+def test_a_far_end_padded_pool_is_a_ceil_mode_pool_for_the_rule_methods(method: str) -> None:
+    """onnx2torch pads such a pool with -inf, which the rule methods refused; as the ceil-mode pool
+    it is, they give the attributions of the opset-17 export."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _ceil_pooled(), (X[:1],), buffer, dynamo=False, opset_version=7, input_names=["input"]
+        )
+    pools = [n for n in onnx.load_from_string(buffer.getvalue()).graph.node if n.op_type == "MaxPool"]
+    assert [list(a.ints) for n in pools for a in n.attribute if a.name == "pads"] == [[0, 0, 2, 2]]
+    old, new = _context(buffer.getvalue()), _context(to_onnx(_ceil_pooled(), X[:1]))
+    x = X.numpy()
+    classes = new.model.predict(x).argmax(1)
+    got = get_method(method).attribute(old, x, np.zeros_like(x), classes)
+    want = get_method(method).attribute(new, x, np.zeros_like(x), classes)
+    assert np.abs(want).max() > 1e-3
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(("end", "rewritten"), [(1, 1), (3, 0)])
+def test_only_a_pool_with_a_ceil_mode_pools_windows_is_rewritten(end: int, rewritten: int) -> None:
+    """On 8 positions a 3-wide pool with stride 2 has 4 windows in ceil mode: padded by 1 at the far
+    end it has the same 4; padded by 3 it has a fifth, which no ceil-mode pool has."""
+    node = onnx.helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, end, end]
+    )
+    graph = onnx.helper.make_graph(
+        [node],
+        "pool",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 8, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    assert ceil_mode_pools(model) == rewritten
+    assert any(a.name == "pads" for a in model.graph.node[0].attribute) == (rewritten == 0)
