@@ -85,6 +85,7 @@ class Dispatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="xaudit-dispatcher", daemon=True)
         self.broker_ok = True
+        self._workers_lost = threading.Event()
 
     def start(self) -> None:
         # A previous process may have marked jobs as sent and died before sending them.
@@ -97,6 +98,14 @@ class Dispatcher:
         self._stop.set()
         self._pending.put(None)
         self._thread.join(timeout=10)
+
+    def workers_lost(self) -> None:
+        """The service's own worker died. A message it had taken from the broker and not yet claimed
+        died with it (the filesystem broker has no redelivery), and its job would wait for the
+        re-dispatch after ``requeue_after_seconds``; every queued job is sent again at the next sweep
+        instead. A job whose message still waits in the broker gets a second one, which finds it
+        claimed and does nothing (``JobStore.claim``)."""
+        self._workers_lost.set()
 
     def notify(self, job_id: str, queue_name: str) -> None:
         self._pending.put((job_id, queue_name))
@@ -145,6 +154,10 @@ class Dispatcher:
         lost = self._broker_lost_messages()
         if lost is None:
             return
+        if self._workers_lost.is_set():
+            self._workers_lost.clear()
+            logger.warning("the local worker died: sending queued jobs again")
+            lost = True
         if lost:
             n = self._store.redispatch_queued()
             if n:

@@ -1,7 +1,8 @@
 """Run the service until a signal: the gRPC server, and in the embedded mode a local worker process.
 
 The local worker is an ordinary ``xaudit worker`` child (its own process group, so stopping it also
-stops its prefork children); it is restarted if it dies while the server runs.
+stops its prefork children); it is restarted if it dies while the server runs, and the queued jobs
+are sent again (a message it had taken died with it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -39,7 +41,13 @@ class ServeOptions:
 
 class LocalWorker:
     def __init__(
-        self, broker_url: str, server: str, options: ServeOptions, home: str, token: str | None = None
+        self,
+        broker_url: str,
+        server: str,
+        options: ServeOptions,
+        home: str,
+        token: str | None = None,
+        on_exit: Callable[[], None] = lambda: None,
     ) -> None:
         self._argv = [
             sys.executable,
@@ -59,6 +67,7 @@ class LocalWorker:
         if token:  # authentication on: the server's in-memory worker token (service/auth.py)
             self._env["XAUDIT_WORKER_TOKEN"] = token
         self._options = options
+        self._on_exit = on_exit  # called when the worker dies while the server runs
         self._proc: subprocess.Popen[bytes] | None = None
         self._started = 0.0
         self._stopping = threading.Event()
@@ -91,6 +100,7 @@ class LocalWorker:
             logger.error(
                 "local worker exited with status %s: restarting in %.0fs", self._proc.returncode, delay
             )
+            self._on_exit()
             if self._stopping.wait(delay):
                 return
             self._spawn()
@@ -122,7 +132,12 @@ def serve(config: ServerConfig, options: ServeOptions | None = None, planner: Pl
     worker = None
     if options.local_worker:
         worker = LocalWorker(
-            config.resolved_broker_url, server.address, options, str(config.home), server.worker_token
+            config.resolved_broker_url,
+            server.address,
+            options,
+            str(config.home),
+            server.worker_token,
+            on_exit=server.dispatcher.workers_lost,
         )
         worker.start()
     print(f"xaudit: serving on {server.address} (data in {config.home})", file=sys.stderr, flush=True)

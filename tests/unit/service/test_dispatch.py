@@ -131,3 +131,48 @@ def test_queued_jobs_are_sent_again_at_start_and_when_the_broker_loses_its_messa
     finally:
         second.stop()
         store.close()
+
+
+def test_queued_jobs_are_sent_again_when_the_local_worker_dies(tmp_path: Path) -> None:
+    """The filesystem broker has no redelivery: a message the dying worker had taken, before it claimed
+    the job, is gone. The job is sent again at the next sweep, not after requeue_after_seconds."""
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    sent: list[str] = []
+    dispatcher = Dispatcher(
+        store, lambda j, q: sent.append(j), ServerConfig(home=tmp_path, requeue_after_seconds=300)
+    )
+    job_id, claimed = _job(store, "k"), _job(store, "k2")
+    dispatcher.sweep()
+    store.claim(claimed, "live-worker", lease_seconds=60)
+    dispatcher.sweep()
+    assert sent == [job_id, claimed]  # the first message was taken by the worker that then died
+    dispatcher.workers_lost()
+    dispatcher.sweep()
+    assert sent == [job_id, claimed, job_id]  # the claimed job keeps its lease
+    dispatcher.sweep()
+    assert sent == [job_id, claimed, job_id]
+    store.close()
+
+
+def test_the_local_worker_reports_its_death(tmp_path: Path) -> None:
+    import sys
+
+    from service.run import LocalWorker, ServeOptions
+
+    deaths: list[float] = []
+    worker = LocalWorker(
+        "filesystem:///nowhere",
+        "127.0.0.1:1",
+        ServeOptions(),
+        str(tmp_path),
+        on_exit=lambda: deaths.append(1),
+    )
+    worker._argv = [sys.executable, "-c", "raise SystemExit(3)"]  # a worker that dies at once
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not deaths and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert deaths, "the death was not reported"
+    finally:
+        worker.stop()
