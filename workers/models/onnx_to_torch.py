@@ -40,6 +40,7 @@ from workers.models.ceil_mode_pools import ceil_mode_pools  # noqa: E402
 from workers.models.constant_batch_norms import fold_constant_batch_norms  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
+from workers.models.experimental_ops import image_scalers_as_onnx  # noqa: E402
 from workers.models.fake_quantization import simulate_quantization  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
 from workers.models.ml_ops import ml_ops_as_onnx  # noqa: E402
@@ -221,7 +222,8 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     ``output`` alone where one is named (workers/models/onnx_outputs.py), negative declared dimensions
     read as unknown (workers/models/onnx_dims.py: shape inference aborts the process on them),
     onnxruntime's fused operators written back as ONNX's own (workers/models/ort_unfusion.py) and so
-    are ONNX-ML's linear operators (workers/models/ml_ops.py). onnxruntime still runs it (the token
+    are ONNX-ML's linear operators (workers/models/ml_ops.py) and the former experimental ImageScaler
+    (workers/models/experimental_ops.py). onnxruntime still runs it (the token
     models' embedding cut does). The game runs ``model`` itself."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -230,6 +232,7 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     negative_dims_unknown(copy)
     unfuse_onnxruntime_ops(copy)
     ml_ops_as_onnx(copy)
+    image_scalers_as_onnx(copy)
     return copy
 
 

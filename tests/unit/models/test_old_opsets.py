@@ -4,7 +4,9 @@
 onnx2torch has no converter for BatchNormalization-7, Gemm-7, Flatten-1, MaxPool-1, Dropout-7,
 Slice-1 or Upsample, so every gradient and rule method was refused on such a model while the game
 ran it. The methods' graph is now built from the model upgraded to opset 13 by onnx's version
-converter, and gives the attributions of the same network exported at opset 17."""
+converter, and gives the attributions of the same network exported at opset 17. Two more things
+the old exports wrote: max pools padded at their far ends (ceil-mode pools before opset 10) and the
+former experimental ImageScaler."""
 
 from __future__ import annotations
 
@@ -196,3 +198,60 @@ def test_only_a_pool_with_a_ceil_mode_pools_windows_is_rewritten(end: int, rewri
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
     assert ceil_mode_pools(model) == rewritten
     assert any(a.name == "pads" for a in model.graph.node[0].attribute) == (rewritten == 0)
+
+
+def _image_scaler_model() -> tuple[bytes, nn.Module]:
+    """An opset-8, IR-3 model as CNTK and Caffe2 wrote them (every initializer also a graph input)
+    that normalises its input with ``ImageScaler``, and its torch twin."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    torch.manual_seed(35)
+    conv = nn.Conv2d(3, 4, 3, padding=1)
+    scale, bias = 0.5, [0.1, -0.2, 0.3]
+    weights = {"W": conv.weight.detach().numpy(), "B": conv.bias.detach().numpy()}
+    nodes = [
+        helper.make_node("ImageScaler", ["x"], ["s"], scale=scale, bias=bias),
+        helper.make_node("Conv", ["s", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["y"]),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])] + [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, list(value.shape))
+        for name, value in weights.items()
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "scaled",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
+    model.ir_version = 3
+
+    class Twin(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = conv
+            self.register_buffer("bias", torch.tensor(bias).reshape(1, 3, 1, 1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.conv(x * scale + self.bias)).mean((2, 3))
+
+    return model.SerializeToString(), Twin().eval()
+
+
+@pytest.mark.parametrize("method", ["gradient_x_input", "lrp_epsilon", "deeplift_rescale"])
+def test_an_image_scaler_is_the_scale_and_shift_it_computes(method: str) -> None:
+    """onnx no longer defines ImageScaler, so neither the torch conversion nor the opset upgrade
+    knew it; written as a Mul and an Add, the model gets its twin's attributions."""
+    data, twin = _image_scaler_model()
+    old, new = _context(data), _context(to_onnx(twin, X[:1]))
+    x = X.numpy()
+    np.testing.assert_allclose(old.model.predict(x), twin(X).detach().numpy(), rtol=1e-5, atol=1e-6)
+    classes = new.model.predict(x).argmax(1)
+    got = get_method(method).attribute(old, x, np.zeros_like(x), classes)
+    want = get_method(method).attribute(new, x, np.zeros_like(x), classes)
+    assert np.abs(want).max() > 1e-3
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())

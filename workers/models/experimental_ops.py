@@ -1,0 +1,43 @@
+"""ONNX's former experimental ``ImageScaler`` written as ONNX's own operators, for the methods' graph.
+
+Old converters (CNTK's and Caffe2's, the ONNX Model Zoo's opset 7 and 8 models such as
+emotion_ferplus and tiny-yolov2) put the input's normalisation in an ``ImageScaler``: y = scale * x
++ bias[c] over an (N, C, H, W) image. onnxruntime still runs it, but onnx no longer defines it, so
+the torch conversion had no converter and onnx's version converter stopped at it: every gradient
+and rule method was refused. It is written as a Mul by the scale and an Add of the per-channel bias
+(tests/unit/models/test_old_opsets.py); the game runs the model as given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from workers.models.onnx_nodes import attributes
+
+__all__ = ["image_scalers_as_onnx"]
+
+
+def image_scalers_as_onnx(model: onnx.ModelProto) -> int:
+    """Rewrite each ``ImageScaler`` of ``model``'s main graph in place; returns how many."""
+    graph = model.graph
+    nodes: list[onnx.NodeProto] = []
+    count = 0
+    for node in graph.node:
+        if node.op_type != "ImageScaler" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        options = attributes(node)
+        bias = np.asarray(options.get("bias", [0.0]), np.float32).reshape(1, -1, 1, 1)
+        scale, shift, scaled = (f"{node.output[0]}__xaudit_{part}" for part in ("scale", "bias", "scaled"))
+        # Constant nodes, not initializers: a model before IR 4 must list every initializer as an input
+        for name, value in ((scale, np.asarray(options.get("scale", 1.0), np.float32)), (shift, bias)):
+            nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name)))
+        nodes.append(helper.make_node("Mul", [node.input[0], scale], [scaled], name=f"{node.name}_scale"))
+        nodes.append(helper.make_node("Add", [scaled, shift], [node.output[0]], name=f"{node.name}_bias"))
+        count += 1
+    if count:
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return count
