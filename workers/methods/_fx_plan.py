@@ -160,7 +160,7 @@ GATES = (
 )
 SELF_GATES = "SiLU, Hardswish, LeakyReLU, PReLU"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
-NORMS = "LayerNorm (or written out), RMSNorm, InstanceNorm (their scale held constant)"
+NORMS = "LayerNorm (or written out), RMSNorm, InstanceNorm, LRN (their scale held constant)"
 CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants"
 ELEMENTWISE_CONSTANTS = "Mul, Div, Add and Sub with constants"
 _HEAD_TYPES: tuple[type[nn.Module], ...] = (nn.Softmax, nn.LogSoftmax, nn.Sigmoid)
@@ -1202,6 +1202,8 @@ def _is_norm(module: nn.Module | None, name: str) -> bool:
     running statistics: in eval mode that is a fixed per-channel scale)."""
     if isinstance(module, _INSTANCE_NORMS):
         return not module.track_running_stats
+    if isinstance(module, nn.LocalResponseNorm):
+        return True
     if _is_rms_norm(module, name):
         return True
     if name not in _NORM_NAMES:
@@ -1326,15 +1328,18 @@ def held_constant(graph: nn.Module, method: str) -> str:
         plan = family_plan(graph, method, "LRP")
     except NotApplicable:
         return ""
+    norms = [step.module for step in plan.steps if step.kind == "norm"]
+    response = [isinstance(norm, nn.LocalResponseNorm) for norm in norms]
     held = {
         "layer norms' scales": any(
-            step.kind == "norm" and not _instance(step.module) and norm_centres(step.module)
-            for step in plan.steps
+            not _instance(norm) and not lrn and norm_centres(norm)
+            for norm, lrn in zip(norms, response, strict=True)
         ),
         "RMS norms' scales": any(
-            step.kind == "norm" and not norm_centres(step.module) for step in plan.steps
+            not lrn and not norm_centres(norm) for norm, lrn in zip(norms, response, strict=True)
         ),
-        "instance norms' scales": any(step.kind == "norm" and _instance(step.module) for step in plan.steps),
+        "instance norms' scales": any(_instance(norm) for norm in norms),
+        "local response norms' divisors": any(response),
     }
     glu = {step.node for step in plan.steps if step.signed and step.kind == "gate"}
     for step in plan.steps:

@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch import fx
+from torch import fx, nn
 
 from workers.methods._base import AttributionContext, in_row_chunks
 from workers.methods._fx_plan import (
@@ -431,7 +431,10 @@ def _held_norm(norm: Any, z: torch.Tensor) -> torch.Tensor:
     """A layer (or instance) normalisation with its scale 1 / std held constant (the LN rule of Ali et
     al. 2022): the centring ``z - mean(z)`` keeps its gradient, so relevance passes as through a linear
     layer whose shift (the norm's bias) absorbs its share. An RMS normalisation does not centre: held,
-    it is a diagonal layer, and relevance passes through it unchanged."""
+    it is a diagonal layer, and relevance passes through it unchanged, as through a local response
+    norm (AlexNet's, GoogLeNet's) with its divisor held constant."""
+    if isinstance(norm, nn.LocalResponseNorm):
+        return z / _response_divisor(norm, z).detach()
     axes, epsilon, weight, bias = layer_norm_parts(norm, z.ndim)
     centred = z - z.mean(axes, keepdim=True) if norm_centres(norm) else z
     with torch.no_grad():
@@ -440,6 +443,17 @@ def _held_norm(norm: Any, z: torch.Tensor) -> torch.Tensor:
     if weight is not None:
         y = y * weight
     return y if bias is None else y + bias
+
+
+def _response_divisor(norm: nn.LocalResponseNorm, z: torch.Tensor) -> torch.Tensor:
+    """(k + alpha * the mean of z^2 over the ``size`` channels around each) ^ beta, the divisor of
+    ``torch.nn.functional.local_response_norm`` (computed as it computes it)."""
+    squares = z.square().unsqueeze(1)
+    padding = (norm.size // 2, (norm.size - 1) // 2)
+    flat = squares.reshape(len(z), 1, z.shape[1], z.shape[2] if z.ndim > 2 else 1, -1)
+    flat = torch.nn.functional.pad(flat, (0, 0, 0, 0, *padding))
+    mean = torch.nn.functional.avg_pool3d(flat, (norm.size, 1, 1), stride=1).reshape(z.shape)
+    return mean.mul(norm.alpha).add(norm.k).pow(norm.beta)
 
 
 def lrp_relevance(
