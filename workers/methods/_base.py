@@ -150,16 +150,25 @@ class TorchMethod(Method):
         )
 
     def _graph_note(self, model: ModelAdapter) -> str | None:
-        from workers.methods._conversion_check import fake_quantized
+        from workers.methods._conversion_check import fake_quantized, upgraded_from
         from workers.methods._embedding import graph_model
 
-        if model.info.format != "onnx" or not fake_quantized(graph_model(model)):
+        if model.info.format != "onnx":
             return None
-        return (
-            "on the quantized model's graph, each quantize-dequantize pair a fake quantization with its "
-            "values: straight-through gradients; LRP passes relevance through it, DeepLIFT takes its "
-            "rule there as at any nonlinearity (docs/science.md 5.9)"
-        )
+        graph = graph_model(model)
+        notes = []
+        opset = upgraded_from(graph)
+        if opset is not None:
+            notes.append(
+                f"on the model's graph upgraded from opset {opset} to 13 by onnx's version converter"
+            )
+        if fake_quantized(graph):
+            notes.append(
+                "on the quantized model's graph, each quantize-dequantize pair a fake quantization with its "
+                "values: straight-through gradients; LRP passes relevance through it, DeepLIFT takes its "
+                "rule there as at any nonlinearity (docs/science.md 5.9)"
+            )
+        return "; ".join(notes) or None
 
     @abstractmethod
     def attribute_tensors(

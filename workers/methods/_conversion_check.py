@@ -31,7 +31,7 @@ from workers.models.base import ModelAdapter
 from workers.nudge import NUDGE, nudge_test
 from xaudit.contract.errors import NotApplicable, XauditError
 
-__all__ = ["check_graph_matches_model", "fake_quantized"]
+__all__ = ["check_graph_matches_model", "fake_quantized", "upgraded_from"]
 
 _ROWS = 2  # compared rows: the check must cost next to nothing beside a method's passes
 _RELATIVE = 1e-2  # of the outputs' largest magnitude: float16 models round to about 1e-3 of it
@@ -106,6 +106,20 @@ def fake_quantized(model: ModelAdapter) -> bool:
     from workers.models.onnx_converters import fake_quantizes  # loaded with the graph
 
     return fake_quantizes(graph)
+
+
+def upgraded_from(model: ModelAdapter) -> int | None:
+    """The opset ``model`` was upgraded from for its torch graph (workers.models.onnx_to_torch); None
+    where it was converted as sent."""
+    try:
+        graph = model.torch_differentiable()
+    except XauditError:
+        return None
+    from workers.models.onnx_to_torch import UPGRADED_FROM  # loaded with the graph
+
+    # the converted graph itself, or inside the module that feeds it the held inputs
+    found = [getattr(part, UPGRADED_FROM) for part in graph.modules() if hasattr(part, UPGRADED_FROM)]
+    return int(found[0]) if found else None
 
 
 def _flipped(differences: np.ndarray, scale: float) -> tuple[float, float]:

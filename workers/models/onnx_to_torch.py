@@ -54,7 +54,7 @@ from workers.models.pooled_rows import mark_pooled_rows, rows_at_axis_0_pools  #
 from workers.models.quantized_operators import as_qdq  # noqa: E402
 from workers.models.recurrent_unroll import unroll_recurrent  # noqa: E402
 
-__all__ = ["method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
+__all__ = ["UPGRADED_FROM", "method_graph", "methods_copy", "onnx_to_torch", "unconvertible_nodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +194,8 @@ def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
 
 # The oldest opset whose operator versions onnx2torch converts throughout (Upsample as Resize).
 _UPGRADE_TO = 13
+# The converted module's attribute that holds the opset a model was upgraded from (for the report).
+UPGRADED_FROM = "xaudit_upgraded_from"
 
 
 def _upgraded_opset(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -203,7 +205,7 @@ def _upgraded_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     method was refused. onnx's version converter writes each in its opset-13 form (Upsample as
     Resize); the conversion check then compares the graph with the model as sent, which the game
     runs unchanged. A model the upgrade does not help (or that it fails on) is kept as it is."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), _UPGRADE_TO)
+    opset = _default_opset(model)
     if opset >= _UPGRADE_TO:
         return model
     before = unconvertible_nodes(model)
@@ -215,6 +217,10 @@ def _upgraded_opset(model: onnx.ModelProto) -> onnx.ModelProto:
         logger.info("opset %d -> %d failed", opset, _UPGRADE_TO, exc_info=True)
         return model
     return upgraded if len(unconvertible_nodes(upgraded)) < len(before) else model
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), _UPGRADE_TO)
 
 
 def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.ModelProto:
@@ -240,7 +246,8 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
     """A torch.fx GraphModule equivalent to ``model`` (to its ``output`` alone where one is named), in
     eval mode, float32."""
     # the fused operators written back, and an old opset upgraded, before the converters are looked up
-    copy = _upgraded_opset(methods_copy(model, output))
+    sent = methods_copy(model, output)
+    copy = _upgraded_opset(sent)
     # a statically quantized model: its operators as QDQ, its weights dequantized, each activation's
     # quantize-dequantize pair one fake quantization (torch only: xaudit's domain, which onnxruntime
     # is not given)
@@ -266,6 +273,8 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         _distinct_node_names(copy)
         module = _unnested(convert(copy, attach_onnx_mapping=bool(pooled)))
         mark_pooled_rows(module, pooled)
+        if copy is not sent:
+            setattr(module, UPGRADED_FROM, _default_opset(sent))
     except InvalidModel:
         raise
     except Exception as exc:  # onnx2torch raises anything from deep inside its converters

@@ -106,6 +106,8 @@ def test_an_opset_7_model_gets_the_attributions_of_its_opset_17_export(method: s
     x = X.numpy()
     classes = new.model.predict(x).argmax(1)
     got = get_method(method).attribute(old, x, np.zeros_like(x), classes)
+    assert "upgraded from opset 7 to 13" in str(get_method(method).described_implementation(old.model))
+    assert "upgraded" not in str(get_method(method).described_implementation(new.model))
     want = get_method(method).attribute(new, x, np.zeros_like(x), classes)
     assert np.abs(want).max() > 1e-3
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
