@@ -21,7 +21,7 @@ from onnx import helper
 from workers.models.onnx_nodes import attributes
 from workers.models.onnx_shapes import infer_shapes_light
 
-__all__ = ["ceil_mode_pools"]
+__all__ = ["ceil_mode_pools", "has_far_end_pads"]
 
 
 def ceil_mode_pools(model: onnx.ModelProto) -> int:
@@ -45,6 +45,11 @@ def ceil_mode_pools(model: onnx.ModelProto) -> int:
         node.attribute.append(helper.make_attribute("ceil_mode", 1))
         rewritten += 1
     return rewritten
+
+
+def has_far_end_pads(model: onnx.ModelProto) -> bool:
+    """``model`` has a max pool that may be a ceil-mode pool written before opset 10."""
+    return any(node.op_type == "MaxPool" and _far_end_padded(node) for node in model.graph.node)
 
 
 def _far_end_padded(node: onnx.NodeProto) -> bool:

@@ -36,7 +36,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 )
 from onnx2torch.onnx_graph import OnnxGraph as _Onnx2TorchGraph  # noqa: E402
 
-from workers.models.ceil_mode_pools import ceil_mode_pools  # noqa: E402
+from workers.models.ceil_mode_pools import ceil_mode_pools, has_far_end_pads  # noqa: E402
 from workers.models.constant_batch_norms import fold_constant_batch_norms  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
@@ -204,19 +204,23 @@ def _upgraded_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     Slice-1, Cast-6 and Upsample onnx2torch has no converter for, and every gradient and rule
     method was refused. onnx's version converter writes each in its opset-13 form (Upsample as
     Resize); the conversion check then compares the graph with the model as sent, which the game
-    runs unchanged. A model the upgrade does not help (or that it fails on) is kept as it is."""
+    runs unchanged. So is a model before opset 10 with a max pool padded at its far ends, which can
+    then be the ceil-mode pool it stands for (workers/models/ceil_mode_pools.py). A model the upgrade
+    does not help (or that it fails on) is kept as it is."""
     opset = _default_opset(model)
     if opset >= _UPGRADE_TO:
         return model
     before = unconvertible_nodes(model)
-    if not before:
+    pools = opset < 10 and has_far_end_pads(model)  # ceil mode needs MaxPool-10 (ceil_mode_pools.py)
+    if not before and not pools:
         return model
     try:
         upgraded = version_converter.convert_version(model, _UPGRADE_TO)
     except Exception:  # onnx's converter raises anything on an operator it has no adapter for
         logger.info("opset %d -> %d failed", opset, _UPGRADE_TO, exc_info=True)
         return model
-    return upgraded if len(unconvertible_nodes(upgraded)) < len(before) else model
+    after = len(unconvertible_nodes(upgraded))
+    return upgraded if after < len(before) or (pools and after <= len(before)) else model
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
