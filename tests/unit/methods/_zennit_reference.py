@@ -11,11 +11,12 @@ import torch
 from torch import nn
 from zennit.attribution import Gradient
 from zennit.core import Composite, Hook
+from zennit.rules import Norm, Pass
 
 from workers.methods import AttributionContext, get_method
 from workers.methods._lrp_rules import AlphaBeta, Epsilon, LayerRule, ZBox
 
-__all__ = ["assert_equals_zennit", "lrp_cases", "zennit_relevance"]
+__all__ = ["assert_equals_zennit", "lrp_cases", "passing", "zennit_relevance"]
 
 Z_PLUS = AlphaBeta(1.0, 0.0, zero_bias=True)
 
@@ -27,6 +28,24 @@ def lrp_cases(layers: int) -> dict[str, tuple[dict[str, Any], list[LayerRule]]]:
         "lrp_alpha_beta": ({"alpha": 2.0, "beta": 1.0}, [AlphaBeta(2.0, 1.0)] * layers),
         "deep_taylor": ({"low": -4.0, "high": 4.0}, [ZBox(-4.0, 4.0)] + [Z_PLUS] * (layers - 1)),
     }
+
+
+def passing(
+    layers: list[nn.Module], rules: list[LayerRule], passed: type[nn.Module]
+) -> Callable[[dict, str, nn.Module], Hook | None]:
+    """Zennit's hooks: each of ``layers`` its rule, Pass on every ``passed`` module (Zennit's hooks
+    carry relevance itself, so an elementwise module held as it is passes it on unchanged), Norm on
+    pooling layers."""
+    hooks = dict(zip(map(id, layers), rules, strict=True))
+
+    def mapping(context: dict, module_name: str, module: nn.Module) -> Hook | None:
+        if id(module) in hooks:
+            return hooks[id(module)].zennit()
+        if isinstance(module, passed):
+            return Pass()
+        return Norm() if "Pool" in type(module).__name__ else None
+
+    return mapping
 
 
 def zennit_relevance(

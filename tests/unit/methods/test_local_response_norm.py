@@ -11,10 +11,8 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
-from zennit.core import Hook
-from zennit.rules import Norm, Pass
 
-from tests.unit.methods._zennit_reference import lrp_cases, zennit_relevance
+from tests.unit.methods._zennit_reference import lrp_cases, passing, zennit_relevance
 from workers.methods import AttributionContext, get_method
 from workers.methods._fx_plan import held_constant
 from workers.models import load_model
@@ -98,18 +96,9 @@ def test_lrp_holds_the_divisor_as_zennit_does_on_the_held_twin(name: str) -> Non
     ctx = _context(_lrn_model(twin), params)
     assert "local response norms' divisors" in held_constant(ctx.model.torch_differentiable(), name)
     layers = [m for m in twin.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
-    hooks = dict(zip(map(id, layers), rules, strict=True))
-
-    def mapping(context: dict, module_name: str, module: nn.Module) -> Hook | None:
-        if id(module) in hooks:
-            return hooks[id(module)].zennit()
-        if isinstance(module, _HeldResponseNorm):
-            return Pass()  # Zennit's hooks carry relevance itself: held, the norm passes it on
-        return Norm() if "Pool" in type(module).__name__ else None
-
     classes = np.array([0, 1, 2, 1])
     ours = get_method(name).attribute(ctx, X.numpy(), np.zeros_like(X.numpy()), classes)
-    want = zennit_relevance(twin, mapping, X, classes)
+    want = zennit_relevance(twin, passing(layers, rules, _HeldResponseNorm), X, classes)
     assert np.abs(want).max() > 1e-3
     # the divisor is computed two ways in float32; epsilon's small denominators magnify that
     np.testing.assert_allclose(ours, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())

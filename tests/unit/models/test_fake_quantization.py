@@ -17,12 +17,10 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 from torch import nn
-from zennit.core import Hook
-from zennit.rules import Norm, Pass
 
 from tests.models import to_onnx
 from tests.unit.methods._context import dense_layers, pooled_cnn
-from tests.unit.methods._zennit_reference import lrp_cases, zennit_relevance
+from tests.unit.methods._zennit_reference import lrp_cases, passing, zennit_relevance
 from tests.unit.methods.test_revealcancel import revealcancel_ref
 from workers.methods import AttributionContext, get_method
 from workers.methods._conversion_check import check_graph_matches_model
@@ -227,18 +225,9 @@ def test_lrp_passes_relevance_through_the_pairs_as_zennit_does(tmp_path: object,
             )
         assert (low, high) != (rules[0].low, rules[0].high), "the input's grid saturates inside the bounds"
         rules = [ZBox(low, high), *rules[1:]]
-    hooks = dict(zip(map(id, layers), rules, strict=True))
-
-    def mapping(context: dict, module_name: str, module: nn.Module) -> Hook | None:
-        if id(module) in hooks:
-            return hooks[id(module)].zennit()
-        if isinstance(module, FakeQuantize):
-            return Pass()
-        return Norm() if "Pool" in type(module).__name__ else None
-
     classes = np.array([0, 1, 2, 1])
     ours = get_method(name).attribute(ctx, X.numpy(), np.zeros_like(X.numpy()), classes)
-    want = zennit_relevance(twin, mapping, X, classes)
+    want = zennit_relevance(twin, passing(layers, rules, FakeQuantize), X, classes)
     assert np.abs(want).max() > 1e-3
     np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
