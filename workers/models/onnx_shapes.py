@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["SHAPE_BYTES", "infer_shapes_light", "nbytes"]
+__all__ = ["SHAPE_BYTES", "infer_shapes_light", "nbytes", "weightless"]
 
 # Larger initializers are weights: no operator reads a shape or an index from that many bytes.
 SHAPE_BYTES = 1 << 16
@@ -26,6 +26,19 @@ SHAPE_BYTES = 1 << 16
 def infer_shapes_light(model: onnx.ModelProto, **kwargs: Any) -> onnx.ModelProto:
     """``model`` with the value types onnx's shape inference finds (``kwargs``: its options), the
     inference run on a copy that holds only the initializers of at most :data:`SHAPE_BYTES`."""
+    light, _ = weightless(model)
+    inferred = onnx.shape_inference.infer_shapes(light, **kwargs)
+    source = model.graph
+    del source.value_info[:]
+    source.value_info.extend(inferred.graph.value_info)
+    for output, found in zip(source.output, inferred.graph.output, strict=True):
+        output.type.CopyFrom(found.type)
+    return model
+
+
+def weightless(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str]]:
+    """A copy of ``model`` with only the initializers of at most :data:`SHAPE_BYTES`, each larger one
+    a graph input of its type and shape instead; and the names of the inputs so added."""
     light = onnx.ModelProto()
     light.ir_version = model.ir_version
     light.opset_import.extend(model.opset_import)
@@ -38,6 +51,7 @@ def infer_shapes_light(model: onnx.ModelProto, **kwargs: Any) -> onnx.ModelProto
     graph.value_info.extend(source.value_info)
     graph.sparse_initializer.extend(source.sparse_initializer)
     declared = {value.name for value in source.input}
+    added: set[str] = set()
     for tensor in source.initializer:
         if (nbytes(tensor) or 0) <= SHAPE_BYTES:  # no numpy type: kept
             graph.initializer.append(tensor)
@@ -45,12 +59,8 @@ def infer_shapes_light(model: onnx.ModelProto, **kwargs: Any) -> onnx.ModelProto
             graph.input.append(
                 helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
             )
-    inferred = onnx.shape_inference.infer_shapes(light, **kwargs)
-    del source.value_info[:]
-    source.value_info.extend(inferred.graph.value_info)
-    for output, found in zip(source.output, inferred.graph.output, strict=True):
-        output.type.CopyFrom(found.type)
-    return model
+            added.add(tensor.name)
+    return light, added
 
 
 def nbytes(tensor: onnx.TensorProto) -> int | None:

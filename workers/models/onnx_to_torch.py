@@ -5,7 +5,7 @@ accepted tensor types (float8, int4, bfloat16...) or adds an attribute we check 
 the older converter for the newer version. That is sound for the float32 graphs audited here; any
 other gap surfaces as a clear "unsupported operator" error naming the operator and its node.
 Models older than opset 13 whose operator versions onnx2torch lacks are upgraded to opset 13 by
-onnx's version converter first (``_upgraded_opset``).
+onnx's version converter first (``_upgrade_opset``).
 
 Older exporters (PaddlePaddle, early TF converters) write weights as Constant nodes or list them as
 graph inputs too: both are normalised to plain initializers first, which is what onnx2torch's
@@ -48,7 +48,7 @@ from workers.models.norm_fusion import fuse_norms  # noqa: E402
 from workers.models.onnx_converters import registered  # noqa: E402  (importing registers the converters onnx2torch lacks)
 from workers.models.onnx_dims import negative_dims_unknown  # noqa: E402
 from workers.models.onnx_outputs import only_output  # noqa: E402
-from workers.models.onnx_shapes import infer_shapes_light  # noqa: E402
+from workers.models.onnx_shapes import infer_shapes_light, weightless  # noqa: E402
 from workers.models.ort_unfusion import unfuse_onnxruntime_ops  # noqa: E402
 from workers.models.pooled_rows import mark_pooled_rows, rows_at_axis_0_pools  # noqa: E402
 from workers.models.quantized_operators import as_qdq  # noqa: E402
@@ -198,29 +198,48 @@ _UPGRADE_TO = 13
 UPGRADED_FROM = "xaudit_upgraded_from"
 
 
-def _upgraded_opset(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` at opset 13 where that converts more of its operators. The ONNX Model Zoo's classic
-    models are opset 7 to 9, whose BatchNormalization-7, Gemm-7, Flatten-1, MaxPool-1, Dropout-7,
-    Slice-1, Cast-6 and Upsample onnx2torch has no converter for, and every gradient and rule
-    method was refused. onnx's version converter writes each in its opset-13 form (Upsample as
-    Resize); the conversion check then compares the graph with the model as sent, which the game
-    runs unchanged. So is a model before opset 10 with a max pool padded at its far ends, which can
-    then be the ceil-mode pool it stands for (workers/models/ceil_mode_pools.py). A model the upgrade
-    does not help (or that it fails on) is kept as it is."""
+def _upgrade_opset(model: onnx.ModelProto) -> int | None:
+    """Upgrade ``model`` in place to opset 13 where that converts more of its operators, and return the
+    opset it was upgraded from (None: kept as it is). The ONNX Model Zoo's classic models are opset 7
+    to 9, whose BatchNormalization-7, Gemm-7, Flatten-1, MaxPool-1, Dropout-7, Slice-1, Cast-6 and
+    Upsample onnx2torch has no converter for, and every gradient and rule method was refused. onnx's
+    version converter writes each in its opset-13 form (Upsample as Resize); the conversion check
+    then compares the graph with the model as sent, which the game runs unchanged. So is a model
+    before opset 10 with a max pool padded at its far ends, which can then be the ceil-mode pool it
+    stands for (workers/models/ceil_mode_pools.py). A model the upgrade does not help (or that it
+    fails on) is kept as it is. The converter is given the model without its weights (as shapes),
+    which it never reads: it copies what it is given twice over (VGG16: 1.6 GB more at the peak)."""
     opset = _default_opset(model)
     if opset >= _UPGRADE_TO:
-        return model
+        return None
     before = unconvertible_nodes(model)
     pools = opset < 10 and has_far_end_pads(model)  # ceil mode needs MaxPool-10 (ceil_mode_pools.py)
     if not before and not pools:
-        return model
+        return None
+    light, weights = weightless(model)
     try:
-        upgraded = version_converter.convert_version(model, _UPGRADE_TO)
+        upgraded = version_converter.convert_version(light, _UPGRADE_TO)
     except Exception:  # onnx's converter raises anything on an operator it has no adapter for
         logger.info("opset %d -> %d failed", opset, _UPGRADE_TO, exc_info=True)
-        return model
+        return None
     after = len(unconvertible_nodes(upgraded))
-    return upgraded if after < len(before) or (pools and after <= len(before)) else model
+    if not (after < len(before) or (pools and after <= len(before))):
+        return None
+    graph, new = model.graph, upgraded.graph
+    light_names = {tensor.name for tensor in light.graph.initializer}
+    kept = [tensor for tensor in graph.initializer if tensor.name not in light_names]  # the weights
+    for field in ("node", "input", "output", "value_info", "initializer"):
+        del getattr(graph, field)[:]
+    graph.node.extend(new.node)
+    graph.input.extend(value for value in new.input if value.name not in weights)
+    graph.output.extend(new.output)
+    graph.value_info.extend(new.value_info)
+    graph.initializer.extend(new.initializer)  # the small ones, as the converter left them
+    graph.initializer.extend(kept)
+    del model.opset_import[:]
+    model.opset_import.extend(upgraded.opset_import)
+    model.ir_version = max(model.ir_version, upgraded.ir_version)
+    return opset
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
@@ -250,8 +269,8 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
     """A torch.fx GraphModule equivalent to ``model`` (to its ``output`` alone where one is named), in
     eval mode, float32."""
     # the fused operators written back, and an old opset upgraded, before the converters are looked up
-    sent = methods_copy(model, output)
-    copy = _upgraded_opset(sent)
+    copy = methods_copy(model, output)
+    upgraded_from = _upgrade_opset(copy)
     # a statically quantized model: its operators as QDQ, its weights dequantized, each activation's
     # quantize-dequantize pair one fake quantization (torch only: xaudit's domain, which onnxruntime
     # is not given)
@@ -277,8 +296,8 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         _distinct_node_names(copy)
         module = _unnested(convert(copy, attach_onnx_mapping=bool(pooled)))
         mark_pooled_rows(module, pooled)
-        if copy is not sent:
-            setattr(module, UPGRADED_FROM, _default_opset(sent))
+        if upgraded_from is not None:
+            setattr(module, UPGRADED_FROM, upgraded_from)
     except InvalidModel:
         raise
     except Exception as exc:  # onnx2torch raises anything from deep inside its converters

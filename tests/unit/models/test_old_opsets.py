@@ -1,5 +1,5 @@
 """Models at opsets 7 to 9, as the ONNX Model Zoo's classic models are (workers/models/onnx_to_torch.py,
-``_upgraded_opset``).
+``_upgrade_opset``).
 
 onnx2torch has no converter for BatchNormalization-7, Gemm-7, Flatten-1, MaxPool-1, Dropout-7,
 Slice-1 or Upsample, so every gradient and rule method was refused on such a model while the game
@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
 from torch import nn
@@ -23,7 +24,8 @@ from tests.models import to_onnx
 from workers.methods import AttributionContext, get_method
 from workers.models import load_model
 from workers.models.ceil_mode_pools import ceil_mode_pools
-from workers.models.onnx_to_torch import _upgraded_opset, onnx_to_torch, unconvertible_nodes
+from workers.models.onnx_shapes import SHAPE_BYTES, nbytes
+from workers.models.onnx_to_torch import _upgrade_opset, onnx_to_torch, unconvertible_nodes
 from workers.players import parse_players
 from workers.targets import Target
 
@@ -39,7 +41,10 @@ class _Classic(nn.Module):
         torch.manual_seed(32)
         self.conv1, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
         self.pool, self.up = nn.MaxPool2d(2), nn.Upsample(size=(8, 8), mode="nearest")
-        self.conv2, self.drop, self.fc = nn.Conv2d(8, 4, 1), nn.Dropout(0.2), nn.Linear(4 * 7 * 7, 3)
+        self.conv2, self.drop = nn.Conv2d(8, 4, 1), nn.Dropout(0.2)
+        self.fc = nn.Sequential(
+            nn.Linear(4 * 7 * 7, 100), nn.ReLU(), nn.Linear(100, 3)
+        )  # a weight over 64 KB
         with torch.no_grad():
             self.bn.running_mean.uniform_(-0.5, 0.5)
             self.bn.running_var.uniform_(0.5, 2.0)
@@ -81,7 +86,9 @@ def test_the_old_operators_are_upgraded_for_the_methods_graph(opset: int) -> Non
     ops = {node.op_type for node in model.graph.node}
     assert {"BatchNormalization", "Upsample", "Gemm", "Flatten", "MaxPool"} <= ops
     assert unconvertible_nodes(model), "the case needs operators onnx2torch lacks at this opset"
-    upgraded = _upgraded_opset(model)
+    upgraded = onnx.ModelProto()
+    upgraded.CopyFrom(model)
+    assert _upgrade_opset(upgraded) == opset
     assert not unconvertible_nodes(upgraded)
     assert "Resize" in {node.op_type for node in upgraded.graph.node}
     graph = onnx_to_torch(model)
@@ -94,10 +101,41 @@ def test_a_model_the_upgrade_cannot_help_is_kept_as_sent() -> None:
     the upgrade either, so the model stays as sent and the refusal names the Scan."""
     plain = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).eval()
     model = onnx.load_from_string(to_onnx(plain, X[:1], opset=9))
-    assert _upgraded_opset(model) is model
+    sent = model.SerializeToString()
+    assert _upgrade_opset(model) is None
     loop = onnx.helper.make_node("Scan", ["s", "input"], ["t", "u"], num_scan_inputs=1)
     model.graph.node.append(loop)
-    assert _upgraded_opset(model) is model
+    assert _upgrade_opset(model) is None
+    del model.graph.node[-1]
+    assert model.SerializeToString() == sent
+
+
+@pytest.mark.parametrize("weights_as_inputs", [False, True], ids=["ir7", "ir3"])
+def test_the_weights_come_back_whole_after_the_upgrade(weights_as_inputs: bool) -> None:
+    """The version converter is given the model without its large weights (as shapes); they are put
+    back unchanged, also where the model lists them as graph inputs too (IR 3, as CNTK and Caffe2
+    wrote them), and onnxruntime runs the upgraded model to the original's outputs."""
+    model = onnx.load_from_string(_exported(7))
+    if weights_as_inputs:
+        model.ir_version = 3
+        model.graph.input.extend(
+            onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+            for t in model.graph.initializer
+        )
+    large = {t.name: t.SerializeToString() for t in model.graph.initializer if nbytes(t) > SHAPE_BYTES}
+    assert large, "the case needs a weight the converter is not given"
+    upgraded = onnx.ModelProto()
+    upgraded.CopyFrom(model)
+    assert _upgrade_opset(upgraded) == 7
+    found = {t.name: t.SerializeToString() for t in upgraded.graph.initializer}
+    assert all(found.get(name) == data for name, data in large.items())
+    x = X.numpy()
+
+    def run(proto: onnx.ModelProto) -> np.ndarray:
+        session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        return np.concatenate([session.run(None, {"input": x[i : i + 1]})[0] for i in range(len(x))])
+
+    np.testing.assert_allclose(run(upgraded), run(model), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("method", ["gradient_x_input", "lrp_epsilon", "deeplift_rescale", "grad_cam"])
@@ -109,7 +147,7 @@ def test_an_opset_7_model_gets_the_attributions_of_its_opset_17_export(method: s
     assert "upgraded from opset 7 to 13" in str(get_method(method).described_implementation(old.model))
     assert "upgraded" not in str(get_method(method).described_implementation(new.model))
     want = get_method(method).attribute(new, x, np.zeros_like(x), classes)
-    assert np.abs(want).max() > 1e-3
+    assert np.abs(want).max() > 1e-5
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
