@@ -207,8 +207,9 @@ def _upgrade_opset(model: onnx.ModelProto) -> int | None:
     then compares the graph with the model as sent, which the game runs unchanged. So is a model
     before opset 10 with a max pool padded at its far ends, which can then be the ceil-mode pool it
     stands for (workers/models/ceil_mode_pools.py). A model the upgrade does not help (or that it
-    fails on) is kept as it is. The converter is given the model without its weights (as shapes),
-    which it never reads: it copies what it is given twice over (VGG16: 1.6 GB more at the peak)."""
+    fails on) is kept as it is. The converter is given the model without its large weights (as
+    shapes; its adapters read attributes and small constants only): it copies what it is given
+    twice over (VGG16: 1.6 GB more at the peak)."""
     opset = _default_opset(model)
     if opset >= _UPGRADE_TO:
         return None
