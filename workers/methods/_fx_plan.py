@@ -155,10 +155,10 @@ QUANTIZED = "QuantizeLinear -> DequantizeLinear pairs"
 # A quantize-dequantize pair as workers.models.fake_quantization fuses it (onnx_converters' module).
 _QUANTIZE_NAMES = {"FakeQuantize"}
 GATES = (
-    "SiLU, Hardswish, LeakyReLU, PReLU, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights, "
+    "SiLU, Hardswish, Mish, LeakyReLU, PReLU, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights, "
     "SwiGLU and GeGLU gates, global response norms' scales"
 )
-SELF_GATES = "SiLU, Hardswish, LeakyReLU, PReLU"
+SELF_GATES = "SiLU, Hardswish, Mish, LeakyReLU, PReLU"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
 NORMS = "LayerNorm (or written out), RMSNorm, InstanceNorm, LRN (their scale held constant)"
 CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants"
@@ -205,9 +205,10 @@ _INSTANCE_NORMS = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
 _GELU_NAMES = {"GELU", "Gelu"}
 _LRP_SELF_GATED_NAMES = {*_GELU_NAMES, "Tanh", "OnnxFunction[tanh]"}
 # Activations that are their input times a gate of it: SiLU = x sigmoid(x), Hardswish = x hardsigmoid(x),
-# LeakyReLU and PReLU x times 1 or their slope (MONAI's U-Nets' defaults).
+# Mish = x tanh(softplus(x)) (YOLOv4's, CSPNet's), LeakyReLU and PReLU x times 1 or their slope (MONAI's
+# U-Nets' defaults).
 _SIGMOID_SELF_GATED = (nn.SiLU, nn.Hardswish)
-_SELF_GATED = (*_SIGMOID_SELF_GATED, nn.LeakyReLU, nn.PReLU)
+_SELF_GATED = (*_SIGMOID_SELF_GATED, nn.Mish, nn.LeakyReLU, nn.PReLU)
 _PRELU_NAMES = {"OnnxPReLU"}  # onnx2torch's, its slope a second (constant) argument: :class:`BoundPReLU`
 # The elementwise activations the rule passes have rules for: a ReLU, and a ReLU clamped at c (clip).
 ACTIVATIONS = ("relu", "clip")
@@ -1355,6 +1356,8 @@ def held_constant(graph: nn.Module, method: str) -> str:
             # (LeakyReLU and PReLU pass relevance as their gradient does: piecewise linear, nothing held)
             if gelu or isinstance(step.module, _SIGMOID_SELF_GATED):
                 held["GELU's factor" if gelu else "sigmoid gates"] = True
+            elif isinstance(step.module, nn.Mish):
+                held["Mish's factor"] = True
         if step.kind == "gate":
             name = _operator_name(step.node, step.module)
             if _is_softmax(step.module) or name in _WHERE_NAMES:

@@ -75,6 +75,12 @@ def _gelu(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     )
 
 
+def _mish(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """ONNX Mish (opset 18; the dynamo exporter's default opset 20 writes nn.Mish as it)."""
+    del graph
+    return OperationConverterResult(torch_module=nn.Mish(), onnx_mapping=onnx_mapping_from_node(node))
+
+
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2, last axis) + epsilon): the RMS normalisation workers.models.norm_fusion
     writes as one node (its scale a separate Mul)."""
@@ -562,6 +568,7 @@ _ADDED: dict[tuple[str, int], Any] = {
     ("OneHot", 11): _one_hot,
     ("GlobalMaxPool", 1): _global_max_pool,
     ("Gelu", 20): _gelu,
+    ("Mish", 18): _mish,
     ("LSTM", 14): _recurrent,
     ("LSTM", 7): _recurrent,
     ("GRU", 14): _recurrent,
