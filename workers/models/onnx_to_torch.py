@@ -61,8 +61,9 @@ logger = logging.getLogger(__name__)
 # convert() reads it at call time: shapes inferred without the weights' bytes (onnx_shapes.py)
 _onnx2torch_converter.safe_shape_inference = infer_shapes_light
 
-# Operators whose later versions (the ones opsets 19-21 use) differ from the last onnx2torch-supported
-# one only in types.
+# Operators whose later versions (the ones opsets 19 to 25 use) differ from the last converted one only
+# in the types they accept (tests/unit/models/test_onnx_support.py compares their schemas): opset 22
+# adds bfloat16 to most layers, 23 to 25 new small float and integer types to data movement.
 _TYPE_ONLY_UPDATES: dict[str, int] = {
     "Flatten": 13,
     "Equal": 13,  # 19 adds string inputs
@@ -72,21 +73,42 @@ _TYPE_ONLY_UPDATES: dict[str, int] = {
     "Transpose": 13,
     "Constant": 13,
     "ConstantOfShape": 9,
-    "Cast": 13,  # 19 adds `saturate`, which only affects float8 targets.
+    "Cast": 13,  # 19 adds `saturate` and 24 `round_mode`, which only affect float8 targets.
     "Reshape": 14,  # 19/21 add types; `allowzero`: onnx_converters._reshape_14.
     # transformers' BERT builds its attention mask with GreaterOrEqual-16 and IsNaN-20.
     "GreaterOrEqual": 12,  # 16 adds bfloat16
     "LessOrEqual": 12,
     "IsNaN": 13,  # 20 adds float8
     "IsInf": 10,
+    # opset 22: torch.onnx.export(..., opset_version=22 or 23) writes every layer at it
+    "Conv": 11,
+    "ConvTranspose": 11,
+    "MaxPool": 12,
+    "AveragePool": 19,
+    "GlobalAveragePool": 1,
+    "GlobalMaxPool": 1,
+    "InstanceNormalization": 6,
+    "Dropout": 13,
+    "HardSigmoid": 6,
+    "HardSwish": 14,
+    "Mish": 18,
+    "Softplus": 1,
+    "Elu": 6,
+    "Selu": 6,
+    "LSTM": 14,
+    "GRU": 14,
+    # opsets 23 to 25
+    "Pad": 21,
+    "Squeeze": 21,
 }
+_NEWEST_OPSET = 25  # the type-only updates above are checked up to it
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 
 
 def _register_type_only_updates() -> None:
     for op, old in _TYPE_ONLY_UPDATES.items():
         converter = registered(op, old)
-        for opset in (19, 20, 21):
+        for opset in range(19, _NEWEST_OPSET + 1):
             since = defs.get_schema(op, opset).since_version
             if OperationDescription(domain="", operation_type=op, version=since) not in _CONVERTER_REGISTRY:
                 add_converter(operation_type=op, version=since)(converter)

@@ -743,3 +743,68 @@ def test_resize_with_what_torch_cannot_do_is_refused_by_name() -> None:
     )
     with pytest.raises(InvalidModel, match=r"antialias.*'shrink'"):
         onnx_to_torch(model)
+
+
+# Cast's saturate (19) and round_mode (24) only apply to float8 targets
+_FLOAT8_ONLY = {("Cast", "saturate"), ("Cast", "round_mode")}
+
+
+def _signature(
+    op: str, version: int
+) -> tuple[list[tuple[str, str, bool]], list[tuple[str, object]], list[tuple[str, object]]]:
+    """The attributes (but those that only apply to float8), inputs and outputs of ``op``-``version``."""
+    schema = onnx.defs.get_schema(op, version)
+    attributes = sorted(
+        (name, str(a.type), a.required)
+        for name, a in schema.attributes.items()
+        if (op, name) not in _FLOAT8_ONLY
+    )
+    return (
+        attributes,
+        [(i.name, i.option) for i in schema.inputs],
+        [(o.name, o.option) for o in schema.outputs],
+    )
+
+
+def test_type_only_updates_change_nothing_but_types() -> None:
+    """Each later version a converter is registered for as a type-only update has the attributes,
+    inputs and outputs of the version it was written for."""
+    from workers.models.onnx_to_torch import _NEWEST_OPSET, _TYPE_ONLY_UPDATES
+
+    for op, old in _TYPE_ONLY_UPDATES.items():
+        for opset in range(old, _NEWEST_OPSET + 1):
+            since = onnx.defs.get_schema(op, opset).since_version
+            assert _signature(op, since) == _signature(op, old), (op, since)
+
+
+@pytest.mark.parametrize("opset", [22, 23])
+def test_a_cnn_exported_at_the_newest_opsets_gets_the_attributions_of_its_opset_20_export(opset: int) -> None:
+    """torch.onnx.export(..., opset_version=22 or 23) writes Conv-22, MaxPool-22, Reshape-23 ...: the
+    same operators with more types, which the torch conversion refused."""
+    from tests.models import to_onnx
+    from workers.methods import AttributionContext, get_method
+    from workers.players import parse_players
+    from workers.targets import Target
+
+    torch.manual_seed(61)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 6, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(6, 4, 3), torch.nn.Hardswish(), torch.nn.Flatten(), torch.nn.Linear(4 * 2 * 2, 3),
+    ).eval()  # fmt: skip
+    x = torch.randn(3, 3, 8, 8, generator=torch.Generator().manual_seed(62))
+    newest = onnx.load_from_string(to_onnx(model, x[:2], opset=opset, dynamo=True))
+    assert newest.opset_import[0].version == opset
+    assert {n.op_type for n in newest.graph.node} >= {"Conv", "MaxPool"}
+    contexts = [
+        AttributionContext(
+            load_model(data, "onnx", "cpu"), parse_players("grid:2x2", (3, 8, 8)), Target(), {}
+        )
+        for data in (newest.SerializeToString(), to_onnx(model, x[:2], opset=20, dynamo=True))
+    ]
+    classes = np.array([0, 1, 2])
+    for name in ("gradient_x_input", "lrp_epsilon", "deeplift_rescale"):
+        got, want = (
+            get_method(name).attribute(c, x.numpy(), np.zeros_like(x.numpy()), classes) for c in contexts
+        )
+        assert np.abs(want).max() > 1e-4
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
