@@ -318,6 +318,29 @@ def _layer_norm_17(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult
     return OperationConverterResult(module, OnnxMapping(inputs=(inputs[0],), outputs=node.output_values))
 
 
+def _rms_normalization_23(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """ONNX RMSNormalization (opset 23: the dynamo exporter's nn.RMSNorm there) with a constant scale
+    over the trailing axes from ``axis``: torch's nn.RMSNorm, which the rule methods hold as they hold
+    the norm the exporters write out at earlier opsets."""
+    inputs = node.input_values
+    if inputs[1] not in graph.initializers:
+        raise NotImplementedError("RMSNormalization with a computed scale")
+    scale = graph.initializers[inputs[1]].to_torch().float()
+    axis = int(node.attributes.get("axis", -1))
+    if axis >= 0:  # counted from the end, as nn.RMSNorm's trailing normalized_shape
+        info = graph.value_info.get(inputs[0])
+        rank = None if info is None else len(info.type.tensor_type.shape.dim)
+        if rank is None:
+            raise NotImplementedError("RMSNormalization over an axis of an input of unknown rank")
+        axis -= rank
+    if scale.dim() != -axis:  # a scale broadcast over the normalised axes
+        raise NotImplementedError("RMSNormalization whose scale is not one value per normalised element")
+    module = nn.RMSNorm(tuple(scale.shape), eps=float(node.attributes.get("epsilon", 1e-5)))
+    with torch.no_grad():
+        module.weight.copy_(scale)
+    return OperationConverterResult(module, OnnxMapping(inputs=(inputs[0],), outputs=node.output_values))
+
+
 class PadAxes(nn.Module):
     """ONNX Pad (opset 18 on) with ``axes``: the listed axes' pads spread over every axis, then
     onnx2torch's own Pad (ONNX pad order and modes to torch's)."""
@@ -569,6 +592,7 @@ _ADDED: dict[tuple[str, int], Any] = {
     ("GlobalMaxPool", 1): _global_max_pool,
     ("Gelu", 20): _gelu,
     ("Mish", 18): _mish,
+    ("RMSNormalization", 23): _rms_normalization_23,
     ("LSTM", 14): _recurrent,
     ("LSTM", 7): _recurrent,
     ("GRU", 14): _recurrent,

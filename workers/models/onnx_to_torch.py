@@ -36,6 +36,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 )
 from onnx2torch.onnx_graph import OnnxGraph as _Onnx2TorchGraph  # noqa: E402
 
+from workers.models.attention_ops import attention_as_onnx  # noqa: E402
 from workers.models.ceil_mode_pools import ceil_mode_pools, has_far_end_pads  # noqa: E402
 from workers.models.constant_batch_norms import fold_constant_batch_norms  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
@@ -274,8 +275,8 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     ``output`` alone where one is named (workers/models/onnx_outputs.py), negative declared dimensions
     read as unknown (workers/models/onnx_dims.py: shape inference aborts the process on them),
     onnxruntime's fused operators written back as ONNX's own (workers/models/ort_unfusion.py) and so
-    are ONNX-ML's linear operators (workers/models/ml_ops.py) and the former experimental ImageScaler
-    (workers/models/experimental_ops.py). onnxruntime still runs it (the token
+    are ONNX-ML's linear operators (workers/models/ml_ops.py), the former experimental ImageScaler
+    (workers/models/experimental_ops.py) and opset 23's Attention (workers/models/attention_ops.py). onnxruntime still runs it (the token
     models' embedding cut does). The game runs ``model`` itself."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -285,6 +286,7 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     unfuse_onnxruntime_ops(copy)
     ml_ops_as_onnx(copy)
     image_scalers_as_onnx(copy)
+    attention_as_onnx(copy)
     return copy
 
 
