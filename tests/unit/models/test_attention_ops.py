@@ -16,6 +16,7 @@ from torch import nn
 
 from tests.models import to_onnx
 from workers.methods import AttributionContext, get_method
+from workers.methods._fx_plan import held_constant
 from workers.models import load_model
 from workers.models.onnx_to_torch import methods_copy, onnx_to_torch, unconvertible_nodes
 from workers.players import parse_players
@@ -65,6 +66,7 @@ def test_the_methods_give_the_opset_20_exports_attributions(name: str) -> None:
     got, want = (get_method(name).attribute(c, x, np.zeros_like(x), classes) for c in contexts)
     assert np.abs(want).max() > 1e-4
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    assert "attention weights" in held_constant(contexts[0].model.torch_differentiable(), "lrp_epsilon")
 
 
 def _bert_at_23() -> bytes:
