@@ -66,9 +66,8 @@ def check_graph_matches_model(method: str, model: ModelAdapter, rows: np.ndarray
 def _mismatch(model: ModelAdapter, sample: np.ndarray, quantized: bool) -> str | None:
     """How ``model``'s torch graph (fake-quantized where ``quantized``) differs from the model on
     ``sample``; None where it does not (or where the model has no torch graph: the method says why)."""
-    try:
-        graph = model.torch_differentiable()
-    except XauditError:
+    graph = _torch_graph(model)
+    if graph is None:
         return None
     with torch.no_grad():
         got = graph(torch.from_numpy(sample).to(model.device)).reshape(len(sample), -1).float().cpu().numpy()
@@ -96,12 +95,19 @@ def _mismatch(model: ModelAdapter, sample: np.ndarray, quantized: bool) -> str |
     return None
 
 
+def _torch_graph(model: ModelAdapter) -> torch.nn.Module | None:
+    """``model``'s torch graph; None where it has none (the methods say why)."""
+    try:
+        return model.torch_differentiable()
+    except XauditError:
+        return None
+
+
 def fake_quantized(model: ModelAdapter) -> bool:
     """``model``'s torch graph fake-quantizes (a statically quantized ONNX model); False where it
     has none."""
-    try:
-        graph = model.torch_differentiable()
-    except XauditError:
+    graph = _torch_graph(model)
+    if graph is None:
         return False
     from workers.models.onnx_converters import fake_quantizes  # loaded with the graph
 
@@ -111,9 +117,8 @@ def fake_quantized(model: ModelAdapter) -> bool:
 def upgraded_from(model: ModelAdapter) -> int | None:
     """The opset ``model`` was upgraded from for its torch graph (workers.models.onnx_to_torch); None
     where it was converted as sent."""
-    try:
-        graph = model.torch_differentiable()
-    except XauditError:
+    graph = _torch_graph(model)
+    if graph is None:
         return None
     from workers.models.onnx_to_torch import UPGRADED_FROM  # loaded with the graph
 

@@ -1330,17 +1330,12 @@ def held_constant(graph: nn.Module, method: str) -> str:
     except NotApplicable:
         return ""
     norms = [step.module for step in plan.steps if step.kind == "norm"]
-    response = [isinstance(norm, nn.LocalResponseNorm) for norm in norms]
+    scaled = [norm for norm in norms if not isinstance(norm, nn.LocalResponseNorm)]  # LRN: a divisor
     held = {
-        "layer norms' scales": any(
-            not _instance(norm) and not lrn and norm_centres(norm)
-            for norm, lrn in zip(norms, response, strict=True)
-        ),
-        "RMS norms' scales": any(
-            not lrn and not norm_centres(norm) for norm, lrn in zip(norms, response, strict=True)
-        ),
-        "instance norms' scales": any(_instance(norm) for norm in norms),
-        "local response norms' divisors": any(response),
+        "layer norms' scales": any(not _instance(norm) and norm_centres(norm) for norm in scaled),
+        "RMS norms' scales": any(not norm_centres(norm) for norm in scaled),
+        "instance norms' scales": any(_instance(norm) for norm in scaled),
+        "local response norms' divisors": len(scaled) < len(norms),
     }
     glu = {step.node for step in plan.steps if step.signed and step.kind == "gate"}
     for step in plan.steps:
