@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from workers.models.onnx_nodes import attributes
-from workers.models.onnx_shapes import infer_shapes_light
+from workers.models.onnx_nodes import attributes, constant_node
+from workers.models.onnx_shapes import inferred_tensors
 
 __all__ = ["attention_as_onnx"]
 
@@ -28,15 +28,14 @@ def attention_as_onnx(model: onnx.ModelProto) -> int:
     """Rewrite each plain ``Attention`` of ``model``'s main graph in place (module docstring);
     returns how many."""
     graph = model.graph
-    found = [n for n in graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")]
-    if not found:
+    if not any(_is_attention(node) for node in graph.node):
         return 0
-    dims, booleans = _shapes(model)
+    tensors = inferred_tensors(model)
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     nodes: list[onnx.NodeProto] = []
     count = 0
     for node in graph.node:
-        written = _written(node, dims, booleans, read) if node in found else None
+        written = _written(node, tensors, read) if _is_attention(node) else None
         if written is None:
             nodes.append(node)
             continue
@@ -48,8 +47,12 @@ def attention_as_onnx(model: onnx.ModelProto) -> int:
     return count
 
 
+def _is_attention(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Attention" and node.domain in ("", "ai.onnx")
+
+
 def _written(
-    node: onnx.NodeProto, dims: dict[str, list[int | None]], booleans: set[str], read: set[str]
+    node: onnx.NodeProto, tensors: dict[str, tuple[list[int | None], int]], read: set[str]
 ) -> list[onnx.NodeProto] | None:
     options = attributes(node)
     plain = (
@@ -62,7 +65,7 @@ def _written(
     )
     q, k, v = node.input[:3]
     mask = node.input[3] if len(node.input) > 3 else ""
-    shapes = [dims.get(name) for name in (q, k, v)]
+    shapes = [tensors[name][0] if name in tensors else None for name in (q, k, v)]
     if not plain or any(shape is None or len(shape) != 4 for shape in shapes):
         return None
     heads = {shape[1] for shape in shapes if shape is not None}
@@ -80,17 +83,17 @@ def _written(
     nodes = [
         make("Transpose", [k], [f"{p}/k_t"], name=f"{name}/k_t", perm=[0, 1, 3, 2]),
         make("MatMul", [q, f"{p}/k_t"], [f"{p}/scores"], name=f"{name}/scores"),
-        _constant(f"{p}/scale", np.float32(scale)),
+        constant_node(f"{p}/scale", scale, np.float32),
         make("Mul", [f"{p}/scores", f"{p}/scale"], [f"{p}/scaled"], name=f"{name}/scale"),
     ]
     scores = f"{p}/scaled"
     if mask:
         bias = mask
-        if mask in booleans:
+        if mask in tensors and tensors[mask][1] == onnx.TensorProto.BOOL:
             lowest = np.finfo(np.float32).min  # finite, as workers.models.onnx_to_torch writes -inf
             nodes += [
-                _constant(f"{p}/kept", np.float32(0.0)),
-                _constant(f"{p}/dropped", np.float32(lowest)),
+                constant_node(f"{p}/kept", 0.0, np.float32),
+                constant_node(f"{p}/dropped", lowest, np.float32),
                 make("Where", [mask, f"{p}/kept", f"{p}/dropped"], [f"{p}/bias"], name=f"{name}/mask"),
             ]
             bias = f"{p}/bias"
@@ -101,25 +104,3 @@ def _written(
         make("MatMul", [f"{p}/weights", v], [out], name=f"{name}/context"),
     ]
     return nodes
-
-
-def _shapes(model: onnx.ModelProto) -> tuple[dict[str, list[int | None]], set[str]]:
-    """Each value's dims (None where symbolic), from onnx's shape inference (which also writes them
-    into ``model``, as the conversion does anyway), and the names of the boolean values."""
-    graph = infer_shapes_light(model).graph
-    dims: dict[str, list[int | None]] = {}
-    booleans: set[str] = set()
-    for value in [*graph.input, *graph.value_info, *graph.output]:
-        tensor = value.type.tensor_type
-        if not tensor.HasField("shape"):
-            continue
-        dims[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-        if tensor.elem_type == onnx.TensorProto.BOOL:
-            booleans.add(value.name)
-    return dims, booleans
-
-
-def _constant(name: str, value: np.generic) -> onnx.NodeProto:
-    return helper.make_node(
-        "Constant", [], [name], name=name, value=numpy_helper.from_array(np.array(value), name)
-    )

@@ -18,8 +18,8 @@ from typing import Any
 import onnx
 from onnx import helper
 
-from workers.models.onnx_nodes import attributes
-from workers.models.onnx_shapes import infer_shapes_light
+from workers.models.onnx_nodes import attributes, default_opset
+from workers.models.onnx_shapes import inferred_tensors
 
 __all__ = ["ceil_mode_pools", "has_far_end_pads"]
 
@@ -27,7 +27,7 @@ __all__ = ["ceil_mode_pools", "has_far_end_pads"]
 def ceil_mode_pools(model: onnx.ModelProto) -> int:
     """Rewrite each MaxPool (opset 10 or later) padded at its far ends only whose windows are a
     ceil-mode pool's; returns how many were rewritten."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = default_opset(model)
     pools = [
         node for node in model.graph.node if node.op_type == "MaxPool" and node.domain in ("", "ai.onnx")
     ]
@@ -88,11 +88,9 @@ def _same_windows(options: dict[str, Any], spatial: list[int]) -> bool:
 
 def _spatial_sizes(model: onnx.ModelProto) -> dict[str, list[int]]:
     """The spatial sizes (every axis after the first two) of each value whose sizes are all known."""
-    inferred = infer_shapes_light(model)
     found: dict[str, list[int]] = {}
-    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
-        dims = value.type.tensor_type.shape.dim
-        sizes = [d.dim_value if d.HasField("dim_value") else None for d in dims[2:]]
-        if len(dims) > 2 and all(s is not None for s in sizes):
-            found[value.name] = [int(s) for s in sizes if s is not None]
+    for name, (dims, _) in inferred_tensors(model).items():
+        spatial = [size for size in dims[2:] if size is not None]
+        if len(dims) > 2 and len(spatial) == len(dims) - 2:
+            found[name] = spatial
     return found

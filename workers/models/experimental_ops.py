@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from workers.models.onnx_nodes import attributes
+from workers.models.onnx_nodes import attributes, constant_node
 
 __all__ = ["image_scalers_as_onnx"]
 
@@ -32,8 +32,8 @@ def image_scalers_as_onnx(model: onnx.ModelProto) -> int:
         bias = np.asarray(options.get("bias", [0.0]), np.float32).reshape(1, -1, 1, 1)
         scale, shift, scaled = (f"{node.output[0]}__xaudit_{part}" for part in ("scale", "bias", "scaled"))
         # Constant nodes, not initializers: a model before IR 4 must list every initializer as an input
-        for name, value in ((scale, np.asarray(options.get("scale", 1.0), np.float32)), (shift, bias)):
-            nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name)))
+        nodes.append(constant_node(scale, options.get("scale", 1.0), np.float32))
+        nodes.append(constant_node(shift, bias, np.float32))
         nodes.append(helper.make_node("Mul", [node.input[0], scale], [scaled], name=f"{node.name}_scale"))
         nodes.append(helper.make_node("Add", [scaled, shift], [node.output[0]], name=f"{node.name}_bias"))
         count += 1

@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from workers.models.fused_nodes import DOMAIN, write_fused
-from workers.models.onnx_nodes import attributes, constant_tensors, fold_to_initializers
+from workers.models.onnx_nodes import attributes, constant_tensors, default_opset, fold_to_initializers
 
 __all__ = ["simulate_quantization"]
 
@@ -68,7 +68,7 @@ def _fold_constant_quantization(model: onnx.ModelProto) -> None:
     if nodes:
         # onnx's reference evaluator has these operators from opset 19, whose semantics extend the
         # earlier ones' (more types, block-wise scales) without changing theirs
-        version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        version = default_opset(model)
         opsets = [onnx.helper.make_opsetid("", max(version, 21))]
         fold_to_initializers(graph, nodes, [name for node in nodes for name in node.output], opsets)
 
@@ -77,7 +77,7 @@ def _fuse_pairs(model: onnx.ModelProto) -> int:
     graph = model.graph
     values = constant_tensors(graph)
     producers = {name: node for node in graph.node for name in node.output}
-    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    version = default_opset(model)
     fused: dict[int, onnx.NodeProto] = {}
     zero_points: list[TensorProto] = []
     for dq in graph.node:

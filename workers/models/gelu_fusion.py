@@ -16,6 +16,7 @@ import math
 import onnx
 
 from workers.models.fused_nodes import DOMAIN, PatternReader, write_fused
+from workers.models.onnx_nodes import default_opset
 
 __all__ = ["fuse_gelu"]
 
@@ -23,7 +24,7 @@ __all__ = ["fuse_gelu"]
 def fuse_gelu(model: onnx.ModelProto) -> int:
     """Replace every exact GELU that ``model`` (constants lifted to initializers) writes out as
     Div, Erf, Add, Mul, Mul by one ``xaudit.Gelu`` node; returns how many were fused."""
-    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    version = default_opset(model)
     if version < 13:  # the fused node's function body is written in opset 13 or later
         return 0
     graph = model.graph

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from workers.models.onnx_nodes import attributes
+from workers.models.onnx_nodes import attributes, default_opset
 
 __all__ = ["ml_ops_as_onnx"]
 
@@ -47,7 +47,7 @@ def ml_ops_as_onnx(model: onnx.ModelProto) -> int:
     graph = model.graph
     known = _Graph(
         read={name for node in graph.node for name in node.input} | {o.name for o in graph.output},
-        opset=next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), _OPSET),
+        opset=default_opset(model, _OPSET),
         dims={t.name: list(t.dims) for t in graph.initializer},
     )
     nodes: list[onnx.NodeProto] = []

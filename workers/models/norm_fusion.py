@@ -28,7 +28,7 @@ import onnx
 from onnx import numpy_helper
 
 from workers.models.fused_nodes import DOMAIN, PatternReader, write_fused
-from workers.models.onnx_nodes import attributes, declared_ranks, reduced_axes
+from workers.models.onnx_nodes import attributes, declared_ranks, default_opset, reduced_axes
 
 __all__ = ["fuse_norms"]
 
@@ -40,7 +40,7 @@ def fuse_norms(model: onnx.ModelProto) -> int:
     ``xaudit.RMSNorm`` or ``xaudit.Standardize`` node, and every GRN scale ``s / (mean(s, channel) +
     eps)`` with ``s = ReduceL2(x, spatial)`` by one ``xaudit.ResponseScale``; returns how many were
     fused."""
-    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    version = default_opset(model)
     if version < 13:  # the fused nodes' function bodies are written in opset 13 or later
         return 0
     graph = model.graph

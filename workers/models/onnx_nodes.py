@@ -13,8 +13,10 @@ from onnx import helper, numpy_helper
 
 __all__ = [
     "attributes",
+    "constant_node",
     "constant_tensors",
     "declared_ranks",
+    "default_opset",
     "drop_unread",
     "fold_to_initializers",
     "reduced_axes",
@@ -24,6 +26,19 @@ __all__ = [
 def attributes(node: onnx.NodeProto) -> dict[str, Any]:
     """The node's attributes by name, as Python values."""
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def constant_node(name: str, values: Any, dtype: Any = np.int64) -> onnx.NodeProto:
+    """A Constant node ``name`` (its output and its own name) holding ``values`` (a list, or a number
+    for a scalar) in ``dtype``."""
+    return helper.make_node(
+        "Constant", [], [name], name=name, value=numpy_helper.from_array(np.array(values, dtype), name)
+    )
+
+
+def default_opset(model: onnx.ModelProto, missing: int = 0) -> int:
+    """The version of the default (``ai.onnx``) domain ``model`` imports; ``missing`` where none."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), missing)
 
 
 def declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:

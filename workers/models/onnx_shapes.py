@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["SHAPE_BYTES", "infer_shapes_light", "nbytes", "weightless"]
+__all__ = ["SHAPE_BYTES", "infer_shapes_light", "inferred_tensors", "nbytes", "weightless"]
 
 # Larger initializers are weights: no operator reads a shape or an index from that many bytes.
 SHAPE_BYTES = 1 << 16
@@ -34,6 +34,19 @@ def infer_shapes_light(model: onnx.ModelProto, **kwargs: Any) -> onnx.ModelProto
     for output, found in zip(source.output, inferred.graph.output, strict=True):
         output.type.CopyFrom(found.type)
     return model
+
+
+def inferred_tensors(model: onnx.ModelProto) -> dict[str, tuple[list[int | None], int]]:
+    """Each value's dims (None where symbolic) and element type, from :func:`infer_shapes_light`
+    (which also writes them into ``model``, as the torch conversion does anyway)."""
+    graph = infer_shapes_light(model).graph
+    found: dict[str, tuple[list[int | None], int]] = {}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        tensor = value.type.tensor_type
+        if tensor.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+            found[value.name] = (dims, tensor.elem_type)
+    return found
 
 
 def weightless(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str]]:

@@ -23,6 +23,7 @@ import torch
 from onnx import defs, numpy_helper, version_converter
 
 from workers.light_imports import onnx2torch as _light_onnx2torch
+from workers.models.onnx_nodes import default_opset
 from xaudit.contract.errors import InvalidModel
 
 _light_onnx2torch()  # before any onnx2torch import: keeps torchvision out
@@ -233,7 +234,7 @@ def _upgrade_opset(model: onnx.ModelProto) -> int | None:
     fails on) is kept as it is. The converter is given the model without its large weights (as
     shapes; its adapters read attributes and small constants only): it copies what it is given
     twice over (VGG16: 1.6 GB more at the peak)."""
-    opset = _default_opset(model)
+    opset = default_opset(model, _UPGRADE_TO)
     if opset >= _UPGRADE_TO:
         return None
     before = unconvertible_nodes(model)
@@ -264,10 +265,6 @@ def _upgrade_opset(model: onnx.ModelProto) -> int | None:
     model.opset_import.extend(upgraded.opset_import)
     model.ir_version = max(model.ir_version, upgraded.ir_version)
     return opset
-
-
-def _default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), _UPGRADE_TO)
 
 
 def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.ModelProto:

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from workers.models.onnx_nodes import attributes, declared_ranks
+from workers.models.onnx_nodes import attributes, constant_node, declared_ranks, default_opset
 
 __all__ = ["unfuse_onnxruntime_ops"]
 
@@ -56,7 +55,7 @@ def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
     ONNX's own operators; returns how many were rewritten. An operator whose rewrite the model's opset
     cannot express (``_MIN_OPSET``), or used in a way not written back here (each rewrite says which),
     is left as it is: the methods then name the operator they cannot convert."""
-    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    version = default_opset(model)
     graph = model.graph
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     taken = {t.name for t in graph.initializer} | {o for node in graph.node for o in node.output}
@@ -169,8 +168,8 @@ def _activation(kind: str, params: list[float], x: str, y: str, name: str) -> li
     if kind == "Clip" and len(params) == 2:
         low, high = f"{y}/clip_min", f"{y}/clip_max"
         return [
-            _const(low, params[0], np.float32),
-            _const(high, params[1], np.float32),
+            constant_node(low, params[0], np.float32),
+            constant_node(high, params[1], np.float32),
             make("Clip", [x, low, high], [y], name=f"{name}/clip"),
         ]
     return None
@@ -188,7 +187,7 @@ def _fused_matmul(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         return [helper.make_node("MatMul", list(node.input[:2]), [out], name=f"{name}/matmul")]
     return [
         helper.make_node("MatMul", list(node.input[:2]), [f"{out}/product"], name=f"{name}/matmul"),
-        _const(f"{out}/alpha", [alpha], np.float32),
+        constant_node(f"{out}/alpha", [alpha], np.float32),
         helper.make_node("Mul", [f"{out}/product", f"{out}/alpha"], [out], name=f"{name}/alpha"),
     ]
 
@@ -213,13 +212,6 @@ def _ranks(graph: onnx.GraphProto) -> dict[str, int]:
         if node.domain == _DOMAIN and node.op_type == "EmbedLayerNormalization" and len(node.output) > 1:
             ranks[node.output[1]] = 1
     return ranks
-
-
-def _const(name: str, values: Any, dtype: type = np.int64) -> onnx.NodeProto:
-    """A Constant node ``name`` holding ``values`` (a list, or a number for a scalar) in ``dtype``."""
-    return helper.make_node(
-        "Constant", [], [name], name=name, value=numpy_helper.from_array(np.array(values, dtype), name)
-    )
 
 
 def _embed_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodeProto] | None:
@@ -260,10 +252,10 @@ def _embed_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodePro
     if mask_index and mask_index in read:
         if mask:  # onnxruntime counts the ones of each row
             nodes += [
-                _const(f"{p}/mask_one", [1], np.int32),
+                constant_node(f"{p}/mask_one", [1], np.int32),
                 make("Equal", [mask, f"{p}/mask_one"], [f"{p}/is_one"], name=f"{name}/is_one"),
                 make("Cast", [f"{p}/is_one"], [f"{p}/ones"], name=f"{name}/ones", to=onnx.TensorProto.INT32),
-                _const(f"{p}/axis1", [1]),
+                constant_node(f"{p}/axis1", [1]),
                 make(
                     "ReduceSum",
                     [f"{p}/ones", f"{p}/axis1"],
@@ -275,8 +267,8 @@ def _embed_layer_norm(node: onnx.NodeProto, read: set[str]) -> list[onnx.NodePro
         else:
             nodes += [
                 make("Shape", [f"{p}/ids"], [f"{p}/shape_b"], name=f"{name}/shape_b"),
-                _const(f"{p}/zero", [0]),
-                _const(f"{p}/one_b", [1]),
+                constant_node(f"{p}/zero", [0]),
+                constant_node(f"{p}/one_b", [1]),
                 make(
                     "Slice", [f"{p}/shape_b", f"{p}/zero", f"{p}/one_b"], [f"{p}/rows"], name=f"{name}/rows"
                 ),
@@ -327,19 +319,19 @@ def _attention(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | No
         nodes.append(make("Add", [packed, bias], [f"{p}/qkv_biased"], name=f"{name}/qkv_bias"))
         packed = f"{p}/qkv_biased"
     bounds = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
-    nodes.append(_const(f"{p}/axis2", [2]))
+    nodes.append(constant_node(f"{p}/axis2", [2]))
     for index, part in enumerate(("q", "k", "v")):
         width = sizes[index] // heads
         nodes += [
-            _const(f"{p}/{part}_start", [bounds[index]]),
-            _const(f"{p}/{part}_end", [bounds[index + 1]]),
+            constant_node(f"{p}/{part}_start", [bounds[index]]),
+            constant_node(f"{p}/{part}_end", [bounds[index + 1]]),
             make(
                 "Slice",
                 [packed, f"{p}/{part}_start", f"{p}/{part}_end", f"{p}/axis2"],
                 [f"{p}/{part}"],
                 name=f"{name}/{part}",
             ),
-            _const(f"{p}/{part}_heads", [0, 0, heads, width]),
+            constant_node(f"{p}/{part}_heads", [0, 0, heads, width]),
             make(
                 "Reshape",
                 [f"{p}/{part}", f"{p}/{part}_heads"],
@@ -356,7 +348,7 @@ def _attention(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | No
         ]
     nodes += [
         make("MatMul", [f"{p}/q_t", f"{p}/k_t"], [f"{p}/scores"], name=f"{name}/scores"),
-        _const(f"{p}/scale", [scale], np.float32),
+        constant_node(f"{p}/scale", [scale], np.float32),
         make("Mul", [f"{p}/scores", f"{p}/scale"], [f"{p}/scaled"], name=f"{name}/scale"),
     ]
     scores = f"{p}/scaled"
@@ -368,7 +360,7 @@ def _attention(node: onnx.NodeProto, known: _Graph) -> list[onnx.NodeProto] | No
         make("Softmax", [scores], [f"{p}/probs"], name=f"{name}/softmax", axis=-1),
         make("MatMul", [f"{p}/probs", f"{p}/v_t"], [f"{p}/context"], name=f"{name}/context"),
         make("Transpose", [f"{p}/context"], [f"{p}/context_t"], name=f"{name}/context_t", perm=[0, 2, 1, 3]),
-        _const(f"{p}/merged", [0, 0, sizes[2]]),
+        constant_node(f"{p}/merged", [0, 0, sizes[2]]),
         make("Reshape", [f"{p}/context_t", f"{p}/merged"], [out], name=f"{name}/merge"),
     ]
     return nodes
@@ -384,25 +376,25 @@ def _mask_bias(
     if rank == 1:  # key positions in int32, the index's type
         nodes += [
             *_positions(data, f"{p}/positions", f"{name}/mask", np.int32),
-            _const(f"{p}/one", [1]),
+            constant_node(f"{p}/one", [1]),
             make("Unsqueeze", [mask_index, f"{p}/one"], [f"{p}/lengths"], name=f"{name}/mask_lengths"),
             make("Less", [f"{p}/positions", f"{p}/lengths"], [f"{p}/attended"], name=f"{name}/mask_attended"),
         ]
     else:
         nodes += [
-            _const(f"{p}/zero_int", [0], np.int32),
+            constant_node(f"{p}/zero_int", [0], np.int32),
             make("Greater", [mask_index, f"{p}/zero_int"], [f"{p}/attended"], name=f"{name}/mask_attended"),
         ]
     nodes += [
-        _const(f"{p}/open", [0.0], np.float32),
-        _const(f"{p}/filler", [filler], np.float32),
+        constant_node(f"{p}/open", [0.0], np.float32),
+        constant_node(f"{p}/filler", [filler], np.float32),
         make(
             "Where",
             [f"{p}/attended", f"{p}/open", f"{p}/filler"],
             [f"{p}/keys_bias"],
             name=f"{name}/mask_where",
         ),
-        _const(f"{p}/axes", [1, 2]),
+        constant_node(f"{p}/axes", [1, 2]),
         make("Unsqueeze", [f"{p}/keys_bias", f"{p}/axes"], [f"{p}/bias"], name=f"{name}/mask_bias"),
     ]
     return nodes
@@ -415,8 +407,8 @@ def _positions(of: str, out: str, name: str, dtype: type) -> list[onnx.NodeProto
     p = f"{out}/range"
     nodes = [
         make("Shape", [of], [f"{p}/shape"], name=f"{name}/shape"),
-        _const(f"{p}/one", [1]),
-        _const(f"{p}/two", [2]),
+        constant_node(f"{p}/one", [1]),
+        constant_node(f"{p}/two", [2]),
         make("Slice", [f"{p}/shape", f"{p}/one", f"{p}/two"], [f"{p}/length_1d"], name=f"{name}/length"),
         make("Squeeze", [f"{p}/length_1d"], [f"{p}/length"], name=f"{name}/length_scalar"),
     ]
@@ -427,8 +419,8 @@ def _positions(of: str, out: str, name: str, dtype: type) -> list[onnx.NodeProto
         length = f"{p}/length_cast"
     return [
         *nodes,
-        _const(f"{p}/zero", 0, dtype),
-        _const(f"{p}/step", 1, dtype),
+        constant_node(f"{p}/zero", 0, dtype),
+        constant_node(f"{p}/step", 1, dtype),
         make("Range", [f"{p}/zero", length, f"{p}/step"], [out], name=f"{name}/range"),
     ]
 

@@ -40,7 +40,7 @@ import onnx
 from onnx import numpy_helper
 
 from workers.models.batch_placement import OneRow, one_row_tensors, shapes_keeping_rows
-from workers.models.onnx_nodes import constant_tensors, drop_unread
+from workers.models.onnx_nodes import constant_tensors, default_opset, drop_unread
 from workers.models.onnx_shapes import SHAPE_BYTES, infer_shapes_light
 
 __all__ = ["unpin_constant_shapes"]
@@ -69,7 +69,7 @@ def unpin_constant_shapes(model: onnx.ModelProto, explained: str, held: Collecti
         for node in graph.node
         if _standard(node, "Reshape") and _values(constants.get(node.input[1])) == [-1]
     }
-    opset = next((o.version for o in model.opset_import if o.domain in _STANDARD), 0)
+    opset = default_opset(model)
     added: dict[str, list[onnx.NodeProto]] = {}  # by the output of the node that reads them
     count = 0
     for node in graph.node:

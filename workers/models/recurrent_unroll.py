@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from workers.models.onnx_nodes import attributes
+from workers.models.onnx_nodes import attributes, default_opset
 from workers.models.onnx_shapes import infer_shapes_light
 
 __all__ = ["MAX_STEPS", "unroll_recurrent"]
@@ -46,7 +46,7 @@ def unroll_recurrent(model: onnx.ModelProto) -> int:
     """Write every LSTM and GRU node of ``model``'s main graph that can be (module docstring) out as
     its equations, in place; returns how many were."""
     graph = model.graph
-    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    version = default_opset(model)
     if version < 13 or not any(node.op_type in _GATES for node in graph.node):
         return 0  # (Split, Slice, Squeeze and Unsqueeze take their sizes and axes as inputs from 13)
     infer_shapes_light(model, data_prop=True)  # (the time axis through Reshapes of computed shapes)

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.models.onnx_nodes import attributes, constant_tensors, drop_unread
+from workers.models.onnx_nodes import attributes, constant_node, constant_tensors, drop_unread
 
 __all__ = ["count_rows_in_indices"]
 
@@ -131,9 +131,7 @@ def _range_of_rows(explained: str, rank: int, data_type: int, made: str) -> list
 
     def constant(suffix: str, value: np.ndarray) -> tuple[str, onnx.NodeProto]:
         name = f"{made}_{suffix}"
-        return name, onnx.helper.make_node(
-            "Constant", [], [name], name=name, value=numpy_helper.from_array(value, name)
-        )
+        return name, constant_node(name, value, value.dtype)
 
     zero, zero_node = constant("zero", np.array(0, np.int64))
     one, one_node = constant("one", np.array(1, np.int64))
