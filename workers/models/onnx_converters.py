@@ -22,6 +22,7 @@ from onnx2torch.node_converters.cumsum import OnnxCumSum  # noqa: E402
 from onnx2torch.node_converters.pad import _ONNX_TO_TORCH_MODE, OnnxPadDynamic, _onnx_to_torch_mode  # noqa: E402
 from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes  # noqa: E402
 from onnx2torch.node_converters.registry import _CONVERTER_REGISTRY, OperationDescription, add_converter  # noqa: E402
+from onnx2torch.node_converters.unsqueeze import OnnxUnsqueezeStaticAxes  # noqa: E402
 from onnx2torch.onnx_graph import OnnxGraph  # noqa: E402
 from onnx2torch.onnx_node import OnnxNode  # noqa: E402
 from onnx2torch.utils.common import (  # noqa: E402
@@ -585,6 +586,41 @@ def _one_hot(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
     return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
 
 
+class Trilu(nn.Module):
+    """ONNX Trilu: the upper (``upper``) or lower triangle of the last two axes, from diagonal ``k``
+    (0 where not given). torch's default exporter writes a causal ``scaled_dot_product_attention`` (nanoGPT's) at
+    opsets before 23 with it, building the causal mask."""
+
+    def __init__(self, upper: bool) -> None:
+        super().__init__()
+        self.upper = upper
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor | None = None) -> torch.Tensor:
+        diagonal = 0 if k is None else int(k.reshape(-1)[0])
+        return torch.triu(x, diagonal) if self.upper else torch.tril(x, diagonal)
+
+
+def _trilu(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    del graph
+    module = Trilu(bool(node.attributes.get("upper", 1)))
+    return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
+
+
+_ONNX2TORCH_UNSQUEEZE = registered("Unsqueeze", 13)
+
+
+def _unsqueeze_13(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
+    """onnx2torch's Unsqueeze, also where the axes are one number (a 0-d constant, which onnxruntime
+    runs and torch's dynamo exporter writes for ``enable_gqa``'s repeated keys); onnx2torch failed
+    with "'int' object is not iterable"."""
+    try:
+        axes = torch.as_tensor(get_const_value(node.input_values[1], graph)).reshape(-1).tolist()
+    except KeyError:  # computed axes
+        return _ONNX2TORCH_UNSQUEEZE(node, graph)
+    mapping = OnnxMapping(inputs=(node.input_values[0],), outputs=node.output_values)
+    return OperationConverterResult(torch_module=OnnxUnsqueezeStaticAxes(axes=axes), onnx_mapping=mapping)
+
+
 # (operator, since-version) -> converter; what this module adds to onnx2torch.
 _ADDED: dict[tuple[str, int], Any] = {
     ("OneHot", 9): _one_hot,
@@ -592,6 +628,7 @@ _ADDED: dict[tuple[str, int], Any] = {
     ("GlobalMaxPool", 1): _global_max_pool,
     ("Gelu", 20): _gelu,
     ("Mish", 18): _mish,
+    ("Trilu", 14): _trilu,
     ("RMSNormalization", 23): _rms_normalization_23,
     ("LSTM", 14): _recurrent,
     ("LSTM", 7): _recurrent,
@@ -630,6 +667,7 @@ _REPLACED: dict[tuple[str, int], Any] = {
     **{("Flatten", version): _flatten for version in (9, 11, 13)},
     **{("ScatterND", version): _scatter_nd for version in (11, 13, 16)},
     **{("CumSum", version): _cumsum for version in (11, 14)},
+    ("Unsqueeze", 13): _unsqueeze_13,
 }
 
 

@@ -652,6 +652,26 @@ def test_cumsum_with_onnx_defaults_matches_onnxruntime(attrs: dict, axis: int) -
     )
 
 
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [None, -1, 2])
+def test_trilu_matches_onnxruntime(upper: int, k: int | None) -> None:
+    """onnx2torch has no Trilu, which every torch exporter before opset 23 writes for a causal
+    ``scaled_dot_product_attention`` (nanoGPT's): no gradient or rule method ran on such a decoder."""
+    inits = [] if k is None else [oh.make_tensor("k", TensorProto.INT64, [], [k])]
+    nodes = [oh.make_node("Trilu", ["x", *(["k"] if k is not None else [])], ["y"], upper=upper)]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, inits, 14)
+    np.testing.assert_allclose(onnx_to_torch(model)(torch.from_numpy(X)).detach().numpy(), _ort(model, X))
+
+
+def test_unsqueeze_with_one_axis_as_a_number_matches_onnxruntime() -> None:
+    """torch's dynamo exporter writes ``enable_gqa``'s repeated keys with a 0-d axes constant, on which
+    onnx2torch's Unsqueeze failed ("'int' object is not iterable")."""
+    inits = [oh.make_tensor("axes", TensorProto.INT64, [], [2])]
+    nodes = [oh.make_node("Unsqueeze", ["x", "axes"], ["u"]), oh.make_node("Flatten", ["u"], ["y"], axis=2)]
+    model = _model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 6, 6])], None, inits, 20)
+    np.testing.assert_allclose(onnx_to_torch(model)(torch.from_numpy(X)).detach().numpy(), _ort(model, X))
+
+
 @pytest.mark.parametrize(
     ("bounds", "module"), [(["lo", ""], "OnnxClip"), (["", "hi"], "OnnxClip"), (["zero", "six"], "ReLU6")]
 )
