@@ -1,6 +1,7 @@
 """Opset 23's Attention written as softmax(scale Q K^T + mask) V for the methods' graph
-(workers/models/attention_ops.py), against onnxruntime's kernel; the rule methods then hold the
-attention weights as they do on an opset-20 export."""
+(workers/models/attention_ops.py), in each form the operator has (causal, grouped heads, packed heads,
+soft cap, sliding window), against onnxruntime's kernel and onnx's reference implementation; the rule
+methods then hold the attention weights as they do on an opset-20 export."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
 from torch import nn
 
 from tests.models import to_onnx
@@ -107,14 +110,136 @@ def test_berts_boolean_padding_mask_is_written_as_a_bias() -> None:
     assert not np.allclose(_run(model, unmasked)[1], _run(model, feeds)[1], atol=1e-5), "the mask matters"
 
 
-def test_a_causal_attention_stays_and_is_named() -> None:
-    class Causal(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            q = x.reshape(x.shape[0], 5, 2, 8).transpose(1, 2)
-            y = nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
-            return y.transpose(1, 2).reshape(x.shape[0], -1)
+class _Decoder(nn.Module):
+    """nanoGPT's causal self-attention, with grouped heads where ``grouped`` (4 query heads, 2 key and
+    value heads, as Llama's ``enable_gqa``)."""
 
-    model = onnx.load_from_string(to_onnx(Causal(), X[:2], opset=23, dynamo=True))
+    def __init__(self, grouped: bool) -> None:
+        super().__init__()
+        torch.manual_seed(76)
+        self.grouped = grouped
+        self.qkv, self.head = nn.Linear(16, 16 + 2 * (8 if grouped else 16)), nn.Linear(80, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kv_heads = 2 if self.grouped else 4
+        q, k, v = self.qkv(x).split([16, 4 * kv_heads, 4 * kv_heads], dim=-1)
+        q = q.reshape(x.shape[0], 5, 4, 4).transpose(1, 2)
+        k, v = (t.reshape(x.shape[0], 5, kv_heads, 4).transpose(1, 2) for t in (k, v))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.grouped)
+        return self.head(y.transpose(1, 2).reshape(x.shape[0], -1))
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["causal", "causal_grouped"])
+@pytest.mark.parametrize("name", ["gradient_x_input", "lrp_epsilon"])
+def test_a_causal_decoders_methods_give_the_opset_20_exports_attributions(name: str, grouped: bool) -> None:
+    newest = onnx.load_from_string(to_onnx(_Decoder(grouped).eval(), X[:2], opset=23, dynamo=True))
+    attention = next(n for n in newest.graph.node if n.op_type == "Attention")
+    assert ("is_causal", 1) in [(a.name, a.i) for a in attention.attribute], "the case needs the causal node"
+    assert "Attention" not in {n.op_type for n in methods_copy(newest).graph.node}
+    contexts = [
+        AttributionContext(
+            load_model(data, "onnx", "cpu"), parse_players("windows:5:axis=0", (5, 16)), Target(), {}
+        )
+        for data in (
+            newest.SerializeToString(),
+            to_onnx(_Decoder(grouped).eval(), X[:2], opset=20, dynamo=True),
+        )
+    ]
+    x = X.numpy()
+    classes = np.array([0, 1, 2])
+    got, want = (get_method(name).attribute(c, x, np.zeros_like(x), classes) for c in contexts)
+    assert np.abs(want).max() > 1e-4
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    for context in contexts:
+        assert "attention weights" in held_constant(context.model.torch_differentiable(), "lrp_epsilon")
+
+
+def _attention(
+    shapes: list[list[int | str]],
+    opset: int = 23,
+    mask: tuple[int, list[int]] | None = None,
+    **options: object,
+) -> onnx.ModelProto:
+    names = ["q", "k", "v"] + (["mask"] if mask else [])
+    types = [(onnx.TensorProto.FLOAT, shape) for shape in shapes] + ([mask] if mask else [])
+    graph = helper.make_graph(
+        [helper.make_node("Attention", names, ["y"], **options)],
+        "attention",
+        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in zip(names, types, strict=True)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+_BOOL, _FLOAT = onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT
+_FORMS = {
+    "causal": _attention([[2, 2, 5, 4]] * 3, is_causal=1),
+    "causal_fewer_queries": _attention([[2, 2, 3, 4], [2, 2, 6, 4], [2, 2, 6, 4]], is_causal=1),
+    "grouped": _attention([[2, 4, 5, 4], [2, 2, 5, 4], [2, 2, 5, 3]]),
+    "grouped_causal_masked": _attention(
+        [[2, 4, 5, 4], [2, 1, 5, 4], [2, 1, 5, 4]], mask=(_BOOL, [5, 5]), is_causal=1
+    ),
+    "packed": _attention([[2, 5, 8], [2, 6, 8], [2, 6, 6]], q_num_heads=2, kv_num_heads=2),
+    "packed_grouped_causal": _attention(
+        [[2, 5, 16], [2, 5, 8], [2, 5, 8]], q_num_heads=4, kv_num_heads=2, is_causal=1
+    ),
+    "softcap_float_mask": _attention([[2, 2, 5, 4]] * 3, mask=(_FLOAT, [2, 1, 5, 5]), softcap=2.0, scale=0.9),
+    "window": _attention([[2, 2, 6, 4]] * 3, opset=25, left_window_size=2, right_window_size=1),
+    "window_causal": _attention([[2, 2, 6, 4]] * 3, opset=25, left_window_size=2, is_causal=1),
+}
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(77)
+    feeds = {}
+    for value in model.graph.input:
+        shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        if value.type.tensor_type.elem_type == _BOOL:
+            feeds[value.name] = rng.random(shape) > 0.3
+            feeds[value.name][..., 0] = True  # every query keeps a key
+        else:
+            feeds[value.name] = rng.normal(size=shape).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("form", list(_FORMS))
+def test_each_form_is_written_out_as_the_operator_defines_it(form: str) -> None:
+    model = _FORMS[form]
+    written = methods_copy(model)
+    assert "Attention" not in {n.op_type for n in written.graph.node}
+    feeds = _feeds(model)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-5, atol=1e-6)  # the two references agree
+    np.testing.assert_allclose(_run(written, feeds), want, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        got = onnx_to_torch(model)(*(torch.from_numpy(feeds[v.name]) for v in model.graph.input))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def _with_past_state() -> onnx.ModelProto:
+    model = _attention([[2, 2, 1, 4]] * 3)
+    node, graph = model.graph.node[0], model.graph
+    node.input.extend(["", "past_key", "past_value"])
+    node.output.extend(["present_key", "present_value"])
+    graph.input.extend(
+        helper.make_tensor_value_info(n, _FLOAT, [2, 2, 4, 4]) for n in ("past_key", "past_value")
+    )
+    graph.output.extend(
+        helper.make_tensor_value_info(n, _FLOAT, None) for n in ("present_key", "present_value")
+    )
+    return model
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        _with_past_state(),
+        _attention([[2, 2, "s", 4]] * 3, is_causal=1),
+        _attention([[2, 2, 6, 4], [2, 2, 3, 4], [2, 2, 3, 4]], opset=25, left_window_size=0, is_causal=1),
+    ],
+    ids=["past_state", "causal_dynamic_length", "window_leaves_a_query_no_key"],
+)
+def test_what_a_softmax_cannot_write_stays_and_is_named(model: onnx.ModelProto) -> None:
     assert any(name.startswith("'Attention'") for name in unconvertible_nodes(methods_copy(model)))
 
 
