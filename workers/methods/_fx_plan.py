@@ -139,15 +139,16 @@ _MERGE_NAMES = {"OnnxBinaryMathOperation[add]", "add", *_CONCAT_NAMES}
 # and a gather at constant indices (_moves_data).
 _MOVE_NAMES = {"OnnxTranspose", "OnnxSlice", "OnnxSliceV9", "OnnxSplit", "OnnxSplit13", "Split", "getitem"}
 # Copies of the activation (grouped-query attention's keys and values repeated for each query head,
-# Llama's repeat_kv): each output a copy of one input value, as a tensor read by several layers is;
-# the gradient sums the copies' relevance back. Its second argument is a shape.
-_COPY_NAMES = {"OnnxExpand"}
+# Llama's repeat_kv; V-Net's input repeated over its first block's channels, a Tile): each output a
+# copy of one input value, as a tensor read by several layers is; the gradient sums the copies'
+# relevance back. Its second argument is a shape (Expand) or the repeats (Tile).
+_COPY_NAMES = {"OnnxExpand", "OnnxTile"}
 SUPPORTED = "Linear, Conv, ConvTranspose, ReLU, Flatten, Reshape, (Un)Squeeze, MaxPool, AvgPool, ReduceMean, ReduceSum"
 MERGES = "Add and Concat of activations"
 DIFFERENCES = "Sub of activations"
 MOVES = (
-    "Transpose, Slice, Split, Gather and GatherND at constant indices, Expand, zero Pad, nearest and "
-    "linear Resize"
+    "Transpose, Slice, Split, Gather and GatherND at constant indices, Expand, Tile, zero Pad, nearest "
+    "and linear Resize"
 )
 SCALES = "BatchNorm"
 CLIPS = "ReLU6"
@@ -155,10 +156,10 @@ QUANTIZED = "QuantizeLinear -> DequantizeLinear pairs"
 # A quantize-dequantize pair as workers.models.fake_quantization fuses it (onnx_converters' module).
 _QUANTIZE_NAMES = {"FakeQuantize"}
 GATES = (
-    "SiLU, Hardswish, Mish, LeakyReLU, PReLU, GELU, tanh, sigmoid gates (squeeze-and-excitation), attention weights, "
-    "SwiGLU and GeGLU gates, global response norms' scales"
+    "SiLU, Hardswish, Mish, ELU, SELU, CELU, LeakyReLU, PReLU, GELU, tanh, sigmoid gates "
+    "(squeeze-and-excitation), attention weights, SwiGLU and GeGLU gates, global response norms' scales"
 )
-SELF_GATES = "SiLU, Hardswish, Mish, LeakyReLU, PReLU"
+SELF_GATES = "SiLU, Hardswish, Mish, ELU, SELU, CELU, LeakyReLU, PReLU"
 HEADS = "Softmax, LogSoftmax or Sigmoid as the output"
 NORMS = "LayerNorm (or written out), RMSNorm, InstanceNorm, LRN (their scale held constant)"
 CONSTANTS = "MatMul, Mul, Div, Add, Sub and Concat with constants"
@@ -206,9 +207,11 @@ _GELU_NAMES = {"GELU", "Gelu"}
 _LRP_SELF_GATED_NAMES = {*_GELU_NAMES, "Tanh", "OnnxFunction[tanh]"}
 # Activations that are their input times a gate of it: SiLU = x sigmoid(x), Hardswish = x hardsigmoid(x),
 # Mish = x tanh(softplus(x)) (YOLOv4's, CSPNet's), LeakyReLU and PReLU x times 1 or their slope (MONAI's
-# U-Nets' defaults).
+# U-Nets' defaults), the exponential linear units x times 1 or a positive (e^x - 1) / x (MONAI's V-Net's
+# ELU; SELU and CELU scale and stretch it).
 _SIGMOID_SELF_GATED = (nn.SiLU, nn.Hardswish)
-_SELF_GATED = (*_SIGMOID_SELF_GATED, nn.Mish, nn.LeakyReLU, nn.PReLU)
+_SMOOTH_SELF_GATED = (nn.Mish, nn.ELU, nn.SELU, nn.CELU)  # their factor named by their class
+_SELF_GATED = (*_SIGMOID_SELF_GATED, *_SMOOTH_SELF_GATED, nn.LeakyReLU, nn.PReLU)
 _PRELU_NAMES = {"OnnxPReLU"}  # onnx2torch's, its slope a second (constant) argument: :class:`BoundPReLU`
 # The elementwise activations the rule passes have rules for: a ReLU, and a ReLU clamped at c (clip).
 ACTIVATIONS = ("relu", "clip")
@@ -1160,7 +1163,7 @@ def _with_constants(node: fx.Node, name: str, source: fx.Node) -> Kind | None:
 
 def _moves_data(graph: fx.GraphModule, node: fx.Node, name: str, source: fx.Node) -> bool:
     """Data movement of the activation ``source``: a move by name, a gather of its values at constant
-    indices (not an embedding lookup, where the activation is the index), copies of it (Expand),
+    indices (not an embedding lookup, where the activation is the index), copies of it (Expand, Tile),
     padding that copies values or adds zeros (:func:`_pad_moves`), or an upsampling that copies values
     or takes means of them (:func:`_resizes_by_means`)."""
     if name in _MOVE_NAMES:
@@ -1351,8 +1354,8 @@ def held_constant(graph: nn.Module, method: str) -> str:
             # (LeakyReLU and PReLU pass relevance as their gradient does: piecewise linear, nothing held)
             if gelu or isinstance(step.module, _SIGMOID_SELF_GATED):
                 held["GELU's factor" if gelu else "sigmoid gates"] = True
-            elif isinstance(step.module, nn.Mish):
-                held["Mish's factor"] = True
+            elif isinstance(step.module, _SMOOTH_SELF_GATED):
+                held[f"{type(step.module).__name__}'s factor"] = True
         if step.kind == "gate":
             name = _operator_name(step.node, step.module)
             if _is_softmax(step.module) or name in _WHERE_NAMES:

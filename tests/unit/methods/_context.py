@@ -73,7 +73,7 @@ Dense = tuple[np.ndarray, np.ndarray, bool]  # W (in, out) with z_j = sum_i a_i 
 
 def dense_layers(model: nn.Sequential, sample_shape: tuple[int, ...]) -> list[Dense]:
     """Every affine layer of a Sequential of Linear, Conv, ConvTranspose2d, (Adaptive)AvgPool, padding
-    (zero, replicate, reflect), Upsample, ReLU and Flatten as a dense float64 matrix.
+    (zero, replicate, reflect, circular), Upsample, ReLU and Flatten as a dense float64 matrix.
 
     Convolution and average pooling are affine maps; the matrix is read off by probing with unit inputs.
     """
@@ -97,6 +97,7 @@ def dense_layers(model: nn.Sequential, sample_shape: tuple[int, ...]) -> list[De
                 | nn.ZeroPad2d
                 | nn.ReplicationPad2d
                 | nn.ReflectionPad2d
+                | nn.CircularPad2d
                 | nn.Upsample,
             ):
                 size = int(np.prod(shape))
