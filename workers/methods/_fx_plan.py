@@ -1078,13 +1078,15 @@ def _is_positive_scalar(value: torch.Tensor | float | None) -> bool:
 
 
 def _branches(graph: fx.GraphModule, gate_nodes: dict[fx.Node, nn.Module]) -> set[fx.Node]:
-    """Nodes whose every use leads only into gates: a gate's branch, which a pass that holds the gates
-    constant evaluates and never explains."""
+    """Nodes whose every use of their values leads only into gates: a gate's branch, which a pass that
+    holds the gates constant evaluates and never explains. A read of a node's shape is no use of its
+    values (the legacy exporter with dynamic axes reads the rotated queries' shape in ModernBERT)."""
     found: set[fx.Node] = set()
     for node in reversed(graph.graph.nodes):
-        if node.op in ("placeholder", "output") or node in gate_nodes or not node.users:
+        users = _value_users(graph, node)
+        if node.op in ("placeholder", "output") or node in gate_nodes or not users:
             continue
-        if all(user in gate_nodes or user in found for user in node.users):
+        if all(user in gate_nodes or user in found for user in users):
             found.add(node)
     return found
 

@@ -91,3 +91,49 @@ def test_the_methods_graph_computes_the_models_logits_and_integrated_gradients_c
     attributions = run_method(method, ctx, prep.inputs, prep.baselines, prep.classes)
     change = prep.full_outputs[0, prep.classes[0]] - prep.model.predict(prep.baselines)[0, prep.classes[0]]
     assert abs(attributions.sum() - change) < 1e-3 * max(1.0, abs(change))
+
+
+def _modernbert() -> torch.nn.Module:
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = ModernBertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64, pad_token_id=0, num_labels=3, global_attn_every_n_layers=1,
+    )  # fmt: skip
+    return ModernBertForSequenceClassification(config).eval()
+
+
+def _lrp_epsilon(data: bytes, tensors: dict[str, np.ndarray]) -> np.ndarray:
+    from workers.methods import get_method
+    from workers.methods._base import AttributionContext
+    from workers.methods._embedding import run_method
+
+    spec = JobSpec(
+        players="tokens", baseline="token:5", explain="input_ids", methods=("lrp_epsilon",), device="cpu"
+    )
+    prep = prepare(spec, data, None, tensors)
+    method = get_method("lrp_epsilon")
+    params = method.bind(method.params_from({}), prep.inputs, (prep.baselines, None))
+    ctx = AttributionContext(prep.model.for_sample(0), prep.players, prep.target, params, 0)
+    return run_method(method, ctx, prep.inputs, prep.baselines, prep.classes)
+
+
+def test_lrp_holds_modernberts_attention_also_where_the_export_reads_the_queries_shape() -> None:
+    """With dynamic axes the legacy exporter reads the rotated queries' shape (a Shape node) to reshape
+    the attention's output; that read counted as a use of the queries outside the held attention
+    weights' branch, so LRP planned the rotary embedding and refused its Neg. A shape is no use of a
+    node's values: LRP gives the attributions of the static export."""
+    module = _modernbert()
+    data, tensors, _ = _legacy_export(module)
+    ids, mask = (torch.from_numpy(tensors[name]) for name in ("inputs", "input:attention_mask"))
+    static = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (ids, {"attention_mask": mask}), static, dynamo=False, opset_version=17,
+            input_names=["input_ids", "attention_mask"], output_names=["logits"],
+        )  # fmt: skip
+    got, want = _lrp_epsilon(data, tensors), _lrp_epsilon(static.getvalue(), tensors)
+    assert np.abs(want).max() > 1e-4
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
