@@ -42,6 +42,7 @@ from workers.models.ceil_mode_pools import ceil_mode_pools, has_far_end_pads  # 
 from workers.models.constant_batch_norms import fold_constant_batch_norms  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
 from workers.models.dense_layers import fuse_dense_layers  # noqa: E402
+from workers.models.einsum_ops import einsums_as_matmul  # noqa: E402
 from workers.models.experimental_ops import image_scalers_as_onnx  # noqa: E402
 from workers.models.fake_quantization import simulate_quantization  # noqa: E402
 from workers.models.gelu_fusion import fuse_gelu  # noqa: E402
@@ -273,8 +274,9 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     read as unknown (workers/models/onnx_dims.py: shape inference aborts the process on them),
     onnxruntime's fused operators written back as ONNX's own (workers/models/ort_unfusion.py) and so
     are ONNX-ML's linear operators (workers/models/ml_ops.py), the former experimental ImageScaler
-    (workers/models/experimental_ops.py) and opset 23's Attention (workers/models/attention_ops.py). onnxruntime still runs it (the token
-    models' embedding cut does). The game runs ``model`` itself."""
+    (workers/models/experimental_ops.py), opset 23's Attention (workers/models/attention_ops.py) and
+    batched matrix products written as Einsum (workers/models/einsum_ops.py). onnxruntime still runs it
+    (the token models' embedding cut does). The game runs ``model`` itself."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     if output is not None:
@@ -284,6 +286,7 @@ def methods_copy(model: onnx.ModelProto, output: str | None = None) -> onnx.Mode
     ml_ops_as_onnx(copy)
     image_scalers_as_onnx(copy)
     attention_as_onnx(copy)
+    einsums_as_matmul(copy)
     return copy
 
 
