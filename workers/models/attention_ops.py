@@ -28,6 +28,7 @@ names the node. The game runs the model as given.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import onnx
@@ -176,7 +177,7 @@ def _dims(name: str, tensors: _Tensors) -> list[int | None]:
     return tensors[name][0]
 
 
-def _allowed(options: dict, lengths: tuple[int | None, int | None]) -> np.ndarray | None:
+def _allowed(options: dict[str, Any], lengths: tuple[int | None, int | None]) -> np.ndarray | None:
     """The causal and sliding-window mask as a (queries, keys) boolean matrix; None where the node has
     neither. Kept: dynamic lengths, or a query left with no key, which the operator answers with zeros
     and a softmax cannot."""
