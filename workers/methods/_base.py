@@ -194,16 +194,25 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def in_row_chunks(
-    rows: int, fn: Callable[..., torch.Tensor], classes: torch.Tensor, *arrays: torch.Tensor
+    rows: int,
+    fn: Callable[..., torch.Tensor],
+    classes: torch.Tensor,
+    *arrays: torch.Tensor,
+    exact: bool = False,
 ) -> torch.Tensor:
     """``fn(classes, *arrays)`` over chunks of ``rows`` rows, joined: a one-pass method's memory bound
-    per pass. The chunks are views; one chunk is returned as ``fn`` gave it."""
+    per pass. The chunks are views; one chunk is returned as ``fn`` gave it. ``exact``: every chunk
+    has ``rows`` rows (a graph exported with a fixed batch), the last one filled up with copies of its
+    last row, whose results are dropped (rows are independent: the game evaluates such a model so)."""
     import torch
 
-    out = [
-        fn(classes[start : start + rows], *(a[start : start + rows] for a in arrays))
-        for start in range(0, len(classes), rows)
-    ]
+    out = []
+    for start in range(0, len(classes), rows):
+        chunk = [classes[start : start + rows], *(a[start : start + rows] for a in arrays)]
+        short = rows - len(chunk[0])
+        if exact and short:
+            chunk = [torch.cat([part, part[-1:].expand(short, *part.shape[1:])]) for part in chunk]
+        out.append(fn(*chunk)[: rows - short] if exact and short else fn(*chunk))
     return out[0] if len(out) == 1 else torch.cat(out)
 
 

@@ -476,4 +476,4 @@ def lrp_relevance(
 
     with torch.enable_grad():
         rows = ctx.model.hook_batch or rows_per_pass(inputs, graph)
-        return in_row_chunks(rows, relevance, classes, inputs)
+        return in_row_chunks(rows, relevance, classes, inputs, exact=ctx.model.hook_batch is not None)

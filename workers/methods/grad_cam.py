@@ -106,7 +106,8 @@ class GradCam(TorchMethod):
             return upsampled.expand(-1, channels, *spatial) / channels
 
         # Rows are independent: a graph with a fixed batch of 1 is called one row at a time.
-        return in_row_chunks(ctx.model.hook_batch or len(inputs), maps, classes, inputs)
+        fixed = ctx.model.hook_batch
+        return in_row_chunks(fixed or len(inputs), maps, classes, inputs, exact=fixed is not None)
 
 
 def _class_activation_map(

@@ -392,18 +392,17 @@ class NamedOnnxModel(ModelAdapter):
 
     def torch_hookable(self, method: str, row_by_row: bool = False) -> torch.nn.Module:
         plain = not self.fixed and len(self.graph.inputs) == 1
-        one_row = row_by_row and self.explained.fixed_batch == 1
-        if plain and (self.explained.fixed_batch is None or one_row):
-            return self.graph.torch_graph(self.output)  # the plain fx graph: rule-based methods can plan it
-        if self.explained.fixed_batch is not None:
+        if self.explained.fixed_batch is not None and not row_by_row:
             # Hooks see one chunk per graph call: a layer's activations for all rows never exist at once.
             raise NotApplicable(
                 method,
                 f"the model declares a fixed batch of {self.explained.fixed_batch} for input "
                 f"'{self.explained.name}' and could not be re-batched, so it runs one chunk per call and "
                 "this method has no single graph call over all rows (the LRP methods and Grad-CAM run "
-                "a single-input model of batch 1 row by row); export it with a dynamic batch axis",
+                "it chunk by chunk); export it with a dynamic batch axis",
             )
+        if plain:
+            return self.graph.torch_graph(self.output)  # the plain fx graph: rule-based methods can plan it
         feed = self._feed_module(method)
         if not isinstance(feed.graph, torch.fx.GraphModule):
             return feed
