@@ -201,8 +201,9 @@ _RMS_NORM_NAMES = {"RMSNorm"}
 # ConvNeXt V2's global response normalisation scale, which workers.models.norm_fusion writes as one node.
 _RESPONSE_SCALE_NAMES = {"ResponseScale"}
 _INSTANCE_NORMS = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
-# GELU modules (nn.GELU; ONNX Gelu, opset 20) and tanh (BERT's pooler): x times a gate of x in
-# [0, 1] (tanh(x) / x), for LRP only (DeepLIFT has rules for the activations in _SELF_GATED).
+# GELU modules (nn.GELU; ONNX Gelu, opset 20; workers.models.gelu_fusion's): x times a gate of x in
+# [0, 1], for every rule family (FastViT's, RepViT's and InceptionNeXt's activation); tanh (BERT's
+# pooler, tanh(x) / x in (0, 1]) for LRP only.
 _GELU_NAMES = {"GELU", "Gelu"}
 _LRP_SELF_GATED_NAMES = {*_GELU_NAMES, "Tanh", "OnnxFunction[tanh]"}
 # Activations that are their input times a gate of it: SiLU = x sigmoid(x), Hardswish = x hardsigmoid(x),
@@ -416,6 +417,12 @@ def is_elementwise(step: Step) -> bool:
     return step.kind in ("factor", "bias") and _operator_name(step.node, step.module) not in _CONCAT_NAMES
 
 
+def _is_elementwise_self_gated(module: nn.Module | None) -> bool:
+    """An activation that is its input times a gate of it, which every rule family has a rule for:
+    LRP passes relevance through it, DeepLIFT and RevealCancel take their rules with f the module."""
+    return isinstance(module, _SELF_GATED) or _module_name(module) in _GELU_NAMES
+
+
 def is_self_gated(module: nn.Module | None) -> bool:
     """A ``gated`` step that is one activation module (SiLU, Hardswish, GELU), not a product of two
     nodes."""
@@ -617,7 +624,7 @@ def plan_graph(
             kind = "head"
         if kind is None and node in gate_nodes:  # held constant, whatever its arguments
             kind = "gate"
-        if kind is None and (gates or self_gates) and len(inputs) == 1 and isinstance(module, _SELF_GATED):
+        if kind is None and (gates or self_gates) and len(inputs) == 1 and _is_elementwise_self_gated(module):
             kind = "gated"
         if kind is None and (gates or self_gates) and len(inputs) == 1 and name in _PRELU_NAMES:
             prelu = _bound_prelu(graph, node, inputs[0])

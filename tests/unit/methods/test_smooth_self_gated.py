@@ -4,7 +4,9 @@ ONNX node by torch's default exporter (the dynamo exporter at opset 20):
 - Mish, x tanh(softplus(x)) (YOLOv4's and CSPNet's), which onnx2torch has no converter for: every
   gradient and rule method was refused on such a model;
 - the exponential linear units ELU (MONAI's V-Net's default), SELU and CELU, x times 1 or a positive
-  (e^x - 1) / x, which the rule methods refused by name.
+  (e^x - 1) / x, which the rule methods refused by name;
+- GELU, x Phi(x), exact or tanh-approximated, which LRP held but DeepLIFT Rescale sent to Captum's
+  (its gradient) and RevealCancel refused.
 
 LRP passes relevance through them (Zennit's Pass), DeepLIFT Rescale and RevealCancel take their rules
 with f the activation (docs/science.md 5.8)."""
@@ -52,6 +54,12 @@ ACTIVATIONS: dict[str, tuple[Callable[[], nn.Module], str, Callable[[float], flo
     "elu": (nn.ELU, "Elu", _elu),
     "selu": (nn.SELU, "Selu", lambda v: _SELU_SCALE * _elu(v, _SELU_ALPHA)),
     "celu": (lambda: nn.CELU(1.5), "Celu", lambda v: 1.5 * _elu(v / 1.5)),
+    "gelu": (nn.GELU, "Gelu", lambda v: v * 0.5 * (1 + math.erf(v / math.sqrt(2)))),
+    "gelu_tanh": (
+        lambda: nn.GELU(approximate="tanh"),
+        "Gelu",
+        lambda v: 0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
+    ),
 }
 
 
