@@ -16,6 +16,7 @@ writes an attention mask's fill as -inf) become the largest finite value of thei
 from __future__ import annotations
 
 import logging
+import operator
 
 import numpy as np
 import onnx
@@ -319,7 +320,7 @@ def onnx_to_torch(model: onnx.ModelProto, output: str | None = None) -> torch.nn
         fuse_dense_layers(copy)
         unroll_recurrent(copy)
         _distinct_node_names(copy)
-        module = _unnested(convert(copy, attach_onnx_mapping=bool(pooled)))
+        module = _one_getitem_per_part(_unnested(convert(copy, attach_onnx_mapping=bool(pooled))))
         mark_pooled_rows(module, pooled)
         if upgraded_from is not None:
             setattr(module, UPGRADED_FROM, upgraded_from)
@@ -368,6 +369,26 @@ def _unnested(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 value = graph.call_module(f"{node.target}.{index}", (value,))
         node.replace_all_uses_with(value)
         graph.erase_node(node)
+    module.recompile()
+    return module
+
+
+def _one_getitem_per_part(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """One ``getitem`` node for each part of a node's several outputs. onnx2torch writes one for each
+    node that reads the part, so a part read twice was two nodes, and a rule that asks whether two
+    arguments are the same value saw two values: timm's EVA-02 writes its SwiGLU's SiLU as
+    ``x * sigmoid(x)`` of a Split's first part, and LRP found no gated unit there and refused it."""
+    graph = module.graph
+    first: dict[tuple[object, ...], torch.fx.Node] = {}
+    for node in list(graph.nodes):
+        plain = node.op == "call_function" and node.target is operator.getitem and not node.kwargs
+        if not plain or not all(isinstance(a, (int, torch.fx.Node)) for a in node.args):
+            continue
+        if node.args in first:
+            node.replace_all_uses_with(first[node.args])
+            graph.erase_node(node)
+        else:
+            first[node.args] = node
     module.recompile()
     return module
 

@@ -294,6 +294,54 @@ def test_gated_linear_units_hold_their_gate(name: str, dynamo: bool, glu: str) -
     assert "GLU gates" in held_constant(ctx.model.torch_hookable(name), name)
 
 
+class _SwiGlu(nn.Module):
+    """An MLP's SwiGLU, ``down(up * silu(gate))``: with one Linear for both halves, split in two
+    (timm's EVA-02 and GluMlp, ``fc1(x).chunk(2, -1)``), or, its twin, a Linear for each."""
+
+    def __init__(self, fused: bool) -> None:
+        super().__init__()
+        torch.manual_seed(8)
+        self.fused = fused
+        both, self.down = nn.Linear(12, 16), nn.Linear(8, 3)
+        if fused:
+            self.both = both
+        else:
+            self.up, self.gate = nn.Linear(12, 8), nn.Linear(12, 8)
+            with torch.no_grad():
+                for part, rows in ((self.up, slice(0, 8)), (self.gate, slice(8, 16))):
+                    part.weight.copy_(both.weight[rows])
+                    part.bias.copy_(both.bias[rows])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(1)
+        up, gate = self.both(x).chunk(2, -1) if self.fused else (self.up(x), self.gate(x))
+        return self.down(up * nn.functional.silu(gate))
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_gated_unit_split_from_one_linear_holds_its_gate_too(name: str, dynamo: bool) -> None:
+    """The exporters write the SiLU of a split's first half as ``x * sigmoid(x)``, and the torch
+    conversion read the half once for each of its two uses: two nodes, so the product's ``x`` and the
+    sigmoid's were not the same value, no gated unit was found, and LRP refused EVA-02's MLP."""
+    x = X.reshape(len(X), -1)[:, :12]
+    fused, twin = (_SwiGlu(fused).eval() for fused in (True, False))
+    contexts = [
+        AttributionContext(
+            load_model(to_onnx(m, x[:2], opset=18 if dynamo else 17, dynamo=dynamo), "onnx", "cpu"),
+            parse_players("features", (12,)), Target(), CASES[name][0],
+        )
+        for m in (fused, twin)
+    ]  # fmt: skip
+    classes = np.array([0, 1, 2, 0])
+    got, want = (
+        get_method(name).attribute(c, x.numpy(), np.zeros_like(x.numpy()), classes) for c in contexts
+    )
+    assert np.abs(want).max() > 1e-4
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert "GLU gates" in held_constant(contexts[0].model.torch_hookable(name), name)
+
+
 @pytest.mark.parametrize("mixer", ["linear", "conv"])
 @pytest.mark.parametrize("dynamo", [False, True])
 @pytest.mark.parametrize("name", sorted(CASES))
