@@ -41,26 +41,33 @@ def _legacy_export(module: torch.nn.Module) -> tuple[bytes, dict[str, np.ndarray
     return buffer.getvalue(), {"inputs": ids[:1].numpy(), "input:attention_mask": mask[:1].numpy()}, logits
 
 
-def _roberta() -> torch.nn.Module:
-    from transformers import RobertaConfig, RobertaForSequenceClassification
+def _classifier(family: str, **options: object) -> torch.nn.Module:
+    """transformers' ``{family}ForSequenceClassification`` from its config (random weights)."""
+    import transformers
 
     torch.manual_seed(0)
-    config = RobertaConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=70, pad_token_id=1, num_labels=3, initializer_range=0.3,
+    config = getattr(transformers, f"{family}Config")(vocab_size=100, num_labels=3, **options)
+    return getattr(transformers, f"{family}ForSequenceClassification")(config).eval()
+
+
+def _roberta() -> torch.nn.Module:
+    return _classifier(
+        "Roberta", hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=70, pad_token_id=1, initializer_range=0.3,
     )  # fmt: skip
-    return RobertaForSequenceClassification(config).eval()
 
 
 def _gpt2() -> torch.nn.Module:
-    from transformers import GPT2Config, GPT2ForSequenceClassification
-
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64, pad_token_id=0, use_cache=False,
-        num_labels=3, initializer_range=0.3,
-    )  # fmt: skip
-    return GPT2ForSequenceClassification(config).eval()
+    return _classifier(
+        "GPT2",
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=64,
+        pad_token_id=0,
+        use_cache=False,
+        initializer_range=0.3,
+    )
 
 
 @pytest.mark.parametrize("build", [_roberta, _gpt2], ids=["roberta", "gpt2"])
@@ -94,14 +101,10 @@ def test_the_methods_graph_computes_the_models_logits_and_integrated_gradients_c
 
 
 def _modernbert() -> torch.nn.Module:
-    from transformers import ModernBertConfig, ModernBertForSequenceClassification
-
-    torch.manual_seed(0)
-    config = ModernBertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=64, pad_token_id=0, num_labels=3, global_attn_every_n_layers=1,
+    return _classifier(
+        "ModernBert", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64, pad_token_id=0, global_attn_every_n_layers=1,
     )  # fmt: skip
-    return ModernBertForSequenceClassification(config).eval()
 
 
 def _lrp_epsilon(data: bytes, tensors: dict[str, np.ndarray]) -> np.ndarray:
