@@ -20,9 +20,9 @@ definition: ``softmax(mask(softcap(scale Q K^T))) V``, where
 
 Checked against onnxruntime's kernel and onnx's reference implementation
 (tests/unit/models/test_attention_ops.py). Past keys and values, padded key lengths (opset 24), dynamic
-sequence lengths under a causal or window mask, a softmax precision other than float, a read second
-output and a constant mask that leaves a query no key stay as they are; the torch conversion then
-names the node. The game runs the model as given.
+sequence lengths under a causal or window mask, a mask over fewer keys than there are, a softmax
+precision other than float, a read second output and a constant mask that leaves a query no key stay
+as they are; the torch conversion then names the node. The game runs the model as given.
 """
 
 from __future__ import annotations
@@ -95,6 +95,10 @@ def _written(node: onnx.NodeProto, tensors: _Tensors, read: set[str]) -> list[on
     if heads[0] is None or heads[1] is None or heads[0] % heads[1]:
         raise _Kept
     allowed = _allowed(options, lengths)
+    mask = node.input[3] if len(node.input) > 3 else ""
+    mask_keys = tensors[mask][0][-1] if mask in tensors and tensors[mask][0] else None
+    if mask_keys is not None and lengths[1] is not None and mask_keys != lengths[1]:
+        raise _Kept  # a mask over fewer keys than there are: the operator pads it with masked keys
     scale = options.get("scale")
     if scale is None:
         if q_width is None:
@@ -138,7 +142,6 @@ def _written(node: onnx.NodeProto, tensors: _Tensors, read: set[str]) -> list[on
         ]
         scores = f"{p}/capped"
     lowest = np.finfo(np.float32).min  # finite, as workers.models.onnx_to_torch writes -inf
-    mask = node.input[3] if len(node.input) > 3 else ""
     if mask:
         bias = mask
         if mask in tensors and tensors[mask][1] == onnx.TensorProto.BOOL:

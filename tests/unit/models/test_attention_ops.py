@@ -236,8 +236,9 @@ def _with_past_state() -> onnx.ModelProto:
         _with_past_state(),
         _attention([[2, 2, "s", 4]] * 3, is_causal=1),
         _attention([[2, 2, 6, 4], [2, 2, 3, 4], [2, 2, 3, 4]], opset=25, left_window_size=0, is_causal=1),
+        _attention([[2, 2, 5, 4]] * 3, mask=(_FLOAT, [5, 1])),
     ],
-    ids=["past_state", "causal_dynamic_length", "window_leaves_a_query_no_key"],
+    ids=["past_state", "causal_dynamic_length", "window_leaves_a_query_no_key", "mask_over_fewer_keys"],
 )
 def test_what_a_softmax_cannot_write_stays_and_is_named(model: onnx.ModelProto) -> None:
     assert any(name.startswith("'Attention'") for name in unconvertible_nodes(methods_copy(model)))
