@@ -37,13 +37,13 @@ from onnx import helper
 from workers.models.onnx_nodes import attributes, constant_node
 from workers.models.onnx_shapes import inferred_tensors
 
-__all__ = ["attention_as_onnx"]
+__all__ = ["attention_as_onnx", "why_kept"]
 
 _Tensors = dict[str, tuple[list[int | None], int]]
 
 
 class _Kept(Exception):
-    """This Attention stays as it is (the module docstring says which do)."""
+    """This Attention stays as it is (the module docstring says which do); the message says why."""
 
 
 def attention_as_onnx(model: onnx.ModelProto) -> int:
@@ -59,7 +59,7 @@ def attention_as_onnx(model: onnx.ModelProto) -> int:
     for node in graph.node:
         try:
             if not _is_attention(node):
-                raise _Kept
+                raise _Kept("not ONNX's Attention")
             nodes.extend(_written(node, tensors, read))
             count += 1
         except _Kept:
@@ -70,21 +70,36 @@ def attention_as_onnx(model: onnx.ModelProto) -> int:
     return count
 
 
+def why_kept(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
+    """Why :func:`attention_as_onnx` left the ``Attention`` ``node`` of ``model`` as it is, for the
+    message that names it ("" where it would be written out, or is no ONNX Attention)."""
+    if not _is_attention(node):
+        return ""
+    read = {name for other in model.graph.node for name in other.input} | {o.name for o in model.graph.output}
+    try:
+        _written(node, inferred_tensors(model), read)
+    except _Kept as kept:
+        return str(kept)
+    return ""
+
+
 def _is_attention(node: onnx.NodeProto) -> bool:
     return node.op_type == "Attention" and node.domain in ("", "ai.onnx")
 
 
 def _written(node: onnx.NodeProto, tensors: _Tensors, read: set[str]) -> list[onnx.NodeProto]:
     options = attributes(node)
-    if (
-        any(node.input[4:])  # past keys and values, padded key lengths
-        or any(name in read for name in node.output[1:])
-        or options.get("softmax_precision", onnx.TensorProto.FLOAT) != onnx.TensorProto.FLOAT
-    ):
-        raise _Kept
+    if any(node.input[4:6]):
+        raise _Kept("past keys and values")
+    if any(node.input[6:]):
+        raise _Kept("padded key lengths")
+    if any(name in read for name in node.output[1:]):
+        raise _Kept("its present keys and values or its scores are read")
+    if options.get("softmax_precision", onnx.TensorProto.FLOAT) != onnx.TensorProto.FLOAT:
+        raise _Kept("a softmax precision other than float")
     q_shape, k_shape, v_shape = (_dims(name, tensors) for name in node.input[:3])
     if not len(q_shape) == len(k_shape) == len(v_shape) or len(q_shape) not in (3, 4):
-        raise _Kept
+        raise _Kept("queries, keys and values of other ranks than 3 or 4")
     packed = len(q_shape) == 3  # (batch, sequence, heads * width)
     if packed:
         heads = (options.get("q_num_heads"), options.get("kv_num_heads"))
@@ -93,16 +108,16 @@ def _written(node: onnx.NodeProto, tensors: _Tensors, read: set[str]) -> list[on
     else:
         heads, lengths, q_width = (q_shape[1], k_shape[1]), (q_shape[2], k_shape[2]), q_shape[3]
     if heads[0] is None or heads[1] is None or heads[0] % heads[1]:
-        raise _Kept
+        raise _Kept("head counts unknown, or query heads not a multiple of the key heads")
     allowed = _allowed(options, lengths)
     mask = node.input[3] if len(node.input) > 3 else ""
     mask_keys = tensors[mask][0][-1] if mask in tensors and tensors[mask][0] else None
     if mask_keys is not None and lengths[1] is not None and mask_keys != lengths[1]:
-        raise _Kept  # a mask over fewer keys than there are: the operator pads it with masked keys
+        raise _Kept("a mask over fewer keys than there are")  # the operator pads it with masked keys
     scale = options.get("scale")
     if scale is None:
         if q_width is None:
-            raise _Kept
+            raise _Kept("no scale, and the queries' width unknown")
         scale = 1.0 / math.sqrt(q_width)
 
     out, name = node.output[0], node.name or node.output[0]
@@ -176,7 +191,7 @@ def _written(node: onnx.NodeProto, tensors: _Tensors, read: set[str]) -> list[on
 
 def _dims(name: str, tensors: _Tensors) -> list[int | None]:
     if name not in tensors:
-        raise _Kept
+        raise _Kept(f"the shape of '{name}' unknown")
     return tensors[name][0]
 
 
@@ -189,7 +204,7 @@ def _allowed(options: dict[str, Any], lengths: tuple[int | None, int | None]) ->
     if not causal and left < 0 and right < 0:
         return None
     if lengths[0] is None or lengths[1] is None:
-        raise _Kept
+        raise _Kept("a causal or window mask over sequence lengths known only at run time")
     offset = np.arange(lengths[0])[:, None] - np.arange(lengths[1])[None, :]  # i - j
     allowed = np.ones(offset.shape, dtype=bool)
     if causal:
@@ -199,5 +214,5 @@ def _allowed(options: dict[str, Any], lengths: tuple[int | None, int | None]) ->
     if right >= 0:
         allowed &= -offset <= right
     if not allowed.any(axis=1).all():
-        raise _Kept
+        raise _Kept("a causal or window mask that leaves a query no key")
     return allowed

@@ -38,7 +38,7 @@ from onnx2torch.node_converters.registry import (  # noqa: E402
 )
 from onnx2torch.onnx_graph import OnnxGraph as _Onnx2TorchGraph  # noqa: E402
 
-from workers.models.attention_ops import attention_as_onnx  # noqa: E402
+from workers.models.attention_ops import attention_as_onnx, why_kept  # noqa: E402
 from workers.models.ceil_mode_pools import ceil_mode_pools, has_far_end_pads  # noqa: E402
 from workers.models.constant_batch_norms import fold_constant_batch_norms  # noqa: E402
 from workers.models.dense_conv import dense_gradients  # noqa: E402
@@ -214,7 +214,9 @@ def unconvertible_nodes(model: onnx.ModelProto) -> list[str]:
             get_converter(node.op_type, opsets.get(domain, opsets.get("", 1)), domain)
         except NotImplementedError:
             prefix = f"{domain}." if domain else ""
-            found[node.op_type] = f"'{prefix}{node.op_type}' (node '{node.name or node.output[0]}')"
+            kept = why_kept(model, node) if node.op_type == "Attention" else ""
+            why = f", which stays as it is: {kept}" if kept else ""
+            found[node.op_type] = f"'{prefix}{node.op_type}' (node '{node.name or node.output[0]}'{why})"
     return list(found.values())
 
 
