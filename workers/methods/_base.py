@@ -206,13 +206,13 @@ def in_row_chunks(
     last row, whose results are dropped (rows are independent: the game evaluates such a model so)."""
     import torch
 
+    from workers.models.base import filled_to
+
     out = []
     for start in range(0, len(classes), rows):
         chunk = [classes[start : start + rows], *(a[start : start + rows] for a in arrays)]
-        short = rows - len(chunk[0])
-        if exact and short:
-            chunk = [torch.cat([part, part[-1:].expand(short, *part.shape[1:])]) for part in chunk]
-        out.append(fn(*chunk)[: rows - short] if exact and short else fn(*chunk))
+        kept = len(chunk[0])
+        out.append(fn(*(filled_to(rows, part) for part in chunk))[:kept] if exact else fn(*chunk))
     return out[0] if len(out) == 1 else torch.cat(out)
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from workers.models.onnx_nodes import attributes, constant_node
+from workers.models.onnx_nodes import attributes, constant_node, names_read, rewrite_nodes
 from workers.models.onnx_shapes import inferred_tensors
 
 __all__ = ["attention_as_onnx", "why_kept"]
@@ -52,22 +52,15 @@ def attention_as_onnx(model: onnx.ModelProto) -> int:
     graph = model.graph
     if not any(_is_attention(node) for node in graph.node):
         return 0
-    tensors = inferred_tensors(model)
-    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
-    nodes: list[onnx.NodeProto] = []
-    count = 0
-    for node in graph.node:
+    tensors, read = inferred_tensors(model), names_read(graph)
+
+    def written(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         try:
-            if not _is_attention(node):
-                raise _Kept("not ONNX's Attention")
-            nodes.extend(_written(node, tensors, read))
-            count += 1
+            return _written(node, tensors, read) if _is_attention(node) else None
         except _Kept:
-            nodes.append(node)
-    if count:
-        del graph.node[:]
-        graph.node.extend(nodes)
-    return count
+            return None
+
+    return rewrite_nodes(graph, written)
 
 
 def why_kept(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
@@ -75,9 +68,8 @@ def why_kept(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
     message that names it ("" where it would be written out, or is no ONNX Attention)."""
     if not _is_attention(node):
         return ""
-    read = {name for other in model.graph.node for name in other.input} | {o.name for o in model.graph.output}
     try:
-        _written(node, inferred_tensors(model), read)
+        _written(node, inferred_tensors(model), names_read(model.graph))
     except _Kept as kept:
         return str(kept)
     return ""

@@ -40,6 +40,15 @@ def rows_per_call(sample_elements: int, batch_size: int = DEFAULT_BATCH_SIZE, sc
     return max(1, min(max(batch_size, by_budget), FORWARD_ELEMENTS * scale // elements))
 
 
+def filled_to(rows: int, part: torch.Tensor) -> torch.Tensor:
+    """``part`` with copies of its last row appended up to ``rows`` rows: the last chunk for a graph
+    exported with a fixed batch of ``rows`` (the copies' results are dropped; rows are independent)."""
+    import torch
+
+    short = rows - len(part)
+    return torch.cat([part, part[-1:].expand(short, *part.shape[1:])]) if short > 0 else part
+
+
 def owned_float32(array: np.ndarray) -> np.ndarray:
     """``array`` as contiguous float32 that may be handed to torch: a copy where it is read-only
     (decoded from a request, a cached table). torch.from_numpy would share such a buffer, warn on

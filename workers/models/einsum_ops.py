@@ -23,7 +23,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from workers.models.onnx_nodes import attributes
+from workers.models.onnx_nodes import attributes, rewrite_nodes
 
 __all__ = ["einsums_as_matmul"]
 
@@ -31,20 +31,10 @@ __all__ = ["einsums_as_matmul"]
 def einsums_as_matmul(model: onnx.ModelProto) -> int:
     """Rewrite each batched matrix product ``Einsum`` of ``model``'s main graph in place (module
     docstring); returns how many."""
-    graph = model.graph
-    nodes: list[onnx.NodeProto] = []
-    count = 0
-    for node in graph.node:
-        written = _written(node) if node.op_type == "Einsum" and node.domain in ("", "ai.onnx") else None
-        if written is None:
-            nodes.append(node)
-            continue
-        nodes.extend(written)
-        count += 1
-    if count:
-        del graph.node[:]
-        graph.node.extend(nodes)
-    return count
+    return rewrite_nodes(
+        model.graph,
+        lambda node: _written(node) if node.op_type == "Einsum" and node.domain in ("", "ai.onnx") else None,
+    )
 
 
 def _written(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:

@@ -14,30 +14,26 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from workers.models.onnx_nodes import attributes, constant_node
+from workers.models.onnx_nodes import attributes, constant_node, rewrite_nodes
 
 __all__ = ["image_scalers_as_onnx"]
 
 
 def image_scalers_as_onnx(model: onnx.ModelProto) -> int:
     """Rewrite each ``ImageScaler`` of ``model``'s main graph in place; returns how many."""
-    graph = model.graph
-    nodes: list[onnx.NodeProto] = []
-    count = 0
-    for node in graph.node:
-        if node.op_type != "ImageScaler" or node.domain not in ("", "ai.onnx"):
-            nodes.append(node)
-            continue
-        options = attributes(node)
-        bias = np.asarray(options.get("bias", [0.0]), np.float32).reshape(1, -1, 1, 1)
-        scale, shift, scaled = (f"{node.output[0]}__xaudit_{part}" for part in ("scale", "bias", "scaled"))
-        # Constant nodes, not initializers: a model before IR 4 must list every initializer as an input
-        nodes.append(constant_node(scale, options.get("scale", 1.0), np.float32))
-        nodes.append(constant_node(shift, bias, np.float32))
-        nodes.append(helper.make_node("Mul", [node.input[0], scale], [scaled], name=f"{node.name}_scale"))
-        nodes.append(helper.make_node("Add", [scaled, shift], [node.output[0]], name=f"{node.name}_bias"))
-        count += 1
-    if count:
-        del graph.node[:]
-        graph.node.extend(nodes)
-    return count
+    return rewrite_nodes(model.graph, _written)
+
+
+def _written(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+    if node.op_type != "ImageScaler" or node.domain not in ("", "ai.onnx"):
+        return None
+    options = attributes(node)
+    bias = np.asarray(options.get("bias", [0.0]), np.float32).reshape(1, -1, 1, 1)
+    scale, shift, scaled = (f"{node.output[0]}__xaudit_{part}" for part in ("scale", "bias", "scaled"))
+    # Constant nodes, not initializers: a model before IR 4 must list every initializer as an input
+    return [
+        constant_node(scale, options.get("scale", 1.0), np.float32),
+        constant_node(shift, bias, np.float32),
+        helper.make_node("Mul", [node.input[0], scale], [scaled], name=f"{node.name}_scale"),
+        helper.make_node("Add", [scaled, shift], [node.output[0]], name=f"{node.name}_bias"),
+    ]

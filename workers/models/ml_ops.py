@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from workers.models.onnx_nodes import attributes, default_opset
+from workers.models.onnx_nodes import attributes, default_opset, names_read, rewrite_nodes
 
 __all__ = ["ml_ops_as_onnx"]
 
@@ -46,26 +46,22 @@ def ml_ops_as_onnx(model: onnx.ModelProto) -> int:
     rewritten. An operator used in a way not written here is left as it is."""
     graph = model.graph
     known = _Graph(
-        read={name for node in graph.node for name in node.input} | {o.name for o in graph.output},
+        read=names_read(graph),
         opset=default_opset(model, _OPSET),
         dims={t.name: list(t.dims) for t in graph.initializer},
     )
-    nodes: list[onnx.NodeProto] = []
     constants: list[onnx.TensorProto] = []
-    count = 0
-    for node in graph.node:
+
+    def written(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         rewrite = _REWRITES.get(node.op_type) if node.domain == _DOMAIN else None
-        written = rewrite(node, known) if rewrite is not None else None
-        if written is None:
-            nodes.append(node)
-            continue
-        new_nodes, new_constants = written
-        nodes.extend(new_nodes)
-        constants.extend(new_constants)
-        count += 1
+        found = rewrite(node, known) if rewrite is not None else None
+        if found is None:
+            return None
+        constants.extend(found[1])
+        return found[0]
+
+    count = rewrite_nodes(graph, written)
     if count:
-        del graph.node[:]
-        graph.node.extend(nodes)
         graph.initializer.extend(constants)
         if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
             model.opset_import.append(helper.make_opsetid("", _OPSET))

@@ -23,7 +23,7 @@ import onnxruntime as ort
 import torch
 
 from workers.metrics import count_forward
-from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo
+from workers.models.base import DEFAULT_BATCH_SIZE, ModelAdapter, ModelInfo, filled_to
 from workers.models.batch_coupling import rows_coupled_by
 from workers.models.onnx_model import _session
 from workers.models.onnx_outputs import explained_output, maps_as_tensors
@@ -247,10 +247,7 @@ class _Feed(torch.nn.Module):
             return self._call(x)
         outs = []
         for chunk in torch.split(x, step):
-            rows = chunk.shape[0]
-            if rows < step:
-                chunk = torch.cat([chunk, chunk[-1:].expand(step - rows, *chunk.shape[1:])])
-            outs.append(self._call(chunk)[:rows])
+            outs.append(self._call(filled_to(step, chunk))[: len(chunk)])
         return torch.cat(outs)
 
 

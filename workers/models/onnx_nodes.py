@@ -1,10 +1,11 @@
-"""What the graph rewrites before the torch conversion read of ONNX nodes and tensors, and how they
-drop what nothing reads any more, written once (workers/models/ort_unfusion.py, ml_ops.py,
+"""What the graph rewrites before the torch conversion read of ONNX nodes and tensors, how they put
+new nodes in place of old ones, and how they drop what nothing reads any more, written once
+(workers/models/ort_unfusion.py, ml_ops.py, attention_ops.py, einsum_ops.py, experimental_ops.py,
 dense_layers.py, pinned_shapes.py, pooled_rows.py, row_indices.py, fused_nodes.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,9 @@ __all__ = [
     "default_opset",
     "drop_unread",
     "fold_to_initializers",
+    "names_read",
     "reduced_axes",
+    "rewrite_nodes",
 ]
 
 
@@ -107,11 +110,33 @@ def fold_to_initializers(
     graph.node.extend(kept)
 
 
+def names_read(graph: onnx.GraphProto) -> set[str]:
+    """The value names ``graph``'s nodes and outputs read (its subgraphs' reads not among them)."""
+    return {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+
+
+def rewrite_nodes(
+    graph: onnx.GraphProto, rewrite: Callable[[onnx.NodeProto], list[onnx.NodeProto] | None]
+) -> int:
+    """Replace, in place and in order, each node of ``graph`` that ``rewrite`` gives nodes for (None:
+    the node stays) by those nodes; returns how many were replaced."""
+    nodes: list[onnx.NodeProto] = []
+    count = 0
+    for node in graph.node:
+        written = rewrite(node)
+        nodes.extend([node] if written is None else written)
+        count += written is not None
+    if count:
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return count
+
+
 def drop_unread(graph: onnx.GraphProto) -> None:
     """Drop the nodes and initializers nothing reads any more (a subgraph's reads count), so that no
     session warns of them and the torch graph does not compute them."""
     while True:
-        read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+        read = names_read(graph)
         read |= {name for node in graph.node for sub in _subgraphs(node) for name in _names_read(sub)}
         dead = [n for n in graph.node if not any(o in read for o in n.output if o)]
         if not dead:

@@ -24,7 +24,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from workers.models.onnx_nodes import attributes, constant_node, declared_ranks, default_opset
+from workers.models.onnx_nodes import (
+    attributes,
+    constant_node,
+    declared_ranks,
+    default_opset,
+    names_read,
+    rewrite_nodes,
+)
 
 __all__ = ["unfuse_onnxruntime_ops"]
 
@@ -57,20 +64,13 @@ def unfuse_onnxruntime_ops(model: onnx.ModelProto) -> int:
     is left as it is: the methods then name the operator they cannot convert."""
     version = default_opset(model)
     graph = model.graph
-    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    read = names_read(graph)
     taken = {t.name for t in graph.initializer} | {o for node in graph.node for o in node.output}
     scalars = {key: _fresh(f"xaudit_unfused_{key}", taken) for key in _SCALARS}
     known = _Graph(read, scalars, _ranks(graph), {t.name: list(t.dims) for t in graph.initializer}, version)
-    nodes: list[onnx.NodeProto] = []
-    rewritten = 0
-    for node in graph.node:
-        written = _guarded(node, known) if node.domain == _DOMAIN else None
-        nodes.extend([node] if written is None else written)
-        rewritten += written is not None
+    rewritten = rewrite_nodes(graph, lambda node: _guarded(node, known) if node.domain == _DOMAIN else None)
     if rewritten:
-        del graph.node[:]
-        graph.node.extend(nodes)
-        used = {name for node in nodes for name in node.input}
+        used = {name for node in graph.node for name in node.input}
         graph.initializer.extend(
             numpy_helper.from_array(np.array(_SCALARS[key], np.float32), name)
             for key, name in scalars.items()
