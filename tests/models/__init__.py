@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import warnings
 
+import numpy as np
+import onnx
 import torch
 from torch import nn
 
@@ -131,6 +133,14 @@ def to_onnx(module: nn.Module, example: torch.Tensor, opset: int = 17, dynamo: b
             dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
         )
     return buffer.getvalue()
+
+
+def ort_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """The first output of ``model`` on ``feeds``, from onnxruntime on the CPU."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
 
 
 def to_torchscript(module: nn.Module, example: torch.Tensor) -> bytes:

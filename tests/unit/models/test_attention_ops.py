@@ -10,14 +10,13 @@ import warnings
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 from torch import nn
 
-from tests.models import to_onnx
+from tests.models import ort_outputs, to_onnx
 from workers.methods import AttributionContext, get_method
 from workers.methods._fx_plan import held_constant
 from workers.models import load_model
@@ -36,11 +35,6 @@ def _encoder() -> nn.Module:
     ).eval()
 
 
-def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)[0]
-
-
 def test_an_encoders_attention_is_written_out_and_computes_the_same() -> None:
     model = onnx.load_from_string(to_onnx(_encoder(), X[:2], opset=23, dynamo=True))
     assert "Attention" in {n.op_type for n in model.graph.node}
@@ -48,9 +42,11 @@ def test_an_encoders_attention_is_written_out_and_computes_the_same() -> None:
     assert "Attention" not in {n.op_type for n in written.graph.node}
     assert not unconvertible_nodes(written)
     feeds = {"input": X.numpy()}
-    np.testing.assert_allclose(_run(written, feeds), _run(model, feeds), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ort_outputs(written, feeds), ort_outputs(model, feeds), rtol=1e-5, atol=1e-6)
     with torch.no_grad():
-        np.testing.assert_allclose(onnx_to_torch(model)(X).numpy(), _run(model, feeds), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            onnx_to_torch(model)(X).numpy(), ort_outputs(model, feeds), rtol=1e-4, atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("name", ["gradient_x_input", "lrp_epsilon"])
@@ -105,9 +101,11 @@ def test_berts_boolean_padding_mask_is_written_as_a_bias() -> None:
     mask[1, 5:] = 0  # padding: the mask decides the second row
     names = [i.name for i in model.graph.input]
     feeds = dict(zip(names, (ids, mask), strict=True))
-    np.testing.assert_allclose(_run(written, feeds), _run(model, feeds), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ort_outputs(written, feeds), ort_outputs(model, feeds), rtol=1e-5, atol=1e-6)
     unmasked = dict(feeds, **{names[1]: np.ones_like(mask)})
-    assert not np.allclose(_run(model, unmasked)[1], _run(model, feeds)[1], atol=1e-5), "the mask matters"
+    assert not np.allclose(ort_outputs(model, unmasked)[1], ort_outputs(model, feeds)[1], atol=1e-5), (
+        "the mask matters"
+    )
 
 
 class _Decoder(nn.Module):
@@ -209,8 +207,10 @@ def test_each_form_is_written_out_as_the_operator_defines_it(form: str) -> None:
     assert "Attention" not in {n.op_type for n in written.graph.node}
     feeds = _feeds(model)
     want = ReferenceEvaluator(model).run(None, feeds)[0]
-    np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-5, atol=1e-6)  # the two references agree
-    np.testing.assert_allclose(_run(written, feeds), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        ort_outputs(model, feeds), want, rtol=1e-5, atol=1e-6
+    )  # the two references agree
+    np.testing.assert_allclose(ort_outputs(written, feeds), want, rtol=1e-5, atol=1e-6)
     with torch.no_grad():
         got = onnx_to_torch(model)(*(torch.from_numpy(feeds[v.name]) for v in model.graph.input))
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
@@ -274,7 +274,7 @@ def test_rms_normalization_is_torchs_rms_norm_held_as_at_opset_20(name: str) -> 
     assert "RMSNormalization" in {n.op_type for n in newest.graph.node}
     with torch.no_grad():
         np.testing.assert_allclose(
-            onnx_to_torch(newest)(X).numpy(), _run(newest, {"input": X.numpy()}), rtol=1e-5, atol=1e-6
+            onnx_to_torch(newest)(X).numpy(), ort_outputs(newest, {"input": X.numpy()}), rtol=1e-5, atol=1e-6
         )
     contexts = [
         AttributionContext(

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper
 from torch import nn
 
-from tests.models import to_onnx
+from tests.models import ort_outputs, to_onnx
 from workers.methods import AttributionContext, get_method
 from workers.methods._fx_plan import held_constant
 from workers.models import load_model
@@ -49,11 +48,6 @@ def _einsum(equation: str, shapes: tuple[list[int], list[int]]) -> onnx.ModelPro
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)[0]
-
-
 @pytest.mark.parametrize("equation", list(WRITTEN))
 def test_a_batched_matrix_product_is_written_as_a_matmul(equation: str) -> None:
     model = _einsum(equation, WRITTEN[equation])
@@ -61,8 +55,8 @@ def test_a_batched_matrix_product_is_written_as_a_matmul(equation: str) -> None:
     assert "Einsum" not in {n.op_type for n in written.graph.node}
     rng = np.random.default_rng(81)
     feeds = {n: rng.normal(size=s).astype(np.float32) for n, s in zip("ab", WRITTEN[equation], strict=True)}
-    want = _run(model, feeds)
-    np.testing.assert_allclose(_run(written, feeds), want, rtol=1e-5, atol=1e-6)
+    want = ort_outputs(model, feeds)
+    np.testing.assert_allclose(ort_outputs(written, feeds), want, rtol=1e-5, atol=1e-6)
     with torch.no_grad():
         got = onnx_to_torch(model)(*(torch.from_numpy(feeds[n]) for n in "ab")).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
